@@ -1,0 +1,710 @@
+"""Elaboration: from a loaded spec to parsed, name-resolved and kind-checked declarations.
+
+`elaborate(loaded, adts)` parses every expression of a spec once, resolves its names,
+infers and checks kinds, and returns an `ElaboratedSpec` (plain frozen data that the prover
+and the runtime read) together with the diagnostics found. A field that fails is reported
+and left out; the rest of the spec is still elaborated, so one bad field costs only the
+checks that depend on it.
+"""
+
+from __future__ import annotations
+
+import graphlib
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from opspec.schema import kinds as K
+from opspec.schema.checker import (
+    FAMILY, INDEX, LET, PARAM, TENSOR, ADTInfo, CtorInfo, KindChecker, Scope, Symbol,
+)
+from opspec.schema.diagnostics import Diagnostic, Severity
+from opspec.schema.errors import ExpressionError
+from opspec.schema.expr import (
+    Call, Const, Expr, FamilyApp, Name, ShapeList, ShapeTerm, Splat, free_names, walk,
+)
+from opspec.schema.loader import LoadedSpec
+from opspec.schema.models import ADTDef, ADTField, OpSpec, TensorSpec, WorkloadRow
+from opspec.schema.parse import defining_equality, parse_expr, parse_shape
+from opspec.schema.types import parse_kind, parse_type
+
+RESERVED = frozenset({"out"})
+
+
+# -- elaborated declarations ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ParamDecl:
+    name: str
+    kind: K.Kind
+    type_text: str
+    has_default: bool
+    default: Any
+    kw_only: bool
+    path: str
+
+
+@dataclass(frozen=True)
+class TensorDecl:
+    """A tensor of the signature: an input, an output or a construction-time tensor."""
+
+    name: str
+    role: str  # "input" | "output" | "ctensor"
+    dtype: Expr
+    shape: ShapeTerm
+    optional: Expr | bool = False   # inputs and construction-time tensors
+    nullable: Expr | bool = False   # outputs: None where this is false... see `exists`
+    mutated: Expr | bool = False
+    write_only: bool = False
+    buffer: str | None = None
+    alias: str | None = None
+    contiguous: bool = False
+    device: str | None = None
+    values: Expr | None = None
+    requires: tuple[Expr, ...] = ()
+    path: str = ""
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """One component of a family case's `when`: a bool, an enum literal, or an ADT
+    constructor with constraints on finitely-valued fields (`{masked: _}`)."""
+
+    value: Any = None             # bool or str for Bool/enum matches
+    ctor: str | None = None       # ADT constructor; None for Bool/enum patterns
+    fields: tuple[tuple[str, Any], ...] = ()
+
+    def describe(self) -> str:
+        if self.ctor is None:
+            return str(self.value).lower() if isinstance(self.value, bool) else str(self.value)
+        if not self.fields:
+            return f"{{{self.ctor}: _}}"
+        return f"{{{self.ctor}: {{" + ", ".join(f"{k}: {v}" for k, v in self.fields) + "}}"
+
+
+@dataclass(frozen=True)
+class FamilyCaseDecl:
+    when: tuple[Pattern, ...]
+    shape: ShapeTerm
+    path: str
+
+
+@dataclass(frozen=True)
+class FamilyDecl:
+    name: str
+    params: tuple[tuple[str, K.Kind], ...]
+    match: tuple[str, ...]          # family parameter names matched on
+    cases: tuple[FamilyCaseDecl, ...]
+    path: str
+
+
+@dataclass(frozen=True)
+class RuleDecl:
+    expr: Expr
+    text: str
+    path: str
+    #: reads only discriminants: checked before a branch is selected
+    is_domain: bool = False
+
+
+@dataclass(frozen=True)
+class LetDecl:
+    name: str
+    expr: Expr
+    text: str
+    kind: K.Kind
+    path: str
+
+
+@dataclass(frozen=True)
+class RooflineDecl:
+    flops: Expr | None = None
+    bytes: Expr | None = None
+    func: str | None = None
+    path: str = "roofline"
+
+
+@dataclass(frozen=True)
+class ElaboratedSpec:
+    name: str
+    file: str
+    family: str
+    status: str
+    ref_api: str | None
+    forall: Mapping[str, K.Kind]
+    params: Mapping[str, ParamDecl]
+    ctensors: Mapping[str, TensorDecl]
+    inputs: Mapping[str, TensorDecl]
+    outputs: Mapping[str, TensorDecl]
+    families: Mapping[str, FamilyDecl]
+    lets: Mapping[str, LetDecl]          # in a dependency order
+    rules: tuple[RuleDecl, ...]
+    dtype_combos: tuple[Mapping[str, str], ...]
+    workloads: tuple[WorkloadRow, ...]
+    roofline: RooflineDecl | None
+    composition: Any
+    adts: Mapping[str, ADTInfo]
+    symbols: Mapping[str, Symbol]
+    #: declaration paths that failed to load or elaborate; checks reading them are skipped
+    broken: frozenset[str] = frozenset()
+
+    @property
+    def tensors(self) -> dict[str, TensorDecl]:
+        return {**self.ctensors, **self.inputs, **self.outputs}
+
+    @property
+    def has_out(self) -> bool:
+        return any(t.buffer == "out" for t in self.outputs.values())
+
+    def kind_of(self, name: str) -> K.Kind | None:
+        s = self.symbols.get(name)
+        return s.kind if s else None
+
+
+# -- ADTs -----------------------------------------------------------------------------------
+
+def elaborate_adts(defs: Mapping[str, ADTDef]) -> tuple[dict[str, ADTInfo], list[Diagnostic]]:
+    diags: list[Diagnostic] = []
+    names = set(defs)
+    out: dict[str, ADTInfo] = {}
+    for name, d in defs.items():
+        ctors = {}
+        for cname, c in d.sum.items():
+            fields: dict[str, K.Kind] = {}
+            for fname, f in c.fields.items():
+                try:
+                    fields[fname] = (parse_type(f.type, names) if isinstance(f, ADTField)
+                                     else parse_kind(f, names))
+                except ExpressionError as exc:
+                    diags.append(Diagnostic("kind", f"ADT {name}.{cname}.{fname}: {exc.message}",
+                                            path=f"adts.{name}.sum.{cname}.fields.{fname}"))
+                    fields[fname] = K.VALUE
+            inv = None
+            if c.invariant is not None:
+                ipath = f"adts.{name}.sum.{cname}.invariant"
+                try:
+                    inv = parse_expr(c.invariant)
+                    scope = Scope({f: Symbol(f, PARAM, k) for f, k in fields.items()})
+                    KindChecker().expect(inv, scope, K.BOOL)
+                except ExpressionError as exc:
+                    diags.append(Diagnostic(exc.check, f"ADT {name}.{cname} invariant "
+                                            f"`{c.invariant}`: {exc.message}", path=ipath,
+                                            hint=exc.hint))
+                    inv = None
+            ctors[cname] = CtorInfo(cname, fields, c.python, inv, c.invariant)
+        out[name] = ADTInfo(name, ctors)
+    return out, diags
+
+
+# -- the elaborator -------------------------------------------------------------------------
+
+class _Elaborator:
+    def __init__(self, loaded: LoadedSpec, adts: Mapping[str, ADTInfo]):
+        self.loaded = loaded
+        self.spec: OpSpec = loaded.spec
+        self.adts = adts
+        self.diags: list[Diagnostic] = []
+        self.broken: set[str] = set(loaded.broken)
+        self.checker = KindChecker()
+
+    # diagnostics
+    def report(self, check: str, path: str, message: str, *, hint: str | None = None,
+               severity: Severity = Severity.ERROR) -> None:
+        self.broken.add(path)
+        self.diags.append(Diagnostic(check, message, op=self.loaded.name, path=path,
+                                     pos=self.loaded.pos(path), severity=severity, hint=hint))
+
+    def report_exc(self, path: str, text: str, exc: ExpressionError) -> None:
+        self.report(exc.check, path, f"`{text}`: {exc.message}", hint=exc.hint)
+
+    def parse(self, text: Any, path: str) -> Expr | None:
+        if not isinstance(text, str):
+            if isinstance(text, bool):
+                return Const(text)
+            self.report("parse", path, f"expected an expression string, got {text!r}")
+            return None
+        try:
+            return parse_expr(text)
+        except ExpressionError as exc:
+            self.report_exc(path, text, exc)
+            return None
+
+    def parse_shape(self, text: str, path: str) -> ShapeTerm | None:
+        try:
+            return parse_shape(text)
+        except ExpressionError as exc:
+            self.report_exc(path, text, exc)
+            return None
+
+    def check(self, e: Expr, text: str, path: str, scope: Scope, expected: K.Kind | None,
+              what: str = "") -> K.Kind | None:
+        try:
+            k = self.checker.infer(e, scope)
+        except ExpressionError as exc:
+            self.report_exc(path, text, exc)
+            return None
+        if expected is not None and not K.assignable(k, expected):
+            self.report("kind", path, f"`{text}` has kind {k}, expected {expected}{what}")
+            return None
+        return k
+
+    # main
+    def run(self) -> ElaboratedSpec:
+        sig = self.spec.signature
+        symbols: dict[str, Symbol] = {}
+        where: dict[str, str] = {}
+
+        def declare(name: str, role: str, kind: K.Kind, path: str) -> None:
+            if name in RESERVED:
+                self.report("name", path, f"`{name}` is reserved for the output buffer; "
+                            "choose another name")
+                return
+            if name in symbols:
+                self.report("name", path, f"`{name}` is declared twice: at {where[name]} and "
+                            f"here; indices, parameters, lets and tensors need distinct names")
+                return
+            if name in K.DTYPES or name == "inf":
+                self.report("name", path, f"`{name}` shadows a built-in name")
+            symbols[name] = Symbol(name, role, kind)
+            where[name] = path
+
+        adt_names = set(self.adts)
+        forall: dict[str, K.Kind] = {}
+        for name, text in sig.forall.items():
+            path = f"signature.forall.{name}"
+            try:
+                kind = parse_kind(text, adt_names)
+            except ExpressionError as exc:
+                self.report_exc(path, text, exc)
+                continue
+            forall[name] = kind
+            declare(name, INDEX, kind, path)
+
+        params: dict[str, ParamDecl] = {}
+        ctensor_specs: dict[str, TensorSpec] = {}
+        for name, p in sig.params.items():
+            path = f"signature.params.{name}"
+            if p.is_tensor:
+                ctensor_specs[name] = TensorSpec(dtype=p.dtype, shape=p.shape, optional=p.optional,
+                                                 device=p.device, contiguous=p.contiguous)
+                declare(name, TENSOR, K.TENSOR, path)
+                continue
+            try:
+                kind = parse_type(p.type, adt_names)
+            except ExpressionError as exc:
+                self.report_exc(path + ".type", p.type, exc)
+                continue
+            params[name] = ParamDecl(name, kind, p.type, p.has_default, p.default, p.kw_only, path)
+            declare(name, PARAM, kind, path)
+
+        for role, table in (("input", sig.inputs), ("output", sig.outputs)):
+            for name in table:
+                declare(name, TENSOR, K.TENSOR, f"signature.{role}s.{name}")
+        for name in sig.types:
+            declare(name, FAMILY, K.VALUE, f"signature.types.{name}")
+
+        has_out = any(t.buffer == "out" for t in sig.outputs.values())
+        base = Scope(symbols, self.adts, has_out=has_out)
+
+        # lets: parse, order by dependencies, infer kinds in that order
+        let_exprs: dict[str, Expr] = {}
+        for name, text in sig.let.items():
+            path = f"signature.let.{name}"
+            e = self.parse(text, path)
+            if e is not None:
+                let_exprs[name] = e
+            declare(name, LET, K.VALUE, path)
+        lets = self.elaborate_lets(let_exprs, symbols, base)
+        base = Scope(symbols, self.adts, has_out=has_out)
+
+        families = {n: f for n, fam in sig.types.items()
+                    if (f := self.elaborate_family(n, fam, base)) is not None}
+
+        def tensor(name: str, t: TensorSpec, role: str, path: str) -> TensorDecl | None:
+            dtype = self.parse(t.dtype, f"{path}.dtype")
+            shape = self.parse_shape(t.shape, f"{path}.shape")
+            if dtype is not None:
+                self.check_dtype(dtype, t.dtype, f"{path}.dtype", base)
+            if shape is not None:
+                self.check_shape(shape, t.shape, f"{path}.shape", base, families)
+            flags = {}
+            for flag in ("optional", "nullable", "mutated"):
+                v = getattr(t, flag)
+                if isinstance(v, str):
+                    e = self.parse(v, f"{path}.{flag}")
+                    if e is not None:
+                        self.check_discriminant(e, v, f"{path}.{flag}", base)
+                    flags[flag] = e if e is not None else False
+                else:
+                    flags[flag] = v
+            values = None
+            if t.values is not None:
+                values = self.parse(t.values, f"{path}.values")
+                if values is not None:
+                    self.check(values, t.values, f"{path}.values",
+                               _with_roles(base, "generator"), None)
+            requires = []
+            for i, r in enumerate(t.requires):
+                e = self.parse(r, f"{path}.requires.{i}")
+                if e is not None:
+                    self.check_requires(e, r, f"{path}.requires.{i}", base)
+                    requires.append(e)
+            if t.requires and t.values is None:
+                self.report("workload", f"{path}.requires",
+                            f"tensor `{name}` declares `requires` but no `values` generator")
+            if dtype is None or shape is None:
+                return None
+            return TensorDecl(name, role, dtype, shape, flags["optional"], flags["nullable"],
+                              flags["mutated"], t.write_only, t.buffer, t.alias, t.contiguous,
+                              t.device, values, tuple(requires), path)
+
+        ctensors = {n: d for n, t in ctensor_specs.items()
+                    if (d := tensor(n, t, "ctensor", f"signature.params.{n}")) is not None}
+        inputs = {n: d for n, t in sig.inputs.items()
+                  if (d := tensor(n, t, "input", f"signature.inputs.{n}")) is not None}
+        outputs = {n: d for n, t in sig.outputs.items()
+                   if (d := tensor(n, t, "output", f"signature.outputs.{n}")) is not None}
+        self.check_tensor_rules(sig)
+
+        rules = []
+        for i, text in enumerate(sig.shape_rules):
+            path = f"signature.shape_rules.{i}"
+            e = self.parse(text, path)
+            if e is None:
+                continue
+            d = defining_equality(e)
+            if d is not None and d[0] not in symbols:
+                self.report("rejected-form", path,
+                            f"`{text}` defines the new name `{d[0]}` with an equality; "
+                            "shape_rules holds only refinements",
+                            hint=f'let: {{{d[0]}: "{_print(d[1])}"}}')
+                continue
+            if self.check(e, text, path, base, K.BOOL) is None:
+                continue
+            rules.append(RuleDecl(e, text, path, is_domain=self.is_discriminant_only(e, base)))
+
+        combos = self.check_dtype_combos(sig.dtype_combos, forall, params)
+        roofline = self.elaborate_roofline(base)
+
+        return ElaboratedSpec(
+            name=self.loaded.name, file=self.loaded.file, family=self.spec.family,
+            status=self.spec.status, ref_api=self.spec.ref_api, forall=forall, params=params,
+            ctensors=ctensors, inputs=inputs, outputs=outputs, families=families, lets=lets,
+            rules=tuple(rules), dtype_combos=combos, workloads=tuple(self.spec.workloads),
+            roofline=roofline, composition=self.spec.composition, adts=self.adts,
+            symbols=dict(symbols), broken=frozenset(self.broken))
+
+    # pieces
+    def elaborate_lets(self, exprs: dict[str, Expr], symbols: dict[str, Symbol],
+                       base: Scope) -> dict[str, LetDecl]:
+        graph = {n: {m for m in free_names(e) if m in exprs} for n, e in exprs.items()}
+        sorter = graphlib.TopologicalSorter(graph)
+        try:
+            order = list(sorter.static_order())
+        except graphlib.CycleError as exc:
+            cycle = exc.args[1]
+            self.report("let-cycle", f"signature.let.{cycle[0]}",
+                        "lets depend on each other in a cycle: " + " -> ".join(cycle))
+            return {}
+        out = {}
+        for n in order:
+            e = exprs[n]
+            path = f"signature.let.{n}"
+            text = self.spec.signature.let[n]
+            if any(f"signature.let.{m}" in self.broken for m in graph[n]):
+                self.broken.add(path)
+                continue
+            k = self.check(e, text, path, Scope(symbols, self.adts, has_out=base.has_out), None)
+            if k is None:
+                continue
+            symbols[n] = Symbol(n, LET, k)
+            out[n] = LetDecl(n, e, text, k, path)
+        return out
+
+    def elaborate_family(self, name: str, fam, base: Scope) -> FamilyDecl | None:
+        path = f"signature.types.{name}"
+        params: dict[str, K.Kind] = {}
+        for pname, ktext in fam.params.items():
+            try:
+                params[pname] = parse_kind(ktext, set(self.adts))
+            except ExpressionError as exc:
+                self.report_exc(f"{path}.params.{pname}", ktext, exc)
+                return None
+        match = (fam.match,) if isinstance(fam.match, str) else tuple(fam.match)
+        for m in match:
+            if m not in params:
+                self.report("name", f"{path}.match", f"family {name} matches on `{m}`, which is "
+                            f"not one of its params {list(params)}")
+                return None
+            if not K.is_finite(params[m]) or isinstance(params[m], K.DTypeK):
+                self.report("kind", f"{path}.match", f"family {name} matches on `{m}` of kind "
+                            f"{params[m]}; a match needs a Bool, enum or ADT discriminant")
+                return None
+        fam_symbols = {**base.symbols, **{p: Symbol(p, PARAM, k) for p, k in params.items()}}
+        cases = []
+        for i, case in enumerate(fam.cases):
+            cpath = f"{path}.cases.{i}"
+            when = case.when if isinstance(fam.match, list) else [case.when]
+            if not isinstance(when, list) or len(when) != len(match):
+                self.report("kind", f"{cpath}.when", f"family {name} matches on {list(match)}; "
+                            f"`when` must give {len(match)} value(s), got {case.when!r}")
+                continue
+            pats = []
+            narrowed = {}
+            for m, w in zip(match, when):
+                pat = self.pattern(w, params[m], f"{cpath}.when")
+                if pat is None:
+                    break
+                pats.append(pat)
+                if pat.ctor is not None:
+                    narrowed[m] = K.ADTK(params[m].name, frozenset({pat.ctor}))
+            else:
+                shape = self.parse_shape(case.is_, f"{cpath}.is")
+                if shape is None:
+                    continue
+                scope = Scope(fam_symbols, self.adts, has_out=base.has_out, narrowed=narrowed)
+                self.check_shape(shape, case.is_, f"{cpath}.is", scope, {})
+                cases.append(FamilyCaseDecl(tuple(pats), shape, cpath))
+        return FamilyDecl(name, tuple(params.items()), match, tuple(cases), path)
+
+    def pattern(self, w: Any, kind: K.Kind, path: str) -> Pattern | None:
+        k = K.unwrap_maybe(kind)
+        if isinstance(k, K.BoolK):
+            if isinstance(w, bool):
+                return Pattern(value=w)
+            self.report("kind", path, f"`when: {w!r}` is not a Bool")
+            return None
+        if isinstance(k, K.StrK):
+            if isinstance(w, str) and w in (k.literals or ()):
+                return Pattern(value=w)
+            self.report("kind", path, f"`when: {w!r}` is not one of {sorted(k.literals or ())}")
+            return None
+        if isinstance(k, K.ADTK):
+            adt = self.adts.get(k.name)
+            if adt is None or not isinstance(w, dict) or len(w) != 1:
+                self.report("kind", path, f"`when: {w!r}` is not a pattern of {k.name}; write "
+                            "`{constructor: _}` or `{constructor: {field: value}}`")
+                return None
+            (ctor, body), = w.items()
+            if ctor not in adt.ctors:
+                self.report("kind", path, f"{k.name} has no constructor `{ctor}`; it has "
+                            f"{sorted(adt.ctors)}")
+                return None
+            if body == "_" or body is None:
+                return Pattern(ctor=ctor)
+            if not isinstance(body, dict):
+                self.report("kind", path, f"constructor pattern `{ctor}` takes `_` or a mapping "
+                            "of fields")
+                return None
+            finite = adt.finite_fields(ctor)
+            fields = []
+            for fname, fv in body.items():
+                fk = finite.get(fname)
+                if fk is None:
+                    self.report("kind", path, f"`{fname}` is not a finitely-valued field of "
+                                f"{k.name}.{ctor}; patterns constrain only those: {sorted(finite)}")
+                    return None
+                lits = getattr(fk, "literals", None)
+                if lits is not None and fv not in lits:
+                    self.report("kind", path, f"{fname}: {fv!r} is not one of {sorted(lits)}")
+                    return None
+                fields.append((fname, fv))
+            return Pattern(ctor=ctor, fields=tuple(fields))
+        self.report("kind", path, f"cannot match on kind {kind}")
+        return None
+
+    def check_dtype(self, e: Expr, text: str, path: str, scope: Scope) -> None:
+        self.check(e, text, path, scope, K.DTYPE, " (a dtype expression)")
+
+    def check_shape(self, shape: ShapeTerm, text: str, path: str, scope: Scope,
+                    families: Mapping[str, FamilyDecl]) -> None:
+        if isinstance(shape, FamilyApp):
+            sym = scope.symbols.get(shape.family)
+            if sym is None or sym.role != FAMILY:
+                self.report("name", path, f"`{text}`: `{shape.family}` is not a type family of "
+                            "this spec")
+                return
+            fam = families.get(shape.family)
+            if fam is None:
+                self.broken.add(path)
+                return
+            if len(shape.args) != len(fam.params):
+                self.report("kind", path, f"`{text}`: {fam.name} takes {len(fam.params)} "
+                            f"arguments ({', '.join(p for p, _ in fam.params)}), got "
+                            f"{len(shape.args)}")
+                return
+            for a, (pname, pkind) in zip(shape.args, fam.params):
+                self.check(a, text, path, scope, pkind, f" (family {fam.name} param {pname})")
+            return
+        for ax in shape.axes:
+            if isinstance(ax, Splat):
+                self.check(ax.value, text, path, scope, K.SEQ_INT, " (a splat `*` expands a "
+                           "sequence of ints)")
+            else:
+                self.check(ax, text, path, scope, K.INT, " (an axis)")
+
+    def check_discriminant(self, e: Expr, text: str, path: str, scope: Scope) -> None:
+        if self.check(e, text, path, scope, K.BOOL) is None:
+            return
+        if not self.is_discriminant_only(e, scope):
+            self.report("kind", path, f"`{text}` must read only discriminants (Bool and enum "
+                        "parameters, ADT constructors and finite fields, present(...))")
+
+    def is_discriminant_only(self, e: Expr, scope: Scope) -> bool:
+        for n in walk(e):
+            if isinstance(n, Call) and n.func != "present":
+                return False
+            if isinstance(n, Name):
+                sym = scope.symbols.get(n.id)
+                if sym is None:
+                    continue
+                if sym.role == TENSOR:
+                    continue  # only reachable as present(t)
+                if sym.role != PARAM:
+                    return False
+                k = K.unwrap_maybe(sym.kind)
+                if isinstance(sym.kind, K.MaybeK):
+                    if not _only_presence(e, n.id):
+                        return False
+                    continue
+                if not (isinstance(k, (K.BoolK, K.ADTK)) or
+                        (isinstance(k, K.StrK) and k.literals is not None)):
+                    return False
+        return True
+
+    def check_requires(self, e: Expr, text: str, path: str, scope: Scope) -> None:
+        from opspec.schema.primitives import PRIMITIVES
+
+        if not isinstance(e, Call) or PRIMITIVES.get(e.func) is None or \
+                PRIMITIVES[e.func].role != "requires":
+            self.report("language", path, f"`{text}` is not a `requires` predicate call")
+            return
+        prim = PRIMITIVES[e.func]
+        # The constrained tensor's contents are the implicit first argument.
+        params = [p for p in prim.params if not p.keyword_only][1:]
+        req = [p for p in params if not p.optional]
+        if not (len(req) <= len(e.args) <= len(params)):
+            self.report("kind", path, f"`{text}`: {e.func} takes {len(params)} argument(s) after "
+                        f"the implicit tensor, got {len(e.args)}")
+            return
+        for a, p in zip(e.args, params):
+            self.check(a, text, path, scope, p.kind, f" (argument {p.name} of {e.func})")
+
+    def check_tensor_rules(self, sig) -> None:
+        outs = [n for n, t in sig.outputs.items() if t.buffer == "out"]
+        if len(outs) > 1:
+            self.report("effect", f"signature.outputs.{outs[1]}.buffer",
+                        f"at most one output has `buffer: out`; {outs} all do")
+        for n, t in sig.inputs.items():
+            path = f"signature.inputs.{n}"
+            if t.write_only and t.mutated is not True:
+                self.report("effect", f"{path}.write_only",
+                            f"`{n}` is write_only but not `mutated: true`")
+            for f in ("nullable", "buffer", "alias"):
+                if getattr(t, f) not in (None, False):
+                    self.report("parse", f"{path}.{f}", f"`{f}` is a field of outputs, not of "
+                                f"input `{n}`")
+        for n, t in sig.outputs.items():
+            path = f"signature.outputs.{n}"
+            for f in ("optional", "mutated", "write_only", "values"):
+                if getattr(t, f) not in (None, False):
+                    self.report("parse", f"{path}.{f}", f"`{f}` is a field of inputs, not of "
+                                f"output `{n}`")
+            if t.requires:
+                self.report("parse", f"{path}.requires", f"`requires` is a field of inputs, not "
+                            f"of output `{n}`")
+            if t.alias is not None:
+                src = sig.inputs.get(t.alias)
+                if src is None:
+                    self.report("effect", f"{path}.alias", f"output `{n}` aliases `{t.alias}`, "
+                                f"which is not an input; inputs: {list(sig.inputs)}")
+                elif src.mutated is False:
+                    self.report("effect", f"{path}.alias", f"output `{n}` aliases input "
+                                f"`{t.alias}`, which is never written (declare `mutated`)")
+                if t.buffer is not None:
+                    self.report("effect", f"{path}.alias", f"output `{n}` has both `alias` and "
+                                "`buffer`")
+        seen_optional = None
+        for n, t in sig.inputs.items():
+            if t.optional is True:
+                seen_optional = n
+            elif seen_optional is not None and t.optional is False:
+                self.report("name", f"signature.inputs.{n}", f"required input `{n}` comes after "
+                            f"optional input `{seen_optional}`; optional inputs come last")
+
+    def check_dtype_combos(self, combos, forall, params) -> tuple[Mapping[str, str], ...]:
+        out = []
+        keys = None
+        for i, row in enumerate(combos):
+            path = f"signature.dtype_combos.{i}"
+            if keys is None:
+                keys = tuple(row)
+            elif tuple(row) != keys:
+                self.report("kind", path, f"every dtype_combos row has the keys {list(keys)}; "
+                            f"this one has {list(row)}")
+                continue
+            ok = True
+            for k, v in row.items():
+                kind = forall.get(k) or (params[k].kind if k in params else None)
+                kind = K.unwrap_maybe(kind) if kind is not None else None
+                if not isinstance(kind, K.DTypeK):
+                    self.report("kind", path, f"`{k}` is not a DType index or dtype parameter")
+                    ok = False
+                elif kind.members is not None and v not in kind.members:
+                    self.report("kind", path, f"{k}: {v} is not one of {sorted(kind.members)}")
+                    ok = False
+            if ok:
+                if row in out:
+                    self.report("kind", path, f"dtype_combos row {dict(row)} is repeated")
+                out.append(dict(row))
+        return tuple(out)
+
+    def elaborate_roofline(self, base: Scope) -> RooflineDecl | None:
+        r = self.spec.roofline
+        if r is None:
+            return None
+        if r.func is not None:
+            return RooflineDecl(func=r.func)
+        scope = _with_roles(base, "roofline")
+        parts = {}
+        for f in ("flops", "bytes"):
+            text = getattr(r, f)
+            if text is None:
+                parts[f] = None
+                continue
+            e = self.parse(text, f"roofline.{f}")
+            if e is not None and self.check(e, text, f"roofline.{f}", scope, K.INT) is None:
+                e = None
+            parts[f] = e
+        return RooflineDecl(flops=parts["flops"], bytes=parts["bytes"])
+
+
+def _with_roles(scope: Scope, *roles: str) -> Scope:
+    from dataclasses import replace
+    return replace(scope, roles=scope.roles | frozenset(roles))
+
+
+def _only_presence(e: Expr, name: str) -> bool:
+    """Whether every read of `name` in `e` is `present(name)`."""
+    inside = 0
+    total = 0
+    for n in walk(e):
+        if isinstance(n, Call) and n.func == "present" and n.args and \
+                isinstance(n.args[0], Name) and n.args[0].id == name:
+            inside += 1
+        if isinstance(n, Name) and n.id == name:
+            total += 1
+    return total == inside
+
+
+def _print(e: Expr) -> str:
+    from opspec.schema.printer import print_expr
+    return print_expr(e)
+
+
+def elaborate(loaded: LoadedSpec, adts: Mapping[str, ADTInfo]) -> tuple[ElaboratedSpec | None, list[Diagnostic]]:
+    """Elaborate one loaded spec; None when its top-level fields did not load."""
+    if loaded.spec is None:
+        return None, []
+    el = _Elaborator(loaded, adts)
+    result = el.run()
+    return result, el.diags

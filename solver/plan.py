@@ -1,0 +1,157 @@
+"""The Plan: the prover's output for one spec, the one object the runtime lowers.
+
+Per combination of discriminant values (a `Branch`), the ordered steps of construction and
+of a call, each carrying the declaration it enforces. Plans are plain frozen data: they
+print (`format_plan`), pickle, and compare equal when built from equal specs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from opspec.schema.diagnostics import Pos
+from opspec.schema.expr import Expr, ShapeList, Splat
+from opspec.schema.printer import print_expr
+
+# Step kinds, in the order a call runs them (seed § 1).
+PRESENCE = "presence"        # which optional tensors are passed (call) / held (construction)
+DOMAIN = "domain"            # a refinement over discriminants only
+BRANCH = "branch"            # a type-family case selected
+RANK = "rank"                # a tensor's rank equals the declared rank (or a minimum)
+SOLVE_AXIS = "solve-axis"    # index := axis length (optionally (len - e) / a)
+SOLVE_SPLAT = "solve-splat"  # Shape index := a slice of the actual shape
+SOLVE_DTYPE = "solve-dtype"  # DType index := actual dtype
+CHECK_AXIS = "check-axis"    # axis length equals the declared expression
+CHECK_DTYPE = "check-dtype"  # dtype equals the declared dtype expression
+NONNEG = "nonneg"            # an axis expression that is not a Dim is >= 0
+LET = "let"                  # a let becomes known
+RULE = "rule"                # a refinement holds
+DEVICE = "device"            # device rules (`device: cpu`, `contiguous: true`)
+OUT_BUFFER = "out-buffer"    # a passed `out` has the output's type
+OUTPUT = "output"            # an output's type
+
+CONSTRUCTION, CALL = "construction", "call"
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: str
+    decl: str                       # declaration path it enforces
+    target: str = ""                # the tensor or name it reads or binds
+    expr: Expr | None = None        # the declared expression (axis, dtype, rule, let)
+    axis: int | None = None         # axis position (from the left; see `from_end`)
+    from_end: bool = False          # axis counted from the end (after a splat)
+    coeff: Expr | None = None       # SOLVE_AXIS: index := (len - offset) // coeff
+    offset: Expr | None = None
+    stop: int | None = None         # SOLVE_SPLAT: slice [axis, rank - stop)
+    rank: int | None = None         # RANK: number of fixed axes
+    splats: tuple[Expr, ...] = ()   # RANK: splat expressions whose lengths add to it
+    pos: Pos | None = None
+
+    def describe(self) -> str:
+        e = print_expr(self.expr) if self.expr is not None else ""
+        where = ""
+        if self.axis is not None:
+            where = f" axis {'-' if self.from_end else ''}{self.axis + (1 if self.from_end else 0)}"
+        if self.kind == SOLVE_AXIS:
+            if self.coeff is None and self.offset is None:
+                return f"{e} := {self.target}{where}"
+            c = print_expr(self.coeff) if self.coeff is not None else "1"
+            o = print_expr(self.offset) if self.offset is not None else "0"
+            return f"{e} := ({self.target}{where} - {o}) / {c}   [exact, >= 0]"
+        if self.kind == SOLVE_SPLAT:
+            return f"{e} := {self.target}.shape[{self.axis}:{'' if not self.stop else -self.stop}]"
+        if self.kind == SOLVE_DTYPE:
+            return f"{e} := {self.target}.dtype"
+        if self.kind == CHECK_AXIS:
+            return f"{self.target}{where} == {e}"
+        if self.kind == CHECK_DTYPE:
+            return f"{self.target}.dtype == {e}"
+        if self.kind == RANK:
+            extra = "".join(f" + len({print_expr(s)})" for s in self.splats)
+            return f"{self.target}.dim() == {self.rank}{extra}"
+        if self.kind == LET:
+            return f"{self.target} = {e}"
+        if self.kind in (RULE, DOMAIN, NONNEG):
+            return f"{e}" if self.kind != NONNEG else f"{e} >= 0"
+        if self.kind == PRESENCE:
+            return f"{self.target} {'passed' if self.expr is None else print_expr(self.expr)}"
+        return f"{self.kind} {self.target} {e}".strip()
+
+
+@dataclass(frozen=True)
+class OutputType:
+    name: str
+    dtype: Expr
+    shape: ShapeList
+    alias: str | None = None
+    buffer: str | None = None
+    decl: str = ""
+
+    def describe(self) -> str:
+        axes = ", ".join(("*" + print_expr(a.value)) if isinstance(a, Splat) else print_expr(a)
+                         for a in self.shape.axes)
+        return f"{self.name}: Tensor[{print_expr(self.dtype)}, [{axes}]]"
+
+
+@dataclass(frozen=True)
+class Branch:
+    """One combination of discriminant values and what construction and a call do on it."""
+
+    combo: tuple[tuple[str, Any], ...]
+    excluded_by: str | None = None          # declaration of a domain restriction excluding it
+    present: tuple[str, ...] = ()           # tensors that exist on this branch
+    written: tuple[str, ...] = ()           # inputs written on this branch
+    families: tuple[tuple[str, int], ...] = ()  # (family name, case index) selected
+    construction: tuple[Step, ...] = ()
+    call: tuple[Step, ...] = ()
+    outputs: tuple[OutputType, ...] = ()
+    used: tuple[str, ...] = ()              # indices used on this branch
+    has_out: bool = False
+
+    @property
+    def key(self) -> tuple:
+        return self.combo
+
+    def describe_combo(self) -> str:
+        from opspec.solver.discriminants import describe_value
+        if not self.combo:
+            return "(no discriminants)"
+        return ", ".join(f"{k}={describe_value(v)}" for k, v in self.combo)
+
+
+@dataclass(frozen=True)
+class Plan:
+    op: str
+    file: str
+    spec_hash: str
+    discriminants: tuple[str, ...]
+    branches: tuple[Branch, ...] = field(default_factory=tuple)
+
+    def branch_for(self, combo: dict[str, Any]) -> Branch | None:
+        key = tuple((k, combo.get(k)) for k in self.discriminants)
+        for b in self.branches:
+            if tuple((k, dict(b.combo).get(k)) for k in self.discriminants) == key:
+                return b
+        return None
+
+
+def format_plan(plan: Plan) -> str:
+    lines = [f"plan for {plan.op} ({len(plan.branches)} branch(es))"]
+    for b in plan.branches:
+        head = f"  branch {b.describe_combo()}"
+        if b.excluded_by:
+            lines.append(f"{head}: excluded by {b.excluded_by}")
+            continue
+        lines.append(head + ":")
+        if b.families:
+            lines.append("    families: " + ", ".join(f"{f} case {i}" for f, i in b.families))
+        for phase, steps in ((CONSTRUCTION, b.construction), (CALL, b.call)):
+            if steps:
+                lines.append(f"    {phase}:")
+                for i, s in enumerate(steps, 1):
+                    lines.append(f"      {i:2d}. [{s.kind}] {s.describe()}    ({s.decl})")
+        for o in b.outputs:
+            lines.append(f"    output {o.describe()}")
+    return "\n".join(lines)

@@ -1,0 +1,290 @@
+"""The prover: every check of seed § 6 (1-5) on every combination of discriminant values.
+
+`prove_spec` takes one elaborated spec and returns a `SpecResult` with its verdict
+(`proven`, `refuted` or `unknown`), its diagnostics (each with the declaration, its
+position and, where one exists, a concrete counterexample) and its `Plan`.
+"""
+
+from __future__ import annotations
+
+import graphlib
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from opspec.schema import kinds as K
+from opspec.schema.diagnostics import Diagnostic, Severity
+from opspec.schema.elaborate import ElaboratedSpec
+from opspec.schema.expr import (
+    Attr, BinOp, Call, Const, Expr, FamilyApp, Name, ShapeList, Splat, walk,
+)
+from opspec.schema.loader import LoadedSpec
+from opspec.schema.printer import print_expr
+from opspec.schema.values import ADTValue
+from opspec.solver import plan as P
+from opspec.solver.discriminants import (
+    COMBOS_LIMIT, combinations, count, describe_value, discriminants,
+)
+from opspec.solver.fold import Folder
+from opspec.solver.order import BranchResult, obviously_dim, plan_branch
+from opspec.solver.queries import BranchQueries
+from opspec.solver.z3env import DEFAULT_RLIMIT, Verdict
+
+PROVEN, REFUTED, UNKNOWN = "proven", "refuted", "unknown"
+
+
+@dataclass
+class SpecResult:
+    op: str
+    file: str
+    status: str
+    verdict: str
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    plan: P.Plan | None = None
+    seconds: float = 0.0
+    combinations: int = 0
+    cached: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": self.op, "file": self.file, "status": self.status, "verdict": self.verdict,
+                "combinations": self.combinations, "seconds": round(self.seconds, 4),
+                "cached": self.cached,
+                "diagnostics": [d.to_json() for d in self.diagnostics]}
+
+
+def verdict_of(diags: list[Diagnostic]) -> str:
+    if any(d.is_error for d in diags):
+        return REFUTED
+    if any(d.check == "unknown" for d in diags):
+        return UNKNOWN
+    return PROVEN
+
+
+class _Prover:
+    def __init__(self, spec: ElaboratedSpec, loaded: LoadedSpec, rlimit: int):
+        self.spec = spec
+        self.loaded = loaded
+        self.rlimit = rlimit
+        self.diags: list[Diagnostic] = []
+        self._seen: set[tuple] = set()
+        self._z3_cache: dict[tuple, Any] = {}
+
+    def report(self, check: str, path: str, message: str, *, severity=Severity.ERROR,
+               counterexample: dict | None = None, hint: str | None = None, dedup=None) -> None:
+        key = (check, path, dedup if dedup is not None else message)
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        self.diags.append(Diagnostic(check, message, op=self.spec.name, path=path,
+                                     pos=self.loaded.pos(path), severity=severity,
+                                     counterexample=counterexample, hint=hint))
+
+    def run(self) -> tuple[list[Diagnostic], P.Plan, int]:
+        spec = self.spec
+        self.check_family_graph()
+        ds = discriminants(spec)
+        n = count(ds)
+        if n > COMBOS_LIMIT:
+            self.report("combos-limit", "signature", f"{n} combinations of discriminant values "
+                        f"exceed the limit of {COMBOS_LIMIT}; every one is still checked",
+                        severity=Severity.ADVISORY)
+        branches = []
+        combos = 0
+        for combo in combinations(ds):
+            combos += 1
+            branches.append(self.check_combo(combo))
+        plan = P.Plan(spec.name, spec.file, "", tuple(d.key for d in ds), tuple(branches))
+        return self.diags, plan, combos
+
+    # -- static checks -----------------------------------------------------------------------
+
+    def check_family_graph(self) -> None:
+        spec = self.spec
+        graph = {}
+        for name, fam in spec.families.items():
+            graph[name] = {c.shape.family for c in fam.cases if isinstance(c.shape, FamilyApp)}
+        try:
+            list(graphlib.TopologicalSorter(graph).static_order())
+        except graphlib.CycleError as exc:
+            cyc = exc.args[1]
+            self.report("family-cycle", spec.families[cyc[0]].path,
+                        "type families refer to each other in a cycle: " + " -> ".join(cyc))
+        used = set()
+        for t in spec.tensors.values():
+            if isinstance(t.shape, FamilyApp):
+                used.add(t.shape.family)
+        for fam in spec.families.values():
+            used |= {c.shape.family for c in fam.cases if isinstance(c.shape, FamilyApp)}
+        for name, fam in spec.families.items():
+            if name not in used:
+                self.report("name", fam.path, f"type family {name} is used by no shape")
+
+    # -- one combination --------------------------------------------------------------------
+
+    def check_combo(self, combo: dict[str, Any]) -> P.Branch:
+        spec = self.spec
+        folder = Folder(spec, combo)
+        shown = {k: describe_value(v) for k, v in combo.items()}
+        for r in spec.rules:
+            if not r.is_domain:
+                continue
+            v = folder.expr(r.expr)
+            if isinstance(v, Const) and v.value is False:
+                return P.Branch(tuple(sorted(combo.items())), excluded_by=r.path)
+        try:
+            res = plan_branch(spec, combo)
+        except Exception as exc:  # a fold of an ill-kinded declaration; elaboration reported it
+            if spec.broken:
+                return P.Branch(tuple(sorted(combo.items())), excluded_by="(broken declarations)")
+            raise
+        for path, miss in res.family_misses:
+            values = ", ".join(f"{m}={describe_value(v)}" for m, v in zip(miss.family.match, miss.values))
+            cex = {**shown, **{f"{miss.family.name}.{m}": describe_value(v)
+                               for m, v in zip(miss.family.match, miss.values)}}
+            if not miss.matching:
+                self.report("family-gap", miss.family.path,
+                            f"no case of type family {miss.family.name} covers {values} "
+                            f"(applied in {path})", counterexample=cex,
+                            dedup=(miss.family.name, miss.values))
+            else:
+                cases = " and ".join(f"case {i} ({miss.family.cases[i].path})" for i in miss.matching)
+                self.report("family-overlap", miss.family.path,
+                            f"{cases} of type family {miss.family.name} both cover {values}",
+                            counterexample=cex, dedup=(miss.family.name, miss.values))
+        for path, nd in res.not_discriminant:
+            self.report("kind", path, f"the argument `{print_expr(nd.arg)}` of {nd.family.name} "
+                        "that its cases match on is not a discriminant")
+        if res.family_misses or res.not_discriminant:
+            return res.branch
+        queries = BranchQueries(spec, res, self.invariants(combo, folder))
+        for u in res.unsolved:
+            self.unsolved(queries, u, shown)
+        self.dead_branch(queries, shown)
+        self.signs(queries, res, shown)
+        return res.branch
+
+    def invariants(self, combo: dict[str, Any], folder: Folder) -> list[tuple[str, Expr]]:
+        out = []
+        for pname, v in combo.items():
+            if not isinstance(v, ADTValue):
+                continue
+            ctor = self.spec.adts[v.adt].ctors[v.ctor]
+            if ctor.invariant is None:
+                continue
+            subst = {f: Attr(Name(pname), f) for f in ctor.fields}
+            out.append((self.spec.params[pname].path,
+                        folder.expr(folder.expr(ctor.invariant, subst))))
+        return out
+
+    def unsolved(self, q: BranchQueries, u, shown: dict) -> None:
+        spec = self.spec
+        ans = q.two_solutions(u.name, self.rlimit)
+        if ans.verdict is Verdict.UNKNOWN:
+            self.report("unknown", u.decl, f"could not decide whether `{u.name}` is determined by "
+                        f"the inputs ({ans.reason})", severity=Severity.ADVISORY, dedup=u.name)
+            return
+        if u.reason == "outputs-only":
+            msg = (f"index `{u.name}` is used on this branch but appears in no input that exists "
+                   "on it; an index that appears only in outputs must be a parameter or a let")
+            self.report("unsolvable", u.decl, msg, counterexample={**shown, **(ans.counterexample or {})},
+                        dedup=u.name, hint=f"make `{u.name}` a parameter, or define it with `let`")
+            return
+        if ans.verdict is Verdict.SAT:
+            self.report("ambiguous", u.decl, f"the inputs admit more than one value of `{u.name}`: "
+                        "the same shapes satisfy every declaration with two different solutions",
+                        counterexample={**shown, **ans.counterexample}, dedup=u.name,
+                        hint="name the axis with its own index and compute the rest with `let`")
+        else:
+            self.report("unsolvable", u.decl, f"index `{u.name}` is determined by the inputs, but no "
+                        "unification rule solves it (an axis must be `M`, `a * M + e` with M the "
+                        "only unknown, or a splat `*S`)", counterexample=shown, dedup=u.name,
+                        hint="name the axis with its own index and compute the rest with `let`")
+
+    def dead_branch(self, q: BranchQueries, shown: dict) -> None:
+        ans = q.satisfiable(self.rlimit, track=True)
+        if ans.verdict is Verdict.UNSAT:
+            core = ", ".join(ans.core) if ans.core else "the declarations"
+            self.report("dead-branch", ans.core[0] if ans.core else "signature",
+                        f"no call can pass on this branch: {core} cannot all hold",
+                        severity=Severity.WARNING, counterexample=shown,
+                        dedup=ans.core)
+        elif ans.verdict is Verdict.UNKNOWN:
+            self.report("unknown", "signature.shape_rules", "could not decide whether the "
+                        f"refinements of this branch can hold ({ans.reason})",
+                        severity=Severity.ADVISORY, dedup="dead")
+
+    def signs(self, q: BranchQueries, res: BranchResult, shown: dict) -> None:
+        spec = self.spec
+        for n in q.outputs:
+            t = spec.tensors[n]
+            for i, ax in enumerate(res.shapes[n].axes):
+                if isinstance(ax, Splat) or obviously_dim(spec, ax):
+                    continue
+                ans = q.satisfiable(self.rlimit, extra=lambda enc, ax=ax: enc.expr(ax) < 0)
+                if ans.verdict is Verdict.SAT:
+                    self.report("negative-axis", t.path + ".shape",
+                                f"axis {i} of output `{n}`, `{print_expr(ax)}`, can be negative "
+                                "for a call that passes every check", severity=Severity.WARNING,
+                                counterexample={**shown, **ans.counterexample},
+                                dedup=print_expr(ax))
+        for path, divisor in self.divisors(res):
+            ans = q.satisfiable(self.rlimit, extra=lambda enc, d=divisor: enc.expr(d) <= 0)
+            if ans.verdict is Verdict.SAT:
+                self.report("divisor", path, f"the divisor `{print_expr(divisor)}` can be <= 0 for "
+                            "a call that passes every other check", severity=Severity.WARNING,
+                            counterexample={**shown, **ans.counterexample},
+                            dedup=print_expr(divisor))
+
+    def divisors(self, res: BranchResult) -> list[tuple[str, Expr]]:
+        spec = self.spec
+        exprs: list[tuple[str, Expr]] = []
+        for n, sh in res.shapes.items():
+            for ax in sh.axes:
+                exprs.append((spec.tensors[n].path + ".shape", ax.value if isinstance(ax, Splat) else ax))
+        for name, e in res.lets.items():
+            exprs.append((spec.lets[name].path, e))
+        exprs.extend(res.rules)
+        out = []
+        seen = set()
+        for path, e in exprs:
+            for node in walk(e):
+                d = None
+                if isinstance(node, BinOp) and node.op in ("//", "%"):
+                    d = node.right
+                elif isinstance(node, Call) and node.func == "ceil_div" and len(node.args) == 2:
+                    d = node.args[1]
+                if d is None or (isinstance(d, Const) and isinstance(d.value, int) and d.value > 0):
+                    continue
+                if _has_opaque(spec, d):
+                    continue
+                key = print_expr(d)
+                if key not in seen:
+                    seen.add(key)
+                    out.append((path, d))
+        return out
+
+
+def _has_opaque(spec: ElaboratedSpec, e: Expr) -> bool:
+    for n in walk(e):
+        if isinstance(n, Name):
+            k = spec.kind_of(n.id)
+            if k is not None and not isinstance(K.unwrap_maybe(k), (K.IntK, K.BoolK)):
+                return True
+        if isinstance(n, Call):
+            return True
+    return False
+
+
+def prove_spec(spec: ElaboratedSpec, loaded: LoadedSpec, *, rlimit: int = DEFAULT_RLIMIT) -> SpecResult:
+    start = time.perf_counter()
+    diags, plan, combos = _Prover(spec, loaded, rlimit).run()
+    plan = P.Plan(plan.op, plan.file, spec_hash(loaded), plan.discriminants, plan.branches)
+    return SpecResult(spec.name, spec.file, spec.status, verdict_of(diags), diags, plan,
+                      time.perf_counter() - start, combos)
+
+
+def spec_hash(loaded: LoadedSpec) -> str:
+    raw = json.dumps(loaded.raw, sort_keys=True, default=str)
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]

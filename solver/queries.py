@@ -1,0 +1,197 @@
+"""The Z3 questions asked of one branch: uniqueness, satisfiability, sign of axes and divisors.
+
+Each function builds its query from the folded declarations of a `BranchResult`, solves it
+through the one solver factory, confirms any model with the concrete evaluator (through
+`Encoder.refine`), and returns plain data: a verdict and a counterexample mapping.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import z3
+
+from opspec.schema import kinds as K
+from opspec.schema.elaborate import ElaboratedSpec
+from opspec.schema.evaluate import evaluate
+from opspec.schema.expr import Expr, ShapeList, Splat
+from opspec.schema.printer import print_expr
+from opspec.solver.encode import Encoder, solve
+from opspec.solver.order import BranchResult, obviously_dim
+from opspec.solver.z3env import Verdict, make_solver
+
+
+@dataclass(frozen=True)
+class Answer:
+    verdict: Verdict
+    counterexample: dict[str, Any] | None = None
+    core: tuple[str, ...] = ()
+    reason: str | None = None
+
+
+def _kinds(spec: ElaboratedSpec) -> dict[str, K.Kind]:
+    out = {n: s.kind for n, s in spec.symbols.items() if s.role not in ("tensor", "family")}
+    return out
+
+
+def _adt_fields(spec: ElaboratedSpec) -> dict[str, K.Kind]:
+    out = {}
+    for n, p in spec.params.items():
+        k = K.unwrap_maybe(p.kind)
+        if isinstance(k, K.ADTK) and k.name in spec.adts:
+            for c in spec.adts[k.name].ctors.values():
+                for f, fk in c.fields.items():
+                    out[f"{n}.{f}"] = fk
+    return out
+
+
+class BranchQueries:
+    """Builds encoders and the declarations of one branch for Z3."""
+
+    def __init__(self, spec: ElaboratedSpec, res: BranchResult, invariants: Iterable[tuple[str, Expr]] = ()):
+        self.spec = spec
+        self.res = res
+        self.kinds = _kinds(spec)
+        self.adt_fields = _adt_fields(spec)
+        self.invariants = list(invariants)
+        self.inputs = [n for n in res.branch.present
+                       if spec.tensors[n].role in ("input", "ctensor") and n in res.shapes]
+        self.outputs = [n for n in res.branch.present
+                        if spec.tensors[n].role == "output" and n in res.shapes]
+
+    def encoder(self, copy: str = "") -> Encoder:
+        return Encoder(self.kinds, adt_fields=self.adt_fields, copy=copy)
+
+    def declarations(self, enc: Encoder, *, with_outputs: bool = False) -> list[tuple[str, z3.BoolRef]]:
+        """(declaration path, constraint) for everything a passing call satisfies."""
+        out: list[tuple[str, z3.BoolRef]] = []
+        for name, e in self.res.lets.items():
+            if name in self.kinds:
+                try:
+                    out.append((self.spec.lets[name].path, enc.var(name) == enc.expr(e)))
+                except Exception:  # an opaque let: leave it unconstrained
+                    pass
+        for path, e in self.invariants + self.res.rules:
+            out.append((path, enc.expr(e)))
+        tensors = self.inputs + (self.outputs if with_outputs else [])
+        for n in tensors:
+            path = self.spec.tensors[n].path + ".shape"
+            for ax in self.res.shapes[n].axes:
+                if not isinstance(ax, Splat) and not obviously_dim(self.spec, ax):
+                    out.append((path, enc.expr(ax) >= 0))
+        return out
+
+    def actual_shape(self, enc: Encoder, shape: ShapeList) -> z3.SeqRef | list:
+        parts = []
+        for ax in shape.axes:
+            if isinstance(ax, Splat):
+                parts.append(enc.expr(ax.value))
+            else:
+                parts.append(z3.Unit(enc.expr(ax)))
+        if not parts:
+            return z3.Empty(z3.SeqSort(z3.IntSort()))
+        return parts[0] if len(parts) == 1 else z3.Concat(*parts)
+
+    def same_call(self, e1: Encoder, e2: Encoder) -> list[z3.BoolRef]:
+        """Both copies see the same parameters and the same actual input shapes and dtypes."""
+        eqs = []
+        for n in self.spec.params:
+            if n in self.kinds and _encodable_param(self.kinds[n]):
+                eqs.append(e1.var(n) == e2.var(n))
+        for n in self.inputs:
+            sh = self.res.shapes[n]
+            if all(not isinstance(a, Splat) for a in sh.axes):
+                eqs.extend(e1.expr(a) == e2.expr(a) for a in sh.axes)
+            else:
+                eqs.append(self.actual_shape(e1, sh) == self.actual_shape(e2, sh))
+            eqs.append(e1.expr(self.res.dtypes[n]) == e2.expr(self.res.dtypes[n]))
+        return eqs
+
+    # -- questions --------------------------------------------------------------------------
+
+    def two_solutions(self, index: str, rlimit: int) -> Answer:
+        e1, e2 = self.encoder("#1"), self.encoder("#2")
+        s = make_solver(rlimit)
+        for enc in (e1, e2):
+            for _, c in self.declarations(enc):
+                s.add(c)
+        s.add(*self.same_call(e1, e2))
+        s.add(e1.var(index) != e2.var(index))
+        for enc in (e1, e2):
+            s.add(*enc.side)
+        verdict, model, reason = solve(s, [e1, e2])
+        if verdict is not Verdict.SAT:
+            return Answer(verdict, reason=reason)
+        v1, v2 = _plain(e1.values(model), "#1"), _plain(e2.values(model), "#2")
+        cex = self.shapes_of(v1)
+        cex[f"{index} (solution 1)"] = v1.get(index)
+        cex[f"{index} (solution 2)"] = v2.get(index)
+        return Answer(verdict, cex)
+
+    def satisfiable(self, rlimit: int, extra: z3.BoolRef | None = None,
+                    with_outputs: bool = False, track: bool = False) -> Answer:
+        enc = self.encoder()
+        s = make_solver(rlimit)
+        decls = self.declarations(enc, with_outputs=with_outputs)
+        trackers = {}
+        for i, (path, c) in enumerate(decls):
+            if track:
+                b = z3.Bool(f"__track_{i}")
+                trackers[str(b)] = path
+                s.assert_and_track(c, b)
+            else:
+                s.add(c)
+        s.add(*enc.side)
+        if extra is not None:
+            s.add(extra(enc) if callable(extra) else extra)
+        verdict, model, reason = solve(s, [enc])
+        if verdict is Verdict.UNSAT and track:
+            core = tuple(sorted({trackers[str(c)] for c in s.unsat_core() if str(c) in trackers}))
+            return Answer(verdict, core=core)
+        if verdict is Verdict.SAT:
+            vals = _plain(enc.values(model), "")
+            return Answer(verdict, {**_public(vals, self.spec), **self.shapes_of(vals)})
+        return Answer(verdict, reason=reason)
+
+    def shapes_of(self, values: dict[str, Any]) -> dict[str, Any]:
+        """Concrete input shapes (and dtypes) under a model's values, as plain data."""
+        env = dict(values)
+        out = {}
+        for n in self.inputs:
+            axes = []
+            try:
+                for ax in self.res.shapes[n].axes:
+                    if isinstance(ax, Splat):
+                        axes.extend(evaluate(ax.value, env))
+                    else:
+                        axes.append(evaluate(ax, env))
+                out[f"{n}.shape"] = tuple(axes)
+            except Exception:
+                continue
+            try:
+                out[f"{n}.dtype"] = evaluate(self.res.dtypes[n], env)
+            except Exception:
+                pass
+        return out
+
+
+def _encodable_param(k: K.Kind) -> bool:
+    inner = K.unwrap_maybe(k)
+    return isinstance(inner, (K.IntK, K.BoolK, K.DTypeK, K.StrK, K.SeqK))
+
+
+def _plain(values: dict[str, Any], suffix: str) -> dict[str, Any]:
+    if not suffix:
+        return dict(values)
+    return {k[:-len(suffix)] if k.endswith(suffix) else k: v for k, v in values.items()
+            if k.endswith(suffix) or "#" not in k}
+
+
+def _public(values: dict[str, Any], spec: ElaboratedSpec) -> dict[str, Any]:
+    """The model's values of the spec's own names (indices, params, lets), sorted."""
+    return {k: values[k] for k in sorted(values) if k in spec.symbols or "." in k}
+
+
+def printed(e: Expr) -> str:
+    return print_expr(e)

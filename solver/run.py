@@ -1,0 +1,204 @@
+"""Proving a whole manifest: elaborate, prove each spec (in processes), cache, collect.
+
+`prove_manifest` is what `opspec prove` runs. Each spec is proven independently, so specs
+go to worker processes (one Z3 context each); a worker that crashes is reported against
+its spec, and the others are still checked. Results are cached on disk by a key that
+covers the spec's content, the types file, the opspec version and the z3 version.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import hashlib
+import json
+import os
+import pickle
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import z3
+
+from opspec import __version__
+from opspec.schema.diagnostics import Diagnostic, Severity
+from opspec.schema.elaborate import elaborate, elaborate_adts
+from opspec.schema.loader import LoadedSpec, Manifest
+from opspec.solver.prove import PROVEN, REFUTED, UNKNOWN, SpecResult, prove_spec, verdict_of
+from opspec.solver.z3env import DEFAULT_RLIMIT
+
+
+@dataclass
+class ProofReport:
+    specs: list[SpecResult] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)   # not tied to one spec
+    seconds: float = 0.0
+
+    @property
+    def all_diagnostics(self) -> list[Diagnostic]:
+        out = list(self.diagnostics)
+        for s in self.specs:
+            out.extend(s.diagnostics)
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        diags = self.all_diagnostics
+        return {
+            "specs": len(self.specs),
+            "proven": sum(s.verdict == PROVEN for s in self.specs),
+            "refuted": sum(s.verdict == REFUTED for s in self.specs),
+            "unknown": sum(s.verdict == UNKNOWN for s in self.specs),
+            "errors": sum(d.severity is Severity.ERROR for d in diags),
+            "warnings": sum(d.severity is Severity.WARNING for d in diags),
+            "seconds": round(self.seconds, 3),
+        }
+
+    @property
+    def ok(self) -> bool:
+        return not any(d.is_error for d in self.all_diagnostics)
+
+
+class ProofCache:
+    """Results on disk, one file per key; writes go to a temporary file and are renamed."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    def get(self, key: str) -> SpecResult | None:
+        p = self.root / f"{key}.pickle"
+        try:
+            with open(p, "rb") as f:
+                return pickle.load(f)
+        except (OSError, pickle.PickleError, EOFError, AttributeError, ImportError):
+            return None
+
+    def put(self, key: str, result: SpecResult) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.root, suffix=".tmp")
+            with os.fdopen(fd, "wb") as f:
+                pickle.dump(result, f)
+            os.replace(tmp, self.root / f"{key}.pickle")
+        except OSError:
+            pass  # a cache that cannot be written only costs time
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("OPSPEC_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "opspec" / "proofs"
+
+
+def cache_key(loaded: LoadedSpec, types_raw: Any, rlimit: int) -> str:
+    blob = json.dumps({"spec": loaded.raw, "name": loaded.name, "file": loaded.file,
+                       "types": types_raw, "opspec": __version__, "z3": z3.get_version_string(),
+                       "rlimit": rlimit, "broken": sorted(loaded.broken)},
+                      sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _types_raw(manifest: Manifest) -> Any:
+    return manifest.types.model_dump(mode="json")
+
+
+def _prove_one(loaded: LoadedSpec, manifest_types: Any, adt_defs: Any, rlimit: int) -> SpecResult:
+    adts, _ = elaborate_adts(adt_defs)
+    start = time.perf_counter()
+    spec, diags = elaborate(loaded, adts)
+    if spec is None:
+        return SpecResult(loaded.name, loaded.file, "?", REFUTED if diags else PROVEN, diags,
+                          seconds=time.perf_counter() - start)
+    result = prove_spec(spec, loaded, rlimit=rlimit)
+    result.diagnostics = diags + result.diagnostics
+    result.verdict = verdict_of(result.diagnostics)
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def prove_manifest(manifest: Manifest, *, ops: Iterable[str] | None = None, jobs: int = 1,
+                   cache: ProofCache | None = None, rlimit: int = DEFAULT_RLIMIT,
+                   progress: Callable[[int, int, SpecResult], None] | None = None) -> ProofReport:
+    start = time.perf_counter()
+    report = ProofReport()
+    report.diagnostics.extend(manifest.diagnostics)
+    adts, adt_diags = elaborate_adts(manifest.adts)
+    report.diagnostics.extend(adt_diags)
+    wanted = set(ops) if ops else None
+    specs = [s for s in manifest.specs.values() if wanted is None or s.name in wanted]
+    if wanted:
+        missing = sorted(wanted - {s.name for s in specs})
+        for m in missing:
+            report.diagnostics.append(Diagnostic("name", f"no spec named {m} in the manifest",
+                                                 op=m))
+    types_raw = _types_raw(manifest)
+    # Diagnostics the loader attached to a spec travel with that spec's result.
+    by_op: dict[str, list[Diagnostic]] = {}
+    for d in list(report.diagnostics):
+        if d.op in manifest.specs:
+            by_op.setdefault(d.op, []).append(d)
+            report.diagnostics.remove(d)
+
+    results: dict[str, SpecResult] = {}
+    todo: list[LoadedSpec] = []
+    keys: dict[str, str] = {}
+    for s in specs:
+        key = cache_key(s, types_raw, rlimit)
+        keys[s.name] = key
+        hit = cache.get(key) if cache else None
+        if hit is not None:
+            hit.cached = True
+            results[s.name] = hit
+        else:
+            todo.append(s)
+
+    done = len(results)
+    total = len(specs)
+    for r in results.values():
+        if progress:
+            progress(done, total, r)
+
+    def finish(s: LoadedSpec, r: SpecResult) -> None:
+        nonlocal done
+        results[s.name] = r
+        if cache and not any(d.check == "unknown" and "crash" in d.message for d in r.diagnostics):
+            cache.put(keys[s.name], r)
+        done += 1
+        if progress:
+            progress(done, total, r)
+
+    if jobs > 1 and len(todo) > 1:
+        with cf.ProcessPoolExecutor(max_workers=jobs) as pool:
+            futs = {pool.submit(_prove_one, s, types_raw, manifest.adts, rlimit): s for s in todo}
+            for fut in cf.as_completed(futs):
+                s = futs[fut]
+                try:
+                    r = fut.result()
+                except Exception as exc:  # a worker crash belongs to its spec, not the run
+                    r = _crashed(s, exc)
+                finish(s, r)
+    else:
+        for s in todo:
+            try:
+                r = _prove_one(s, types_raw, manifest.adts, rlimit)
+            except Exception as exc:
+                r = _crashed(s, exc)
+            finish(s, r)
+
+    for s in specs:
+        r = results[s.name]
+        extra = by_op.get(s.name, [])
+        if extra:
+            r.diagnostics = extra + [d for d in r.diagnostics if d not in extra]
+            r.verdict = verdict_of(r.diagnostics)
+        report.specs.append(r)
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def _crashed(s: LoadedSpec, exc: BaseException) -> SpecResult:
+    d = Diagnostic("unknown", f"the prover crashed on this spec: {type(exc).__name__}: {exc}",
+                   op=s.name, pos=s.pos(()), severity=Severity.ERROR)
+    return SpecResult(s.name, s.file, s.spec.status if s.spec else "?", REFUTED, [d])
