@@ -1,0 +1,2 @@
+"""The `opspec` command line: `opspec.cli.main.main(argv) -> exit status`; the one reporter
+is `opspec.cli.report`."""

@@ -198,19 +198,22 @@ class KindChecker:
         lk = self.infer(left, scope)
         for op, right in zip(e.ops, e.comparators):
             rk = self.infer(right, scope)
-            self._check_compare(op, left, lk, right, rk)
+            self._check_compare(op, left, lk, right, rk, scope)
             left, lk = right, rk
         return K.BOOL
 
-    def _check_compare(self, op: str, a: Expr, ak: K.Kind, b: Expr, bk: K.Kind) -> None:
+    def _check_compare(self, op: str, a: Expr, ak: K.Kind, b: Expr, bk: K.Kind,
+                       scope: Scope) -> None:
         if op in ("in", "not in"):
             if isinstance(bk, K.ValueK):
                 return
             if not isinstance(bk, K.SeqK):
                 raise _err(f"`{print_expr(b)}` has kind {bk}, expected a sequence after `{op}`", b)
-            elems = [self.infer_const_kind(x) for x in b.elts] if isinstance(b, TupleExpr) else [bk.elem]
-            for ek, ex in zip(elems, b.elts if isinstance(b, TupleExpr) else [b]):
-                self._check_compare("==", a, ak, ex, ek)
+            if isinstance(b, TupleExpr):
+                for ex in b.elts:
+                    self._check_compare("==", a, ak, ex, self.infer(ex, scope), scope)
+            else:
+                self._check_compare("==", a, ak, b, bk.elem, scope)
             return
         if isinstance(ak, K.ValueK) or isinstance(bk, K.ValueK):
             return
@@ -227,7 +230,8 @@ class KindChecker:
                        hint=f"not present({print_expr(a if isinstance(bk, K.NoneK) else b)})")
         for lit_node, lit_kind, other_kind, other_node in ((a, ak, bk, b), (b, bk, ak, a)):
             if isinstance(lit_node, Const) and isinstance(lit_node.value, str):
-                _check_literal(lit_node.value, other_kind, other_node, lit_node)
+                _check_literal(lit_node.value, self._declared(other_node, other_kind, scope),
+                               other_node, lit_node)
                 return
         if _comparable(ak, bk):
             return
@@ -235,6 +239,19 @@ class KindChecker:
 
     def infer_const_kind(self, e: Expr) -> K.Kind:
         return self._Const(e, Scope({})) if isinstance(e, Const) else K.VALUE
+
+    def _declared(self, node: Expr, kind: K.Kind, scope: Scope) -> K.Kind:
+        """The kind of `node` before narrowing. A string literal is checked against the
+        declared enum (or constructor set), not the narrowed one: `m == 'a' or m != 'a'`
+        repeats a test that narrowing has decided, which is redundant but no typo."""
+        if isinstance(node, Name) and node.id in scope.narrowed:
+            sym = scope.symbols.get(node.id)
+            return sym.kind if sym is not None else kind
+        if isinstance(node, Attr) and node.attr == "kind" and isinstance(kind, K.StrK):
+            base = K.unwrap_maybe(self.infer(node.value, scope))
+            if isinstance(base, K.ADTK) and base.name in scope.adts:
+                return K.StrK(frozenset(scope.adts[base.name].ctors))
+        return kind
 
     def _TupleExpr(self, e: TupleExpr, scope: Scope) -> K.Kind:
         if not e.elts:
@@ -287,6 +304,12 @@ class KindChecker:
         possible = bk.ctors if bk.ctors is not None else frozenset(adt.ctors)
         if e.attr == "kind":
             return K.StrK(frozenset(possible))
+        if not possible:
+            # A branch that narrowing proved dead (`x.kind != 'a' and x.kind != 'b'`): any
+            # declared field may be read there.
+            possible = frozenset(c for c in adt.ctors if e.attr in adt.ctors[c].fields)
+            if not possible:
+                raise _err(f"attribute {_p(e)} is not a declared field", e)
         kinds = []
         for c in sorted(possible):
             f = adt.ctors[c].fields.get(e.attr)
@@ -321,6 +344,9 @@ class KindChecker:
                      "roofline": "a roofline formula", "workload": "a workload row"}
             raise _err(f"{e.func} may only be used in {where.get(prim.role, prim.role)}", e,
                        check="language")
+        arity = prim.arity_error(len(e.args), [k for k, _ in e.kwargs])
+        if arity is not None:
+            raise _err(arity, e)
         arg_kinds = []
         params = list(prim.params)
         if len(e.args) == 1 and isinstance(e.args[0], GenExp) and e.func in ("all", "sum", "max", "min"):
@@ -378,6 +404,18 @@ def _check_literal(lit: str, kind: K.Kind, node: Expr, lit_node: Expr) -> None:
     k = K.unwrap_maybe(kind)
     if isinstance(k, K.ValueK):
         return
+    if isinstance(k, K.UnionK):
+        # `int | tuple[int] | 'valid' | 'same'`: the literal meets the enum (or dtype) member.
+        members = [m for m in k.members if isinstance(m, (K.StrK, K.DTypeK, K.ValueK))]
+        error = None
+        for m in members:
+            try:
+                _check_literal(lit, m, node, lit_node)
+                return
+            except ExpressionError as exc:
+                error = exc
+        if error is not None:
+            raise error
     if isinstance(k, K.StrK):
         if k.literals is not None and lit not in k.literals:
             raise _err(f"`{print_expr(node)}` compares with '{lit}', which is not one of "
@@ -395,6 +433,12 @@ def _check_literal(lit: str, kind: K.Kind, node: Expr, lit_node: Expr) -> None:
 
 def _comparable(a: K.Kind, b: K.Kind) -> bool:
     a, b = K.unwrap_maybe(a), K.unwrap_maybe(b)
+    if isinstance(a, K.UnionK):
+        return any(_comparable(m, b) for m in a.members)
+    if isinstance(b, K.UnionK):
+        return any(_comparable(a, m) for m in b.members)
+    if isinstance(a, K.ValueK) or isinstance(b, K.ValueK):
+        return True
     if isinstance(a, K.IntK) and isinstance(b, K.IntK):
         return True
     if type(a) is type(b) and not isinstance(a, K.IntK):
@@ -449,6 +493,19 @@ def _narrow_literal(target: Expr, lits: frozenset[str], positive: bool, scope: S
         if isinstance(k, K.StrK) and k.literals is not None:
             keep = k.literals & lits if positive else k.literals - lits
             return Facts({target.id: K.StrK(frozenset(keep))})
+        if isinstance(k, K.UnionK):
+            # `padding == 'valid'` narrows `int | tuple[int] | 'valid' | 'same'` to the
+            # literal; `padding != 'valid'` drops it from the enum member.
+            enum = next((m for m in k.members if isinstance(m, K.StrK)
+                         and m.literals is not None), None)
+            if enum is None:
+                return NO_FACTS
+            if positive:
+                return Facts({target.id: K.StrK(enum.literals & lits)})
+            rest = enum.literals - lits
+            members = tuple(m if m is not enum else K.StrK(rest) for m in k.members
+                            if m is not enum or rest)
+            return Facts({target.id: members[0] if len(members) == 1 else K.UnionK(members)})
         return NO_FACTS
     if isinstance(target, Attr) and target.attr == "kind" and isinstance(target.value, Name):
         name = target.value.id

@@ -20,7 +20,7 @@ from opspec.schema.checker import (
 from opspec.schema.diagnostics import Diagnostic, Severity
 from opspec.schema.errors import ExpressionError
 from opspec.schema.expr import (
-    Call, Const, Expr, FamilyApp, Name, ShapeList, ShapeTerm, Splat, free_names, walk,
+    Attr, Call, Const, Expr, FamilyApp, Name, ShapeList, ShapeTerm, Splat, free_names, walk,
 )
 from opspec.schema.loader import LoadedSpec
 from opspec.schema.models import ADTDef, ADTField, OpSpec, TensorSpec, WorkloadRow
@@ -205,6 +205,8 @@ class _Elaborator:
         self.diags: list[Diagnostic] = []
         self.broken: set[str] = set(loaded.broken)
         self.checker = KindChecker()
+        #: family cases whose shape applies a family: checked once all families are known
+        self._nested_apps: list[tuple[FamilyApp, str, str, Scope]] = []
 
     # diagnostics
     def report(self, check: str, path: str, message: str, *, hint: str | None = None,
@@ -236,14 +238,17 @@ class _Elaborator:
             return None
 
     def check(self, e: Expr, text: str, path: str, scope: Scope, expected: K.Kind | None,
-              what: str = "") -> K.Kind | None:
+              what: str = "", part: str | None = None) -> K.Kind | None:
+        """The kind of `e` (the whole of `text`, or the `part` of it named so in messages,
+        e.g. "axis `flag`"), or None after reporting why it fails or is not `expected`."""
         try:
             k = self.checker.infer(e, scope)
         except ExpressionError as exc:
             self.report_exc(path, text, exc)
             return None
         if expected is not None and not K.assignable(k, expected):
-            self.report("kind", path, f"`{text}` has kind {k}, expected {expected}{what}")
+            subject = f"`{text}`: {part}" if part else f"`{text}`"
+            self.report("kind", path, f"{subject} has kind {k}, expected {expected}{what}")
             return None
         return k
 
@@ -253,19 +258,22 @@ class _Elaborator:
         symbols: dict[str, Symbol] = {}
         where: dict[str, str] = {}
 
-        def declare(name: str, role: str, kind: K.Kind, path: str) -> None:
+        def declare(name: str, role: str, kind: K.Kind, path: str) -> bool:
+            """Add `name` to the scope; False (after reporting) when it cannot be: the
+            declaration is then left out, and the first one of the name stands."""
             if name in RESERVED:
                 self.report("name", path, f"`{name}` is reserved for the output buffer; "
                             "choose another name")
-                return
+                return False
             if name in symbols:
                 self.report("name", path, f"`{name}` is declared twice: at {where[name]} and "
                             f"here; indices, parameters, lets and tensors need distinct names")
-                return
+                return False
             if name in K.DTYPES or name == "inf":
                 self.report("name", path, f"`{name}` shadows a built-in name")
             symbols[name] = Symbol(name, role, kind)
             where[name] = path
+            return True
 
         adt_names = set(self.adts)
         forall: dict[str, K.Kind] = {}
@@ -275,57 +283,71 @@ class _Elaborator:
                 kind = parse_kind(text, adt_names)
             except ExpressionError as exc:
                 self.report_exc(path, text, exc)
+                declare(name, INDEX, K.VALUE, path)  # opaque: its uses report nothing more
                 continue
-            forall[name] = kind
-            declare(name, INDEX, kind, path)
+            if declare(name, INDEX, kind, path):
+                forall[name] = kind
 
         params: dict[str, ParamDecl] = {}
         ctensor_specs: dict[str, TensorSpec] = {}
         for name, p in sig.params.items():
             path = f"signature.params.{name}"
             if p.is_tensor:
-                ctensor_specs[name] = TensorSpec(dtype=p.dtype, shape=p.shape, optional=p.optional,
-                                                 device=p.device, contiguous=p.contiguous)
-                declare(name, TENSOR, K.TENSOR, path)
+                if declare(name, TENSOR, K.TENSOR, path):
+                    ctensor_specs[name] = TensorSpec(dtype=p.dtype, shape=p.shape,
+                                                     optional=p.optional, device=p.device,
+                                                     contiguous=p.contiguous)
                 continue
             try:
                 kind = parse_type(p.type, adt_names)
             except ExpressionError as exc:
                 self.report_exc(path + ".type", p.type, exc)
+                declare(name, PARAM, K.VALUE, path)  # opaque: its uses report nothing more
                 continue
-            params[name] = ParamDecl(name, kind, p.type, p.has_default, p.default, p.kw_only, path)
-            declare(name, PARAM, kind, path)
+            if declare(name, PARAM, kind, path):
+                params[name] = ParamDecl(name, kind, p.type, p.has_default, p.default,
+                                         p.kw_only, path)
 
+        declared_tensors: dict[str, set[str]] = {"input": set(), "output": set()}
         for role, table in (("input", sig.inputs), ("output", sig.outputs)):
             for name in table:
-                declare(name, TENSOR, K.TENSOR, f"signature.{role}s.{name}")
-        for name in sig.types:
-            declare(name, FAMILY, K.VALUE, f"signature.types.{name}")
+                if declare(name, TENSOR, K.TENSOR, f"signature.{role}s.{name}"):
+                    declared_tensors[role].add(name)
+        declared_families = {name for name in sig.types
+                             if declare(name, FAMILY, K.VALUE, f"signature.types.{name}")}
 
         has_out = any(t.buffer == "out" for t in sig.outputs.values())
         base = Scope(symbols, self.adts, has_out=has_out)
 
         # lets: parse, order by dependencies, infer kinds in that order
         let_exprs: dict[str, Expr] = {}
+        let_names: set[str] = set()
         for name, text in sig.let.items():
             path = f"signature.let.{name}"
+            if not declare(name, LET, K.VALUE, path):
+                continue
+            let_names.add(name)
             e = self.parse(text, path)
             if e is not None:
                 let_exprs[name] = e
-            declare(name, LET, K.VALUE, path)
-        lets = self.elaborate_lets(let_exprs, symbols, base)
+        lets = self.elaborate_lets(let_exprs, let_names, symbols, base)
         base = Scope(symbols, self.adts, has_out=has_out)
 
-        families = {n: f for n, fam in sig.types.items()
-                    if (f := self.elaborate_family(n, fam, base)) is not None}
+        families = {n: f for n, fam in sig.types.items() if n in declared_families
+                    and (f := self.elaborate_family(n, fam, base)) is not None}
+        # A case whose shape applies another family is checked once every family is known.
+        for shape, text, path, scope in self._nested_apps:
+            self.check_shape(shape, text, path, scope, families)
 
         def tensor(name: str, t: TensorSpec, role: str, path: str) -> TensorDecl | None:
+            # A tensor whose dtype or shape fails is left out (its path is in `broken`).
             dtype = self.parse(t.dtype, f"{path}.dtype")
             shape = self.parse_shape(t.shape, f"{path}.shape")
-            if dtype is not None:
-                self.check_dtype(dtype, t.dtype, f"{path}.dtype", base)
-            if shape is not None:
-                self.check_shape(shape, t.shape, f"{path}.shape", base, families)
+            if dtype is not None and not self.check_dtype(dtype, t.dtype, f"{path}.dtype", base):
+                dtype = None
+            if shape is not None and not self.check_shape(shape, t.shape, f"{path}.shape", base,
+                                                          families):
+                shape = None
             flags = {}
             for flag in ("optional", "nullable", "mutated"):
                 v = getattr(t, flag)
@@ -339,9 +361,9 @@ class _Elaborator:
             values = None
             if t.values is not None:
                 values = self.parse(t.values, f"{path}.values")
-                if values is not None:
-                    self.check(values, t.values, f"{path}.values",
-                               _with_roles(base, "generator"), None)
+                if values is not None and self.check_values(values, t.values, f"{path}.values",
+                                                            base) is None:
+                    values = None
             requires = []
             for i, r in enumerate(t.requires):
                 e = self.parse(r, f"{path}.requires.{i}")
@@ -359,10 +381,10 @@ class _Elaborator:
 
         ctensors = {n: d for n, t in ctensor_specs.items()
                     if (d := tensor(n, t, "ctensor", f"signature.params.{n}")) is not None}
-        inputs = {n: d for n, t in sig.inputs.items()
-                  if (d := tensor(n, t, "input", f"signature.inputs.{n}")) is not None}
-        outputs = {n: d for n, t in sig.outputs.items()
-                   if (d := tensor(n, t, "output", f"signature.outputs.{n}")) is not None}
+        inputs = {n: d for n, t in sig.inputs.items() if n in declared_tensors["input"]
+                  and (d := tensor(n, t, "input", f"signature.inputs.{n}")) is not None}
+        outputs = {n: d for n, t in sig.outputs.items() if n in declared_tensors["output"]
+                   and (d := tensor(n, t, "output", f"signature.outputs.{n}")) is not None}
         self.check_tensor_rules(sig)
 
         rules = []
@@ -372,7 +394,10 @@ class _Elaborator:
             if e is None:
                 continue
             d = defining_equality(e)
-            if d is not None and d[0] not in symbols:
+            if d is not None and not _is_new(d[0], symbols) and isinstance(d[1], Name) and \
+                    _is_new(d[1].id, symbols):
+                d = (d[1].id, e.left)  # `M == C_in_g`: the new name is on the right
+            if d is not None and _is_new(d[0], symbols):
                 self.report("rejected-form", path,
                             f"`{text}` defines the new name `{d[0]}` with an equality; "
                             "shape_rules holds only refinements",
@@ -394,23 +419,39 @@ class _Elaborator:
             symbols=dict(symbols), broken=frozenset(self.broken))
 
     # pieces
-    def elaborate_lets(self, exprs: dict[str, Expr], symbols: dict[str, Symbol],
-                       base: Scope) -> dict[str, LetDecl]:
-        graph = {n: {m for m in free_names(e) if m in exprs} for n, e in exprs.items()}
-        sorter = graphlib.TopologicalSorter(graph)
-        try:
-            order = list(sorter.static_order())
-        except graphlib.CycleError as exc:
-            cycle = exc.args[1]
-            self.report("let-cycle", f"signature.let.{cycle[0]}",
-                        "lets depend on each other in a cycle: " + " -> ".join(cycle))
-            return {}
+    def elaborate_lets(self, exprs: dict[str, Expr], names: set[str],
+                       symbols: dict[str, Symbol], base: Scope) -> dict[str, LetDecl]:
+        """Kinds of the lets that parsed (`exprs`), in a dependency order. Each cycle is
+        reported once and its members left out; so is every let that reads a let that failed
+        (one of `names`, the declared lets, that is broken)."""
+        deps = {n: {m for m in free_names(e) if m in names} for n, e in exprs.items()}
+        graph = {n: d & exprs.keys() for n, d in deps.items()}
+        declared = list(self.spec.signature.let)
+        while True:
+            try:
+                order = list(graphlib.TopologicalSorter(graph).static_order())
+                break
+            except graphlib.CycleError as exc:
+                # graphlib lists each node before the lets that read it; print the reads.
+                cycle = list(reversed(exc.args[1][:-1]))
+                first = min(range(len(cycle)), key=lambda i: declared.index(cycle[i]))
+                cycle = cycle[first:] + cycle[:first]
+                self.report("let-cycle", f"signature.let.{cycle[0]}",
+                            "lets depend on each other in a cycle: "
+                            + " -> ".join(cycle + [cycle[0]]) + " (each reads the next)")
+                for m in cycle:
+                    self.broken.add(f"signature.let.{m}")
+                    graph.pop(m, None)
+                for d in graph.values():
+                    d.difference_update(cycle)
         out = {}
         for n in order:
+            if n not in graph:
+                continue
             e = exprs[n]
             path = f"signature.let.{n}"
             text = self.spec.signature.let[n]
-            if any(f"signature.let.{m}" in self.broken for m in graph[n]):
+            if any(f"signature.let.{m}" in self.broken for m in deps[n]):
                 self.broken.add(path)
                 continue
             k = self.check(e, text, path, Scope(symbols, self.adts, has_out=base.has_out), None)
@@ -462,7 +503,10 @@ class _Elaborator:
                 if shape is None:
                     continue
                 scope = Scope(fam_symbols, self.adts, has_out=base.has_out, narrowed=narrowed)
-                self.check_shape(shape, case.is_, f"{cpath}.is", scope, {})
+                if isinstance(shape, FamilyApp):
+                    self._nested_apps.append((shape, case.is_, f"{cpath}.is", scope))
+                else:
+                    self.check_shape(shape, case.is_, f"{cpath}.is", scope, {})
                 cases.append(FamilyCaseDecl(tuple(pats), shape, cpath))
         return FamilyDecl(name, tuple(params.items()), match, tuple(cases), path)
 
@@ -512,35 +556,46 @@ class _Elaborator:
         self.report("kind", path, f"cannot match on kind {kind}")
         return None
 
-    def check_dtype(self, e: Expr, text: str, path: str, scope: Scope) -> None:
-        self.check(e, text, path, scope, K.DTYPE, " (a dtype expression)")
+    def check_dtype(self, e: Expr, text: str, path: str, scope: Scope) -> bool:
+        return self.check(e, text, path, scope, K.DTYPE, " (a dtype expression)") is not None
 
     def check_shape(self, shape: ShapeTerm, text: str, path: str, scope: Scope,
-                    families: Mapping[str, FamilyDecl]) -> None:
+                    families: Mapping[str, FamilyDecl]) -> bool:
+        """Whether every axis (or family argument) of `shape` has its kind; reports the first
+        failure. An application of a family that failed itself is broken but not reported
+        again."""
         if isinstance(shape, FamilyApp):
             sym = scope.symbols.get(shape.family)
             if sym is None or sym.role != FAMILY:
                 self.report("name", path, f"`{text}`: `{shape.family}` is not a type family of "
                             "this spec")
-                return
+                return False
             fam = families.get(shape.family)
             if fam is None:
                 self.broken.add(path)
-                return
+                return False
             if len(shape.args) != len(fam.params):
                 self.report("kind", path, f"`{text}`: {fam.name} takes {len(fam.params)} "
                             f"arguments ({', '.join(p for p, _ in fam.params)}), got "
                             f"{len(shape.args)}")
-                return
+                return False
             for a, (pname, pkind) in zip(shape.args, fam.params):
-                self.check(a, text, path, scope, pkind, f" (family {fam.name} param {pname})")
-            return
+                # An Int where a Dim is expected is allowed: its non-negativity is a runtime check.
+                expected = K.INT if pkind == K.DIM else pkind
+                if self.check(a, text, path, scope, expected, f" (family {fam.name} param "
+                              f"{pname})", part=f"argument `{_print(a)}`") is None:
+                    return False
+            return True
         for ax in shape.axes:
             if isinstance(ax, Splat):
-                self.check(ax.value, text, path, scope, K.SEQ_INT, " (a splat `*` expands a "
-                           "sequence of ints)")
+                k = self.check(ax.value, text, path, scope, K.SEQ_INT, " (a splat `*` expands a "
+                               "sequence of ints)", part=f"splat `*{_print(ax.value)}`")
             else:
-                self.check(ax, text, path, scope, K.INT, " (an axis)")
+                k = self.check(ax, text, path, scope, K.INT, " (an axis)",
+                               part=f"axis `{_print(ax)}`")
+            if k is None:
+                return False
+        return True
 
     def check_discriminant(self, e: Expr, text: str, path: str, scope: Scope) -> None:
         if self.check(e, text, path, scope, K.BOOL) is None:
@@ -550,6 +605,8 @@ class _Elaborator:
                         "parameters, ADT constructors and finite fields, present(...))")
 
     def is_discriminant_only(self, e: Expr, scope: Scope) -> bool:
+        """Whether `e` reads only discriminants: Bool and enum parameters, presence, and of
+        an ADT parameter only its constructor (`.kind`) and finitely-valued fields."""
         for n in walk(e):
             if isinstance(n, Call) and n.func != "present":
                 return False
@@ -566,10 +623,26 @@ class _Elaborator:
                     if not _only_presence(e, n.id):
                         return False
                     continue
-                if not (isinstance(k, (K.BoolK, K.ADTK)) or
+                if isinstance(k, K.ADTK):
+                    if not _only_finite_fields(e, n.id, self.adts.get(k.name)):
+                        return False
+                    continue
+                if not (isinstance(k, K.BoolK) or
                         (isinstance(k, K.StrK) and k.literals is not None)):
                     return False
         return True
+
+    def check_values(self, e: Expr, text: str, path: str, scope: Scope) -> K.Kind | None:
+        """A metadata tensor's `values`: one call of a generator (its arguments may call
+        value primitives, `as_tensor(balanced_sizes(M, G))`)."""
+        from opspec.schema.primitives import PRIMITIVES
+
+        prim = PRIMITIVES.get(e.func) if isinstance(e, Call) else None
+        if prim is None or prim.role != "generator":
+            self.report("language", path, f"`{text}` is not a generator call; `values` is one "
+                        "call of a generator such as prefix_sum(seq_lens)")
+            return None
+        return self.check(e, text, path, _with_roles(scope, "generator"), None)
 
     def check_requires(self, e: Expr, text: str, path: str, scope: Scope) -> None:
         from opspec.schema.primitives import PRIMITIVES
@@ -587,7 +660,11 @@ class _Elaborator:
                         f"the implicit tensor, got {len(e.args)}")
             return
         for a, p in zip(e.args, params):
-            self.check(a, text, path, scope, p.kind, f" (argument {p.name} of {e.func})")
+            if isinstance(a, Name) and scope.symbols.get(a.id) is not None and \
+                    scope.symbols[a.id].role == TENSOR and isinstance(p.kind, K.SeqK):
+                continue  # another metadata tensor's contents, read as a sequence
+            self.check(a, text, path, scope, p.kind, f" (argument {p.name} of {e.func})",
+                       part=f"`{_print(a)}`")
 
     def check_tensor_rules(self, sig) -> None:
         outs = [n for n, t in sig.outputs.items() if t.buffer == "out"]
@@ -625,9 +702,9 @@ class _Elaborator:
                                 "`buffer`")
         seen_optional = None
         for n, t in sig.inputs.items():
-            if t.optional is True:
-                seen_optional = n
-            elif seen_optional is not None and t.optional is False:
+            if t.optional is not False:  # `true` or a discriminant expression
+                seen_optional = seen_optional or n
+            elif seen_optional is not None:
                 self.report("name", f"signature.inputs.{n}", f"required input `{n}` comes after "
                             f"optional input `{seen_optional}`; optional inputs come last")
 
@@ -678,6 +755,11 @@ class _Elaborator:
         return RooflineDecl(flops=parts["flops"], bytes=parts["bytes"])
 
 
+def _is_new(name: str, symbols: Mapping[str, Symbol]) -> bool:
+    """A name that nothing declares and that is not built in (`inf`, dtypes, `out`)."""
+    return name not in symbols and name not in K.DTYPES and name not in ("inf", "out")
+
+
 def _with_roles(scope: Scope, *roles: str) -> Scope:
     from dataclasses import replace
     return replace(scope, roles=scope.roles | frozenset(roles))
@@ -694,6 +776,21 @@ def _only_presence(e: Expr, name: str) -> bool:
         if isinstance(n, Name) and n.id == name:
             total += 1
     return total == inside
+
+
+def _only_finite_fields(e: Expr, name: str, adt: ADTInfo | None) -> bool:
+    """Whether every field that `e` reads of the ADT value `name` is its constructor
+    (`.kind`) or a field with finitely many values in every constructor that has it."""
+    for n in walk(e):
+        if isinstance(n, Attr) and isinstance(n.value, Name) and n.value.id == name:
+            if n.attr == "kind":
+                continue
+            if adt is None:
+                return False
+            kinds = [c.fields[n.attr] for c in adt.ctors.values() if n.attr in c.fields]
+            if not kinds or not all(K.is_finite(k) for k in kinds):
+                return False
+    return True
 
 
 def _print(e: Expr) -> str:

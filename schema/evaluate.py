@@ -57,7 +57,8 @@ def evaluate(expr: Expr, env: Mapping[str, Any], *, rng: random.Random | None = 
     try:
         return _Evaluator(rng).eval(expr, env)
     except RecursionError as exc:
-        raise EvaluationError(f"{_show(expr)} raises: the expression nests too deeply") from exc
+        # Not printed: printing a tree this deep would recurse just as far.
+        raise EvaluationError("the expression nests too deeply to evaluate") from exc
 
 
 def evaluate_axes(term: ShapeList, env: Mapping[str, Any], *,

@@ -169,10 +169,10 @@ def assignable(actual: Kind, expected: Kind) -> bool:
         return True
     if actual == expected:
         return True
-    if isinstance(expected, UnionK):
-        return any(assignable(actual, m) for m in expected.members)
     if isinstance(actual, UnionK):
         return all(assignable(m, expected) for m in actual.members)
+    if isinstance(expected, UnionK):
+        return any(assignable(actual, m) for m in expected.members)
     if isinstance(expected, MaybeK):
         return isinstance(actual, NoneK) or assignable(unwrap_maybe(actual), expected.inner)
     if isinstance(expected, IntK):

@@ -123,7 +123,7 @@ def _check_text(text: object) -> None:
 
 
 def _bracket_depth(text: str) -> int:
-    """The deepest bracket nesting outside string literals (an estimate if it cannot be tokenized)."""
+    """The deepest bracket nesting outside strings (an estimate if it cannot be tokenized)."""
     # A naive count over-estimates only through brackets inside strings; tokenize just then.
     depth = deepest = 0
     for ch in text:

@@ -88,9 +88,15 @@ class Param:
 
 @dataclass(frozen=True)
 class Primitive:
-    """One member of the closed set. `result_kind` receives the kinds of the arguments bound
-    to `params`, in `params` order (omitted optional ones left out; for a variadic one, one
-    kind per argument). `shape` gives a generator's result shape from its arguments."""
+    """One member of the closed set.
+
+    `result_kind` receives the kinds of the arguments bound to `params`, in `params` order
+    (omitted optional ones left out; for a variadic one, one kind per argument; a generator
+    expression argument as `Seq[<element kind>]`). `evaluate` is the concrete implementation
+    (a requires predicate's takes the contents first; a random generator's takes `rng=`).
+    `rank` is, for a requires predicate, the rank it reads the contents at, and for a
+    generator the rank of its result; None where any rank / where the arguments decide
+    (`full`). `shape` gives a generator's result shape from its (non-rng) arguments."""
 
     name: str
     role: str  # "value" | "generator" | "requires" | "roofline" | "special"
@@ -464,11 +470,12 @@ def representable(value, dtype):
     return math.isfinite(value) and lo <= value <= hi
 
 
-def _special(name: str) -> Callable:
+def _special(name: str, doc: str) -> Callable:
     def fail(*args, **kwargs):
         raise EvaluationError(f"{name}(...) is a special form; the evaluator computes it")
 
     fail.__name__ = name
+    fail.__doc__ = doc
     return fail
 
 
@@ -910,7 +917,8 @@ def _chunks(L, c) -> int:
 
 _ALL: list[Primitive] = [
     # -- §2.14 value primitives
-    _mk("present", "special", (P("x", VALUE),), _const(BOOL), _special("present"),
+    _mk("present", "special", (P("x", VALUE),), _const(BOOL), _special("present", "Whether an optional tensor, a `Maybe` parameter or `out` (the "
+                                   "caller's buffer) is given; the evaluator computes it."),
         symint_safe=True),
     _value("broadcast", (P("shapes", SHAPE),), _const(SHAPE), broadcast, safe=False,
            variadic=True),
@@ -949,7 +957,8 @@ _ALL: list[Primitive] = [
     _value("category", (P("x", VALUE),), _const(_CATEGORY), category, safe=True),
     _value("representable", (P("v", VALUE), P("T", DTYPE)), _const(BOOL), representable,
            safe=True),
-    _mk("bytes", "roofline", (P("t", TENSOR),), _const(INT), _special("bytes"),
+    _mk("bytes", "roofline", (P("t", TENSOR),), _const(INT), _special("bytes", "ROOFLINE ONLY: the byte count of tensor `t`, supplied by the "
+                                 "roofline scope."),
         symint_safe=True),
     # -- §5.2 generators
     _generator("as_tensor", (P("L", SEQ_INT),), as_tensor, lambda L: (len(L),), 1),

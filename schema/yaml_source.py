@@ -244,7 +244,7 @@ class _Composer:
 
     # where the next node goes -----------------------------------------------------------
 
-    def slot(self, mark: Any) -> tuple[DataPath, bool, bool]:
+    def slot(self) -> tuple[DataPath, bool, bool]:
         """(path, record, is_key) of the node about to be read."""
         if not self.stack:
             return (), True, False
@@ -301,8 +301,11 @@ class _Composer:
         if len(text) > MAX_SCALAR_CHARS:
             raise self.fail(f"a scalar of {len(text)} characters; the limit is "
                             f"{MAX_SCALAR_CHARS}", e.start_mark)
-        value = self.scalar_value(e)
-        path, record, is_key = self.slot(e.start_mark)
+        try:
+            value = self.scalar_value(e)
+        except ValueError as exc:  # an integer past Python's digit limit
+            raise self.fail(f"cannot read `{text[:40]}...`: {exc}", e.start_mark) from None
+        path, record, is_key = self.slot()
         quoted = e.style in ("'", '"')
         pos = self.pos(e.start_mark, 1 if quoted else 0)
         if is_key:
@@ -360,7 +363,7 @@ class _Composer:
             self.smap.keys[path] = pos
 
     def start(self, e: Any) -> None:
-        path, record, is_key = self.slot(e.start_mark)
+        path, record, is_key = self.slot()
         if is_key:
             raise self.fail("a mapping key must be a scalar, not a mapping or a list",
                             e.start_mark)
@@ -428,7 +431,7 @@ class _Composer:
             # Aliases nest their content: bound the depth of the result, not of the text.
             raise self.fail(f"nesting deeper than {MAX_DEPTH} levels (through `*{name}`)",
                             e.start_mark)
-        path, record, is_key = self.slot(e.start_mark)
+        path, record, is_key = self.slot()
         if is_key:
             if isinstance(anchor.value, (dict, list)):
                 raise self.fail("a mapping key must be a scalar, not a mapping or a list",

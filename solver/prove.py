@@ -18,7 +18,7 @@ from opspec.schema import kinds as K
 from opspec.schema.diagnostics import Diagnostic, Severity
 from opspec.schema.elaborate import ElaboratedSpec
 from opspec.schema.expr import (
-    Attr, BinOp, Call, Const, Expr, FamilyApp, Name, ShapeList, Splat, walk,
+    Attr, BinOp, Call, Compare, Const, Expr, FamilyApp, Name, ShapeList, Splat, walk,
 )
 from opspec.schema.loader import LoadedSpec
 from opspec.schema.printer import print_expr
@@ -128,8 +128,8 @@ class _Prover:
         folder = Folder(spec, combo)
         shown = {k: describe_value(v) for k, v in combo.items()}
         for r in spec.rules:
-            if not r.is_domain:
-                continue
+            # A domain restriction, or any refinement that this combination's discriminant
+            # values make false on its own, excludes the combination.
             v = folder.expr(r.expr)
             if isinstance(v, Const) and v.value is False:
                 return P.Branch(tuple(sorted(combo.items())), excluded_by=r.path)
@@ -158,11 +158,16 @@ class _Prover:
                         "that its cases match on is not a discriminant")
         if res.family_misses or res.not_discriminant:
             return res.branch
-        queries = BranchQueries(spec, res, self.invariants(combo, folder))
+        invariants = self.invariants(combo, folder)
+        queries = BranchQueries(spec, res, invariants)
         for u in res.unsolved:
             self.unsolved(queries, u, shown)
-        self.dead_branch(queries, shown)
-        self.signs(queries, res, shown)
+        # Combinations that fold to the same declarations ask Z3 the same questions.
+        key = problem_key(res, invariants)
+        if key not in self._z3_cache:
+            self._z3_cache[key] = True
+            self.dead_branch(queries, shown, combo)
+            self.signs(queries, res, shown)
         return res.branch
 
     def invariants(self, combo: dict[str, Any], folder: Folder) -> list[tuple[str, Expr]]:
@@ -171,6 +176,11 @@ class _Prover:
             if not isinstance(v, ADTValue):
                 continue
             ctor = self.spec.adts[v.adt].ctors[v.ctor]
+            # The constructor and finite fields this combination fixes, for the encoder.
+            path = self.spec.params[pname].path
+            out.append((path, Compare(Attr(Name(pname), "kind"), ("==",), (Const(v.ctor),))))
+            for f, fv in v.fields:
+                out.append((path, Compare(Attr(Name(pname), f), ("==",), (Const(fv),))))
             if ctor.invariant is None:
                 continue
             subst = {f: Attr(Name(pname), f) for f in ctor.fields}
@@ -202,7 +212,9 @@ class _Prover:
                         "only unknown, or a splat `*S`)", counterexample=shown, dedup=u.name,
                         hint="name the axis with its own index and compute the rest with `let`")
 
-    def dead_branch(self, q: BranchQueries, shown: dict) -> None:
+    def dead_branch(self, q: BranchQueries, shown: dict, combo: dict) -> None:
+        if q.witness(combo) is not None:
+            return
         ans = q.satisfiable(self.rlimit, track=True)
         if ans.verdict is Verdict.UNSAT:
             core = ", ".join(ans.core) if ans.core else "the declarations"
@@ -264,6 +276,18 @@ class _Prover:
                     seen.add(key)
                     out.append((path, d))
         return out
+
+
+def problem_key(res: BranchResult, invariants) -> tuple:
+    """What the Z3 questions of a branch depend on, as text."""
+    shapes = tuple(sorted((n, tuple(print_expr(a.value if isinstance(a, Splat) else a)
+                                     + ("*" if isinstance(a, Splat) else "") for a in sh.axes))
+                          for n, sh in res.shapes.items()))
+    return (tuple(sorted(print_expr(e) for _, e in res.rules)),
+            tuple(sorted((n, print_expr(e)) for n, e in res.lets.items())),
+            tuple(sorted(print_expr(e) for _, e in invariants)),
+            shapes, tuple(sorted((n, print_expr(e)) for n, e in res.dtypes.items())),
+            tuple(u.name for u in res.unsolved))
 
 
 def _has_opaque(spec: ElaboratedSpec, e: Expr) -> bool:

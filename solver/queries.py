@@ -40,6 +40,7 @@ def _adt_fields(spec: ElaboratedSpec) -> dict[str, K.Kind]:
     for n, p in spec.params.items():
         k = K.unwrap_maybe(p.kind)
         if isinstance(k, K.ADTK) and k.name in spec.adts:
+            out[f"{n}.kind"] = K.StrK(frozenset(spec.adts[k.name].ctors))
             for c in spec.adts[k.name].ctors.values():
                 for f, fk in c.fields.items():
                     out[f"{n}.{f}"] = fk
@@ -118,7 +119,7 @@ class BranchQueries:
                 s.add(c)
         s.add(*self.same_call(e1, e2))
         s.add(e1.var(index) != e2.var(index))
-        for enc in (e1, e2):
+        for enc in (e1, e2):  # last: encoding the query may have created variables
             s.add(*enc.side)
         verdict, model, reason = solve(s, [e1, e2])
         if verdict is not Verdict.SAT:
@@ -142,9 +143,9 @@ class BranchQueries:
                 s.assert_and_track(c, b)
             else:
                 s.add(c)
-        s.add(*enc.side)
         if extra is not None:
             s.add(extra(enc) if callable(extra) else extra)
+        s.add(*enc.side)  # last: encoding the query may have created variables
         verdict, model, reason = solve(s, [enc])
         if verdict is Verdict.UNSAT and track:
             core = tuple(sorted({trackers[str(c)] for c in s.unsat_core() if str(c) in trackers}))
@@ -174,6 +175,64 @@ class BranchQueries:
             except Exception:
                 pass
         return out
+
+
+    def witness(self, combo: dict[str, Any]) -> dict[str, Any] | None:
+        """A workload row that, with this branch's discriminant values, satisfies every
+        declaration concretely: a proof by example that the branch is alive."""
+        for row in self.spec.workloads:
+            env = row_env(self.spec, row, combo)
+            if env is None:
+                continue
+            try:
+                for name, e in self.res.lets.items():
+                    env[name] = evaluate(e, env)
+                if all(evaluate(e, env) is True for _, e in self.invariants + self.res.rules):
+                    return env
+            except Exception:
+                continue
+        return None
+
+
+def row_env(spec: ElaboratedSpec, row, combo: dict[str, Any]) -> dict[str, Any] | None:
+    """The values a workload row gives, overridden by a combination's discriminants; None
+    when the row cannot stand on this branch (a Maybe payload the row does not give)."""
+    from opspec.schema.values import ADTValue, to_tuple
+
+    env: dict[str, Any] = {}
+    for n, p in spec.params.items():
+        if n in row.values:
+            v = row.values[n]
+        elif p.has_default:
+            v = p.default
+        else:
+            return None
+        inner = K.unwrap_maybe(p.kind)
+        if isinstance(inner, K.ADTK) and isinstance(v, dict) and len(v) == 1:
+            (ctor, fields), = v.items()
+            v = ADTValue.of(inner.name, ctor, fields if isinstance(fields, dict) else {})
+        env[n] = to_tuple(v)
+    for n, v in row.values.items():
+        if n in spec.forall:
+            env[n] = to_tuple(v)
+    for key, v in combo.items():
+        if key.startswith("present("):
+            name = key[len("present("):-1]
+            if name in spec.params:
+                if not v:
+                    env[name] = None
+                elif env.get(name) is None:
+                    return None
+        elif isinstance(v, ADTValue):
+            cur = env.get(key)
+            if not isinstance(cur, ADTValue) or cur.ctor != v.ctor or any(
+                    not cur.has(f) or cur.field(f) != fv for f, fv in v.fields):
+                return None
+        elif key in spec.params and v is not None:
+            env[key] = v
+    for case in (row.dtype_cases or [{}])[:1]:
+        env.update(case)
+    return env
 
 
 def _encodable_param(k: K.Kind) -> bool:

@@ -16,7 +16,8 @@ from opspec.schema.parse import parse_expr, parse_shape
 from opspec.schema.printer import print_expr, print_shape
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from strategies import CORPUS, corpus_strings, expressions, shape_terms, structure  # noqa: E402,E501
+from strategies import (CORPUS, corpus_strings, expressions, shape_terms,  # noqa: E402
+                        structure)
 
 N, C = Name, Const
 a, b, c, d = N("a"), N("b"), N("c"), N("d")

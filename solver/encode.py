@@ -1,0 +1,1455 @@
+"""The expression language in Z3, and the confirmation of Z3's models (CEGAR).
+
+`Encoder` turns expression ASTs into Z3 terms over one set of unknowns; `solve` runs a
+solver and confirms every model with the concrete semantics before calling it SAT. The
+encoder knows nothing of reporting: counterexamples leave it as plain dicts (`values`).
+
+How values are represented (one private `_Val` class per shape of value):
+
+- Int / Dim: a Z3 Int (a Dim variable gets the side condition `v >= 0`); Bool: a Z3 Bool.
+- Str: an Int *code* (`z3env.str_code`), so strings of any literal sets compare by integer
+  equality; an enum kind adds the side condition that the code is one of its literals.
+- DType: the one shared enumeration sort `DType` (member sets are side conditions). A string
+  literal meeting a dtype (`T == 'bfloat16'`, `coalesce_dtype(v, 'float32')`) becomes the
+  enumeration constant; a non-literal string meeting a dtype is compared name by name.
+- float: an extended real, a pair (`isinf(x)` in {-1, 0, 1}, the Real `x`, 0 when infinite),
+  so `-inf < scale < inf` and `ord == inf` are exact. `inf` is the pair (1, 0). Arithmetic
+  that may involve an infinity is abstracted (see below). `Number` is `int | float`.
+- Seq[Int] / Seq[Bool] / Shape: a Z3 sequence. A Shape variable (`Seq[Dim]`) gets
+  `Length <= MAX_RANK` and `Implies(i < Length, S[i] >= 0)` for each `i < MAX_RANK`, so its
+  elements are Dims wherever they are read. A fixed length (`Seq[Int; 2]`, `fix_length`) is
+  the side condition `Length == n`. Sequences of other elements with a fixed length are
+  tuples of values; without one they are opaque.
+- Maybe[X]: presence Bool `present(x)` and payload `x.value`; a union `A | B`: an Int tag and
+  one payload per member (`x.tag`, `x:0`, `x:1`); a surviving ADT: its fields, each the
+  variable `adt.field` whose kind `adt_fields` gives, and its constructor `adt.kind` (a Str
+  code); other values: the uninterpreted sort `Opaque`.
+
+Exact encodings: `+ - *`, `//` and `%` with Python's floor semantics, comparisons (chains,
+`in`), conditionals, `and`/`or`/`not`, indexing and slicing, `len`, `present`, `ceil_div`,
+and `sum`/`max`/`min`/`all`/`prod` over a sequence whose length is known (a tuple, a fixed
+length) or bounded (a Shape: the fold is unrolled `MAX_RANK` times under `i < Length`).
+
+Abstractions, each confirmed against the concrete semantics before a model counts:
+
+- every other primitive is an uninterpreted function per (primitive, argument shapes),
+  shared by all encoders (so two copies of the unknowns see the same function); its
+  applications are in `applications`;
+- a fold over a sequence of unknown length, a comparison or arithmetic the encoding cannot
+  express exactly (sequence ordering, arithmetic on possibly-infinite floats, opaque values)
+  is an uninterpreted function of the node's free names, confirmed with
+  `opspec.schema.evaluate`; those are listed in `abstracted` (primitive applications too).
+
+`refine(model)` evaluates each application that the model actually evaluates (its guard:
+the conditions of the enclosing `if`/`and`/`or`/chains hold) with the concrete primitive and
+returns lemmas that pin the function where the model was wrong, or exclude the arguments
+where the primitive raises (a model in which an expression raises is no model of its value).
+The domain conditions of exact encodings (index in range, divisor non-zero, `.value` of a
+present Maybe) are *not* enforced: they are listed in `domain` and `divisors` for the
+prover to ask about.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
+
+import z3
+
+from ..schema.errors import OpspecError
+from ..schema.evaluate import evaluate
+from ..schema.expr import (Attr, BinOp, BoolOp, Call, Compare, Const, Expr, GenExp, IfExp,
+                           Name, Slice, Subscript, TupleExpr, UnaryOp, free_names)
+from ..schema.kinds import (ADTK, BOOL, DIM, FLOAT, INT, SEQ_INT, BoolK, DTypeK, IntK, Kind,
+                            MaybeK, NoneK, SeqK, StrK, TensorK, UnionK, ValueK, join,
+                            unwrap_maybe)
+from ..schema.primitives import PRIMITIVES, Primitive
+from ..schema.printer import print_expr
+from ..schema.values import ADTValue, is_int, to_tuple
+from .z3env import (DTYPE_CONSTS, DTYPE_NAMES, DTYPE_SORT, OPAQUE_SORT, Verdict, check,
+                    str_code, str_decode)
+
+__all__ = ["MAX_RANK", "Application", "EncodeError", "Encoder", "solve"]
+
+#: The largest rank a Shape may have (the bound of its length, and of unrolled folds).
+MAX_RANK = 8
+_FOLDS = frozenset({"sum", "max", "min", "all", "prod"})
+_NUMBER_TAGS = frozenset({"Number", "number"})
+
+
+class EncodeError(OpspecError, ValueError):
+    """An expression (or a name's kind) that the encoding does not cover."""
+
+
+class Application(NamedTuple):
+    """One application of an uninterpreted function: the primitive's name (or, for an
+    abstraction, the printed node), the argument terms, the result term (a tuple when the
+    result takes several terms) and the AST node."""
+
+    name: str
+    args: tuple[z3.ExprRef, ...]
+    result: Any
+    node: Expr
+
+
+class _Unsupported(Exception):
+    """A node the exact encoding cannot express; the caller abstracts it or gives up."""
+
+
+class _Unconfirmable(Exception):
+    """A model value that has no concrete Python counterpart (an opaque value)."""
+
+
+# ----------------------------------------------------------------------------- z3 helpers
+
+
+def _and(xs: Sequence[z3.BoolRef]) -> z3.BoolRef:
+    xs = [x for x in xs if not z3.is_true(x)]
+    return z3.BoolVal(True) if not xs else xs[0] if len(xs) == 1 else z3.And(*xs)
+
+
+def _or(xs: Sequence[z3.BoolRef]) -> z3.BoolRef:
+    xs = [x for x in xs if not z3.is_false(x)]
+    return z3.BoolVal(False) if not xs else xs[0] if len(xs) == 1 else z3.Or(*xs)
+
+
+def _conj(a: z3.BoolRef | None, b: z3.BoolRef | None) -> z3.BoolRef | None:
+    if a is None:
+        return b
+    return a if b is None else _and([a, b])
+
+
+def _default(sort: z3.SortRef) -> z3.ExprRef:
+    """The fixed value a leaf takes where it does not matter (an absent payload), so that
+    an uninterpreted function sees one representation per concrete value."""
+    if sort == z3.IntSort():
+        return z3.IntVal(0)
+    if sort == z3.BoolSort():
+        return z3.BoolVal(False)
+    if sort == z3.RealSort():
+        return z3.RealVal(0)
+    if sort == DTYPE_SORT:
+        return next(iter(DTYPE_CONSTS.values()))
+    if isinstance(sort, z3.SeqSortRef):
+        return z3.Empty(sort)
+    return z3.Const("opaque.default", sort)
+
+
+def _norm(term: z3.ExprRef, cond: z3.BoolRef | None) -> z3.ExprRef:
+    return term if cond is None else z3.If(cond, term, _default(term.sort()))
+
+
+def _seq_lit(values: Sequence[z3.ExprRef], elem: z3.SortRef) -> z3.SeqRef:
+    if not values:
+        return z3.Empty(z3.SeqSort(elem))
+    units = [z3.Unit(v) for v in values]
+    return units[0] if len(units) == 1 else z3.Concat(*units)
+
+
+def _real(value: z3.ExprRef) -> float:
+    if z3.is_rational_value(value):
+        return float(Fraction(value.numerator_as_long(), value.denominator_as_long()))
+    return float(Fraction(value.approx(20).as_fraction()))  # an algebraic number
+
+
+def _is_const_int(t: z3.ExprRef, value: int | None = None) -> bool:
+    return z3.is_int_value(t) and (value is None or t.as_long() == value)
+
+
+# ----------------------------------------------------------------------------- values
+
+
+class _Val:
+    """An encoded value. `leaves(cond)` lists its terms, each replaced by a fixed default
+    where `cond` (or the value's own presence/tag) says it does not matter; `sig` names its
+    shape (it keys uninterpreted functions); `py` reads it from a model as plain Python;
+    `pin` says it equals a Python value (or raises `_Unconfirmable`)."""
+
+    kind: Kind
+
+    def leaves(self, cond: z3.BoolRef | None = None) -> list[z3.ExprRef]:
+        raise NotImplementedError
+
+    def sig(self) -> str:
+        raise NotImplementedError
+
+    def py(self, m: z3.ModelRef) -> Any:
+        raise NotImplementedError
+
+    def pin(self, value: Any) -> z3.BoolRef:
+        raise NotImplementedError
+
+    def raw(self) -> Any:
+        """The terms as `Encoder.var` hands them out: one term, or a tuple."""
+        leaves = self.leaves()
+        return leaves[0] if len(leaves) == 1 else tuple(leaves)
+
+
+@dataclass(frozen=True)
+class _Leaf(_Val):
+    """A value held by one term."""
+
+    t: z3.ExprRef
+    kind: Kind
+
+    def leaves(self, cond=None):
+        return [_norm(self.t, cond)]
+
+
+class IntV(_Leaf):
+    def sig(self):
+        return "Int"
+
+    def py(self, m):
+        return m.eval(self.t, model_completion=True).as_long()
+
+    def pin(self, value):
+        if not is_int(value):
+            raise _Unconfirmable(f"{value!r} is not an int")
+        return self.t == value
+
+
+class BoolV(_Leaf):
+    def sig(self):
+        return "Bool"
+
+    def py(self, m):
+        return z3.is_true(m.eval(self.t, model_completion=True))
+
+    def pin(self, value):
+        if not isinstance(value, bool):
+            raise _Unconfirmable(f"{value!r} is not a bool")
+        return self.t == value
+
+
+@dataclass(frozen=True)
+class StrV(_Leaf):
+    literal: str | None = None
+
+    def sig(self):
+        return "Str"
+
+    def py(self, m):
+        return str_decode(m.eval(self.t, model_completion=True).as_long())
+
+    def pin(self, value):
+        if not isinstance(value, str):
+            raise _Unconfirmable(f"{value!r} is not a string")
+        return self.t == str_code(value)
+
+
+class DTypeV(_Leaf):
+    def sig(self):
+        return "DType"
+
+    def py(self, m):
+        return DTYPE_NAMES[str(m.eval(self.t, model_completion=True))]
+
+    def pin(self, value):
+        if value not in DTYPE_CONSTS:
+            raise _Unconfirmable(f"{value!r} is not a dtype name")
+        return self.t == DTYPE_CONSTS[value]
+
+
+class OpaqueV(_Leaf):
+    def sig(self):
+        return f"Opaque[{self.kind}]"
+
+    def py(self, m):
+        raise _Unconfirmable(f"an opaque value of kind {self.kind}")
+
+    def pin(self, value):
+        raise _Unconfirmable(f"an opaque value of kind {self.kind}")
+
+
+@dataclass(frozen=True)
+class FloatV(_Val):
+    """An extended real: `k` is -1 (-inf), 0 (finite, the value `r`) or 1 (+inf)."""
+
+    k: z3.ArithRef
+    r: z3.ArithRef
+    kind: Kind = FLOAT
+
+    def leaves(self, cond=None):
+        return [_norm(self.k, cond), _norm(self.r, cond)]
+
+    def sig(self):
+        return "Float"
+
+    def py(self, m):
+        k = m.eval(self.k, model_completion=True).as_long()
+        return k * math.inf if k else _real(m.eval(self.r, model_completion=True))
+
+    def pin(self, value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            raise _Unconfirmable(f"{value!r} is not a number")
+        if math.isinf(value):
+            return self.k == (1 if value > 0 else -1)
+        f = Fraction(value)
+        return z3.And(self.k == 0, self.r == z3.Q(f.numerator, f.denominator))
+
+
+@dataclass(frozen=True)
+class SeqV(_Leaf):
+    """A Z3 sequence of Ints or Bools. `length`: known exactly; `bound`: at most (a side
+    condition the caller asserts); both None: unbounded."""
+
+    length: int | None = None
+    bound: int | None = None
+
+    @property
+    def elem_sort(self) -> z3.SortRef:
+        return self.t.sort().basis()
+
+    def elem(self, i: z3.ArithRef | int) -> "_Val":
+        term = self.t[i]
+        elem_kind = self.kind.elem if isinstance(self.kind, SeqK) else INT
+        return BoolV(term, BOOL) if self.elem_sort == z3.BoolSort() else IntV(term, elem_kind)
+
+    def sig(self):
+        return f"Seq[{'Bool' if self.elem_sort == z3.BoolSort() else 'Int'}]"
+
+    def py(self, m):
+        value = m.eval(self.t, model_completion=True)
+        n = m.eval(z3.Length(value), model_completion=True).as_long()
+        items = [z3.simplify(value[i]) for i in range(n)]
+        if self.elem_sort == z3.BoolSort():
+            return tuple(z3.is_true(x) for x in items)
+        return tuple(x.as_long() for x in items)
+
+    def pin(self, value):
+        if not isinstance(value, (tuple, list)):
+            raise _Unconfirmable(f"{value!r} is not a sequence")
+        if self.length is not None and len(value) != self.length:
+            raise _Unconfirmable(f"{value!r} does not have length {self.length}")
+        boolean = self.elem_sort == z3.BoolSort()
+        if not all(isinstance(v, bool) if boolean else is_int(v) for v in value):
+            raise _Unconfirmable(f"{value!r} is not a sequence of {self.sig()[4:-1]}")
+        lit = [z3.BoolVal(v) if boolean else z3.IntVal(v) for v in value]
+        return self.t == _seq_lit(lit, self.elem_sort)
+
+
+@dataclass(frozen=True)
+class TupleV(_Val):
+    """A sequence of known length whose elements are values of their own (a tuple literal,
+    a fixed-length sequence of non-Int elements)."""
+
+    elts: tuple[_Val, ...]
+    kind: Kind = SEQ_INT
+
+    def leaves(self, cond=None):
+        return [x for e in self.elts for x in e.leaves(cond)]
+
+    def sig(self):
+        return "Tuple[" + ", ".join(e.sig() for e in self.elts) + "]"
+
+    def py(self, m):
+        return tuple(e.py(m) for e in self.elts)
+
+    def pin(self, value):
+        if not isinstance(value, (tuple, list)) or len(value) != len(self.elts):
+            raise _Unconfirmable(f"{value!r} is not a sequence of {len(self.elts)} values")
+        return _and([e.pin(v) for e, v in zip(self.elts, value)])
+
+
+@dataclass(frozen=True)
+class NoneV(_Val):
+    kind: Kind = NoneK()
+
+    def leaves(self, cond=None):
+        return []
+
+    def sig(self):
+        return "None"
+
+    def py(self, m):
+        return None
+
+    def pin(self, value):
+        if value is not None:
+            raise _Unconfirmable(f"{value!r} is not None")
+        return z3.BoolVal(True)
+
+
+@dataclass(frozen=True)
+class MaybeV(_Val):
+    present: z3.BoolRef
+    payload: _Val
+    kind: Kind
+
+    def leaves(self, cond=None):
+        return [_norm(self.present, cond), *self.payload.leaves(_conj(cond, self.present))]
+
+    def sig(self):
+        return f"Maybe[{self.payload.sig()}]"
+
+    def py(self, m):
+        if not z3.is_true(m.eval(self.present, model_completion=True)):
+            return None
+        return self.payload.py(m)
+
+    def pin(self, value):
+        if value is None:
+            return z3.Not(self.present)
+        return z3.And(self.present, self.payload.pin(value))
+
+
+@dataclass(frozen=True)
+class UnionV(_Val):
+    """A value of one of several kinds: `tag` says which member holds it."""
+
+    tag: z3.ArithRef
+    members: tuple[_Val, ...]
+    kind: Kind
+
+    def leaves(self, cond=None):
+        out = [_norm(self.tag, cond)]
+        for i, m in enumerate(self.members):
+            out += m.leaves(_conj(cond, self.tag == i))
+        return out
+
+    def sig(self):
+        return "Union[" + ", ".join(m.sig() for m in self.members) + "]"
+
+    def py(self, m):
+        return self.members[m.eval(self.tag, model_completion=True).as_long()].py(m)
+
+    def pin(self, value):
+        for i, member in enumerate(self.members):
+            if _holds_type(member, value):
+                return z3.And(self.tag == i, member.pin(value))
+        raise _Unconfirmable(f"{value!r} is none of {self.kind}")
+
+
+@dataclass(frozen=True)
+class ADTV(_Val):
+    """A surviving ADT value: its constructor (a Str value, None if unknown) and the fields
+    the caller declared in `adt_fields`."""
+
+    path: str
+    kind: ADTK
+    ctor: _Val | None
+    fields: tuple[tuple[str, _Val], ...]
+
+    def leaves(self, cond=None):
+        out = [] if self.ctor is None else self.ctor.leaves(cond)
+        return out + [x for _, v in self.fields for x in v.leaves(cond)]
+
+    def sig(self):
+        return f"{self.kind.name}{{kind, " + ", ".join(n for n, _ in self.fields) + "}"
+
+    def py(self, m):
+        if self.ctor is None:
+            raise _Unconfirmable(f"the constructor of {self.path} is unknown")
+        return ADTValue.of(self.kind.name, self.ctor.py(m), {n: v.py(m) for n, v in self.fields})
+
+    def pin(self, value):
+        if not isinstance(value, ADTValue) or self.ctor is None:
+            raise _Unconfirmable(f"{value!r} is not a {self.kind.name} value")
+        return _and([self.ctor.pin(value.ctor)]
+                    + [v.pin(value.field(n)) for n, v in self.fields if value.has(n)])
+
+
+@dataclass(frozen=True)
+class TensorV(_Val):
+    """A tensor name: only its presence is seen."""
+
+    present: z3.BoolRef
+    kind: Kind = TensorK()
+
+    def leaves(self, cond=None):
+        return [_norm(self.present, cond)]
+
+    def sig(self):
+        return "Tensor"
+
+    def py(self, m):
+        return "<tensor>" if z3.is_true(m.eval(self.present, model_completion=True)) else None
+
+    def pin(self, value):
+        raise _Unconfirmable("a tensor")
+
+
+def _holds_type(val: _Val, value: Any) -> bool:
+    """Whether the Python `value` is of the shape `val` represents (union member choice)."""
+    if isinstance(val, IntV):
+        return is_int(value)
+    if isinstance(val, BoolV):
+        return isinstance(value, bool)
+    if isinstance(val, FloatV):
+        return isinstance(value, float)
+    if isinstance(val, DTypeV):
+        return value in DTYPE_CONSTS
+    if isinstance(val, StrV):
+        return isinstance(value, str)
+    if isinstance(val, (SeqV, TupleV)):
+        return isinstance(value, (tuple, list))
+    if isinstance(val, ADTV):
+        return isinstance(value, ADTValue)
+    return value is None if isinstance(val, NoneV) else False
+
+
+def _int_const(n: int) -> IntV:
+    return IntV(z3.IntVal(n), DIM if n >= 0 else INT)
+
+
+def _str_const(text: str) -> StrV:
+    return StrV(z3.IntVal(str_code(text)), StrK(frozenset({text})), text)
+
+
+def _float_const(value: float) -> FloatV:
+    if math.isinf(value):
+        return FloatV(z3.IntVal(1 if value > 0 else -1), z3.RealVal(0))
+    f = Fraction(value)
+    return FloatV(z3.IntVal(0), z3.Q(f.numerator, f.denominator))
+
+
+# ----------------------------------------------------------------------------- value algebra
+
+
+def _numeric(v: _Val) -> _Val:
+    """Bools count as 0/1 (Python's `True == 1`); Ints and floats as themselves."""
+    if isinstance(v, BoolV):
+        return IntV(z3.If(v.t, z3.IntVal(1), z3.IntVal(0)), DIM)
+    if isinstance(v, (IntV, FloatV)):
+        return v
+    raise _Unsupported(f"{v.sig()} is not a number")
+
+
+def _as_float(v: _Val) -> FloatV:
+    v = _numeric(v)
+    return v if isinstance(v, FloatV) else FloatV(z3.IntVal(0), z3.ToReal(v.t))
+
+
+def _truth(v: _Val) -> z3.BoolRef:
+    if isinstance(v, BoolV):
+        return v.t
+    if isinstance(v, IntV):
+        return v.t != 0
+    raise _Unsupported(f"the truth of a {v.sig()}")
+
+
+def _as_dtype(v: _Val) -> _Val:
+    """A string literal that names a dtype, as the dtype constant."""
+    if isinstance(v, StrV) and v.literal in DTYPE_CONSTS:
+        return DTypeV(DTYPE_CONSTS[v.literal], DTypeK(frozenset({v.literal})))
+    return v
+
+
+def _items(v: _Val) -> list[tuple[_Val, z3.BoolRef | None]] | None:
+    """The elements of a sequence with the condition under which each exists; None when
+    the length is unbounded."""
+    if isinstance(v, TupleV):
+        return [(e, None) for e in v.elts]
+    if isinstance(v, SeqV):
+        if v.length is not None:
+            return [(v.elem(i), None) for i in range(v.length)]
+        if v.bound is not None:
+            return [(v.elem(i), z3.IntVal(i) < z3.Length(v.t)) for i in range(v.bound)]
+    return None
+
+
+def _eq(a: _Val, b: _Val) -> z3.BoolRef:
+    """Python's `a == b`."""
+    wrappers = (NoneV, MaybeV, UnionV)
+    if isinstance(b, wrappers) and not isinstance(a, wrappers):
+        a, b = b, a
+    if isinstance(a, NoneV):
+        return (z3.Not(b.present) if isinstance(b, MaybeV)
+                else z3.BoolVal(isinstance(b, NoneV)))
+    if isinstance(a, MaybeV):
+        if isinstance(b, NoneV):
+            return z3.Not(a.present)
+        if isinstance(b, MaybeV):
+            return z3.Or(z3.And(z3.Not(a.present), z3.Not(b.present)),
+                         z3.And(a.present, b.present, _eq(a.payload, b.payload)))
+        return z3.And(a.present, _eq(a.payload, b))
+    if isinstance(a, UnionV):
+        return _or([z3.And(a.tag == i, _eq(m, b)) for i, m in enumerate(a.members)])
+    numbers = (IntV, BoolV, FloatV)
+    if isinstance(a, numbers) and isinstance(b, numbers):
+        if isinstance(a, BoolV) and isinstance(b, BoolV):
+            return a.t == b.t
+        if isinstance(a, FloatV) or isinstance(b, FloatV):
+            fa, fb = _as_float(a), _as_float(b)
+            return z3.And(fa.k == fb.k, fa.r == fb.r)
+        return _numeric(a).t == _numeric(b).t
+    a, b = _as_dtype(a), _as_dtype(b)
+    if isinstance(a, StrV) and isinstance(b, DTypeV):
+        a, b = b, a
+    if isinstance(a, DTypeV) and isinstance(b, DTypeV):
+        return a.t == b.t
+    if isinstance(a, DTypeV) and isinstance(b, StrV):
+        if b.literal is not None:  # a literal that is no dtype name
+            return z3.BoolVal(False)
+        return _or([z3.And(a.t == c, b.t == str_code(n)) for n, c in DTYPE_CONSTS.items()])
+    if isinstance(a, StrV) and isinstance(b, StrV):
+        return a.t == b.t
+    seqs = (SeqV, TupleV)
+    if isinstance(a, seqs) and isinstance(b, seqs):
+        return _seq_eq(a, b)
+    if isinstance(a, OpaqueV) and isinstance(b, OpaqueV) and a.t.sort() == b.t.sort():
+        return a.t == b.t
+    if isinstance(a, (OpaqueV, ADTV, TensorV)) or isinstance(b, (OpaqueV, ADTV, TensorV)):
+        raise _Unsupported(f"equality of {a.sig()} and {b.sig()}")
+    return z3.BoolVal(False)  # values of different kinds are never equal
+
+
+def _seq_eq(a: _Val, b: _Val) -> z3.BoolRef:
+    if isinstance(a, TupleV) and isinstance(b, SeqV):
+        a, b = b, a
+    if isinstance(a, SeqV) and isinstance(b, SeqV):
+        if a.elem_sort != b.elem_sort:
+            raise _Unsupported("equality of sequences of different element sorts")
+        return a.t == b.t
+    if isinstance(a, SeqV):  # b is a tuple
+        if a.length is not None and a.length != len(b.elts):
+            return z3.BoolVal(False)
+        return _and([z3.Length(a.t) == len(b.elts)]
+                    + [_eq(a.elem(i), e) for i, e in enumerate(b.elts)])
+    if len(a.elts) != len(b.elts):
+        return z3.BoolVal(False)
+    return _and([_eq(x, y) for x, y in zip(a.elts, b.elts)])
+
+
+def _lt(a: _Val, b: _Val, strict: bool) -> z3.BoolRef:
+    """Python's `a < b` (`a <= b` unless `strict`) on numbers; sequences of known length
+    lexicographically; anything else is unsupported here."""
+    if isinstance(a, UnionV):
+        return _or([z3.And(a.tag == i, _lt(m, b, strict)) for i, m in enumerate(a.members)])
+    if isinstance(b, UnionV):
+        return _or([z3.And(b.tag == i, _lt(a, m, strict)) for i, m in enumerate(b.members)])
+    if isinstance(a, (IntV, BoolV, FloatV)) and isinstance(b, (IntV, BoolV, FloatV)):
+        if isinstance(a, FloatV) or isinstance(b, FloatV):
+            fa, fb = _as_float(a), _as_float(b)
+            below = z3.Or(fa.k < fb.k, z3.And(fa.k == 0, fb.k == 0, fa.r < fb.r))
+            return below if strict else z3.Or(below, z3.And(fa.k == fb.k, fa.r == fb.r))
+        x, y = _numeric(a).t, _numeric(b).t
+        return x < y if strict else x <= y
+    xs, ys = _known_elems(a), _known_elems(b)
+    if xs is None or ys is None:
+        raise _Unsupported(f"ordering of {a.sig()} and {b.sig()}")
+    # Lexicographic: the first differing position decides, else the shorter is smaller.
+    result = z3.BoolVal(len(xs) < len(ys) if strict else len(xs) <= len(ys))
+    for x, y in reversed(list(zip(xs, ys))):
+        result = z3.If(_eq(x, y), result, _lt(x, y, True))
+    return result
+
+
+def _known_elems(v: _Val) -> list[_Val] | None:
+    items = _items(v)
+    if items is None or any(c is not None for _, c in items):
+        return None
+    return [e for e, _ in items]
+
+
+def _ite(c: z3.BoolRef, a: _Val, b: _Val) -> _Val:
+    """The value of `a if c else b`."""
+    if isinstance(a, NoneV) and isinstance(b, NoneV):
+        return a
+    if isinstance(a, NoneV) or isinstance(b, NoneV):
+        other, here = (b, z3.Not(c)) if isinstance(a, NoneV) else (a, c)
+        if isinstance(other, MaybeV):
+            return MaybeV(z3.And(here, other.present), other.payload, other.kind)
+        return MaybeV(here, other, MaybeK(other.kind))
+    if isinstance(a, MaybeV) or isinstance(b, MaybeV):
+        pa, va = (a.present, a.payload) if isinstance(a, MaybeV) else (z3.BoolVal(True), a)
+        pb, vb = (b.present, b.payload) if isinstance(b, MaybeV) else (z3.BoolVal(True), b)
+        payload = _ite(c, va, vb)
+        return MaybeV(z3.If(c, pa, pb), payload, MaybeK(payload.kind))
+    if isinstance(a, (IntV, BoolV, FloatV)) and isinstance(b, (IntV, BoolV, FloatV)):
+        if isinstance(a, BoolV) and isinstance(b, BoolV):
+            return BoolV(z3.If(c, a.t, b.t), BOOL)
+        if isinstance(a, FloatV) or isinstance(b, FloatV):
+            fa, fb = _as_float(a), _as_float(b)
+            return FloatV(z3.If(c, fa.k, fb.k), z3.If(c, fa.r, fb.r))
+        x, y = _numeric(a), _numeric(b)
+        kind = DIM if x.kind == DIM and y.kind == DIM else INT
+        return IntV(z3.If(c, x.t, y.t), kind)
+    if isinstance(a, DTypeV) or isinstance(b, DTypeV):
+        a, b = _as_dtype(a), _as_dtype(b)
+    if type(a) is type(b) and isinstance(a, (StrV, DTypeV, OpaqueV)) and \
+            a.t.sort() == b.t.sort():
+        return type(a)(z3.If(c, a.t, b.t), join(a.kind, b.kind) or a.kind)
+    if isinstance(a, TupleV) and isinstance(b, TupleV) and len(a.elts) == len(b.elts):
+        return TupleV(tuple(_ite(c, x, y) for x, y in zip(a.elts, b.elts)), a.kind)
+    if isinstance(a, (SeqV, TupleV)) and isinstance(b, (SeqV, TupleV)):
+        sa, sb = _as_seq(a), _as_seq(b)
+        if sa.elem_sort == sb.elem_sort:
+            length = sa.length if sa.length == sb.length else None
+            la = sa.length if sa.length is not None else sa.bound
+            lb = sb.length if sb.length is not None else sb.bound
+            bound = None if length is not None or la is None or lb is None else max(la, lb)
+            return SeqV(z3.If(c, sa.t, sb.t), join(sa.kind, sb.kind) or sa.kind, length, bound)
+    raise _Unsupported(f"a conditional between {a.sig()} and {b.sig()}")
+
+
+def _as_seq(v: _Val) -> SeqV:
+    """A sequence value as a Z3 sequence (a tuple of Ints or of Bools becomes one)."""
+    if isinstance(v, SeqV):
+        return v
+    elts = v.elts
+    if all(isinstance(e, BoolV) for e in elts) and elts:
+        return SeqV(_seq_lit([e.t for e in elts], z3.BoolSort()), SeqK(BOOL), len(elts))
+    if all(isinstance(e, (IntV, BoolV)) for e in elts):
+        terms = [_numeric(e).t for e in elts]
+        kind = SeqK(DIM if all(_numeric(e).kind == DIM for e in elts) else INT)
+        return SeqV(_seq_lit(terms, z3.IntSort()), kind, len(elts))
+    raise _Unsupported(f"{v.sig()} as a sequence of ints")
+
+
+# ----------------------------------------------------------------------------- applications
+
+
+@dataclass
+class _App:
+    """What `refine` needs of one uninterpreted application: the argument values (and the
+    keywords they are passed by), the concrete semantics `run`, the result, the guard."""
+
+    label: str
+    args: list[tuple[str | None, _Val]]
+    leaves: list[z3.ExprRef]
+    result: _Val
+    guard: z3.BoolRef | None
+    run: Callable[[list[tuple[str | None, Any]]], Any]
+
+
+def _call_primitive(prim: Primitive) -> Callable[[list[tuple[str | None, Any]]], Any]:
+    def run(args):
+        pos = [v for k, v in args if k is None]
+        kw = {k: v for k, v in args if k is not None}
+        return prim.evaluate(*pos, **kw)
+
+    return run
+
+
+def _call_evaluate(node: Expr) -> Callable[[list[tuple[str | None, Any]]], Any]:
+    def run(args):
+        return evaluate(node, dict(args))
+
+    return run
+
+
+def _uf_leaf(name: str, args: list[z3.ExprRef]) -> Callable[[str, z3.SortRef], z3.ExprRef]:
+    """Leaves of a result: one uninterpreted function per leaf, named after the call."""
+    def leaf(part: str, sort: z3.SortRef) -> z3.ExprRef:
+        fn = z3.Function(f"{name}{part}", *[a.sort() for a in args], sort)
+        return fn(*args)
+
+    return leaf
+
+
+# ----------------------------------------------------------------------------- the encoder
+
+
+class Encoder:
+    """Encodes expressions over one copy of the unknowns.
+
+    `kinds`: the kind of every free name; `adt_fields`: the kind of every surviving ADT
+    field read (`layout.max_m`) or passed on (all fields of an ADT given to a primitive),
+    and optionally of `layout.kind`; `copy`: a suffix of every variable's Z3 name, so that
+    two encoders share no unknowns (uninterpreted functions are shared on purpose).
+
+    After encoding, assert `side` (the facts every variable's kind implies) with the query.
+    """
+
+    def __init__(self, kinds: Mapping[str, Kind], *, adt_fields: Mapping[str, Kind] = {},
+                 copy: str = ""):
+        self.kinds = dict(kinds)
+        self.adt_fields = dict(adt_fields)
+        self.copy = copy
+        #: facts of the variables' kinds (Dim >= 0, enum membership, Shape bounds, ...)
+        self.side: list[z3.BoolRef] = []
+        #: (printed divisor, its term) for every `//`, `%` and `ceil_div`
+        self.divisors: list[tuple[str, z3.ArithRef]] = []
+        #: (printed node, condition) that must hold for evaluation not to raise, each
+        #: already `Implies(guard, ...)` of the conditions under which the node is evaluated
+        self.domain: list[tuple[str, z3.BoolRef]] = []
+        #: every uninterpreted application: primitives and abstractions
+        self.applications: list[Application] = []
+        #: (printed node, term) of every sub-expression not encoded exactly
+        self.abstracted: list[tuple[str, Any]] = []
+        self._vars: dict[str, _Val] = {}
+        self._fixed: dict[str, int] = {}
+        self._apps: list[_App] = []
+        self._scope: dict[str, _Val] = {}
+        self._guard: z3.BoolRef | None = None
+
+    # -- variables -------------------------------------------------------------------------
+
+    def var(self, name: str) -> Any:
+        """The Z3 unknown(s) of a name: one term, or a tuple for a Maybe (presence,
+        payload), a float (isinf, real), a union (tag, payloads...) or an ADT (fields)."""
+        return self._var(name).raw()
+
+    def fix_length(self, name: str, n: int) -> None:
+        """Fix the length of sequence `name` to `n` (folds over it then unroll exactly)."""
+        self._fixed[name] = n
+        old = self._vars.get(name)
+        if isinstance(old, SeqV):
+            self.side.append(z3.Length(old.t) == n)
+            self._vars[name] = SeqV(old.t, old.kind, n, None)
+
+    def same(self, other: "Encoder", name: str) -> z3.BoolRef:
+        """`name` has the same value in this encoder's copy and in `other`'s."""
+        mine, theirs = self._var(name).leaves(), other._var(name).leaves()
+        return _and([x == y for x, y in zip(mine, theirs)])
+
+    def assign(self, name: str, value: Any) -> z3.BoolRef:
+        """`name` equals the plain Python `value` (an int, a dtype name, a tuple, None...)."""
+        try:
+            return self._var(name).pin(to_tuple(value))
+        except _Unconfirmable as exc:
+            raise EncodeError(f"{name} cannot take the value {value!r}: {exc}") from None
+
+    def _var(self, name: str) -> _Val:
+        if name in self._vars:
+            return self._vars[name]
+        kind = self.kinds.get(name, self.adt_fields.get(name))
+        if kind is None:
+            raise EncodeError(f"{name} is not a known name")
+        leaf = self._leaf
+        val = self._build(kind, name, leaf, facts=True)
+        self._vars[name] = val
+        return val
+
+    def _leaf(self, name: str, sort: z3.SortRef) -> z3.ExprRef:
+        return z3.Const(name + self.copy, sort)
+
+    def _build(self, kind: Kind, name: str, leaf: Callable[[str, z3.SortRef], z3.ExprRef],
+               facts: bool) -> _Val:
+        """A value of `kind` whose leaves `leaf` makes. Side conditions that keep the
+        representation meaningful (enum codes, tags, infinity flags) always; the facts of a
+        variable's kind (Dim >= 0, Shape bounds) only with `facts` (for variables, not for
+        primitive results, whose declared kind the encoder does not trust as a lemma)."""
+        side = self.side
+        if isinstance(kind, IntK):
+            t = leaf(name, z3.IntSort())
+            if facts and kind.nonneg:
+                side.append(t >= 0)
+            return IntV(t, kind)
+        if isinstance(kind, BoolK):
+            return BoolV(leaf(name, z3.BoolSort()), kind)
+        if isinstance(kind, StrK):
+            t = leaf(name, z3.IntSort())
+            if kind.literals is not None:
+                side.append(_or([t == str_code(s) for s in sorted(kind.literals)]))
+            return StrV(t, kind)
+        if isinstance(kind, DTypeK):
+            t = leaf(name, DTYPE_SORT)
+            if kind.members is not None:
+                side.append(_or([t == DTYPE_CONSTS[m] for m in sorted(kind.members)
+                                 if m in DTYPE_CONSTS]))
+            return DTypeV(t, kind)
+        if isinstance(kind, SeqK):
+            return self._build_seq(kind, name, leaf, facts)
+        if isinstance(kind, MaybeK):
+            present = leaf(f"present({name})", z3.BoolSort())
+            return MaybeV(present, self._build(kind.inner, f"{name}.value", leaf, facts), kind)
+        if isinstance(kind, UnionK):
+            members = [m for m in kind.members if not isinstance(m, NoneK)]
+            if len(members) < len(kind.members):
+                inner = members[0] if len(members) == 1 else UnionK(tuple(members))
+                return self._build(MaybeK(inner), name, leaf, facts)
+            tag = leaf(f"{name}.tag", z3.IntSort())
+            side.append(z3.And(tag >= 0, tag < len(members)))
+            vals = tuple(self._build(m, f"{name}:{i}", leaf, facts)
+                         for i, m in enumerate(members))
+            return UnionV(tag, vals, kind)
+        if isinstance(kind, ADTK) and facts:
+            return self._adt(name, kind)
+        if isinstance(kind, NoneK):
+            return NoneV()
+        if isinstance(kind, ValueK) and kind.tag == "float":
+            k, r = leaf(f"isinf({name})", z3.IntSort()), leaf(name, z3.RealSort())
+            side.append(z3.And(k >= -1, k <= 1, z3.Implies(k != 0, r == 0)))
+            return FloatV(k, r, kind)
+        if isinstance(kind, ValueK) and kind.tag in _NUMBER_TAGS:
+            return self._build(UnionK((INT, FLOAT)), name, leaf, facts)
+        if isinstance(kind, TensorK):
+            return TensorV(leaf(f"present({name})", z3.BoolSort()))
+        return OpaqueV(leaf(name, OPAQUE_SORT), kind)
+
+    def _build_seq(self, kind: SeqK, name: str, leaf, facts: bool) -> _Val:
+        elem = kind.elem
+        length = kind.length if kind.length is not None else (
+            self._fixed.get(name) if facts else None)
+        if not isinstance(elem, (IntK, BoolK)):
+            if length is None:
+                return OpaqueV(leaf(name, OPAQUE_SORT), kind)
+            return TupleV(tuple(self._build(elem, f"{name}[{i}]", leaf, facts)
+                                for i in range(length)), kind)
+        sort = z3.BoolSort() if isinstance(elem, BoolK) else z3.IntSort()
+        t = leaf(name, z3.SeqSort(sort))
+        bound = None
+        if length is not None:
+            self.side.append(z3.Length(t) == length)
+        elif facts and elem == DIM:
+            bound = MAX_RANK
+            self.side.append(z3.Length(t) <= MAX_RANK)
+        if facts and elem == DIM:
+            for i in range(length if length is not None else MAX_RANK):
+                self.side.append(z3.Implies(i < z3.Length(t), t[i] >= 0))
+        return SeqV(t, kind, length, bound)
+
+    def _adt(self, path: str, kind: ADTK) -> ADTV:
+        prefix = path + "."
+        names = sorted(k[len(prefix):] for k in self.adt_fields
+                       if k.startswith(prefix) and "." not in k[len(prefix):]
+                       and k[len(prefix):] != "kind")
+        fields = tuple((n, self._var(prefix + n)) for n in names)
+        ctor: _Val | None = None
+        if prefix + "kind" in self.adt_fields:
+            ctor = self._var(prefix + "kind")
+        elif kind.ctors is not None and len(kind.ctors) == 1:
+            ctor = _str_const(next(iter(kind.ctors)))
+        elif kind.ctors is not None:
+            self.adt_fields[prefix + "kind"] = StrK(kind.ctors)
+            ctor = self._var(prefix + "kind")
+        return ADTV(path, kind, ctor, fields)
+
+    # -- expressions -----------------------------------------------------------------------
+
+    def expr(self, e: Expr) -> Any:
+        """The Z3 term of an expression (a tuple of terms for a Maybe, float, ... value)."""
+        try:
+            return self._enc(e).raw()
+        except _Unsupported as exc:
+            raise EncodeError(f"{_show(e)}: {exc}") from None
+
+    def _enc(self, e: Expr) -> _Val:
+        handler = _HANDLERS.get(type(e))
+        if handler is None:
+            raise EncodeError(f"{_show(e)} is not an expression the encoder knows")
+        return handler(self, e)
+
+    @contextmanager
+    def _guarded(self, cond: z3.BoolRef | None) -> Iterator[None]:
+        """Encode under `cond`: what is encoded inside is evaluated only when it holds."""
+        saved = self._guard
+        self._guard = _conj(saved, cond)
+        try:
+            yield
+        finally:
+            self._guard = saved
+
+    def _require(self, node: Expr, cond: z3.BoolRef) -> None:
+        """Record a domain condition of an exact encoding (under the current guard)."""
+        text = _show(node)
+        self.domain.append((text, cond if self._guard is None else
+                            z3.Implies(self._guard, cond)))
+
+    def _or_abstract(self, node: Expr, kind: Kind, encode: Callable[[], _Val]) -> _Val:
+        """`encode()`, or, where it is unsupported, an abstraction of `node` of `kind`."""
+        marks = (len(self._apps), len(self.applications), len(self.abstracted),
+                 len(self.divisors), len(self.domain))
+        try:
+            return encode()
+        except _Unsupported:
+            del self._apps[marks[0]:], self.applications[marks[1]:]
+            del self.abstracted[marks[2]:], self.divisors[marks[3]:], self.domain[marks[4]:]
+            return self._abstract(node, kind)
+
+    # leaves
+
+    def _const(self, e: Const) -> _Val:
+        v = e.value
+        if v is None:
+            return NoneV()
+        if isinstance(v, bool):
+            return BoolV(z3.BoolVal(v), BOOL)
+        if isinstance(v, int):
+            return _int_const(v)
+        if isinstance(v, float):
+            return _float_const(v)
+        if isinstance(v, str):
+            return _str_const(v)
+        raise EncodeError(f"{v!r} is not a literal of the language")
+
+    def _name(self, e: Name) -> _Val:
+        return self._lookup(e.id)
+
+    def _lookup(self, name: str) -> _Val:
+        if name in self._scope:
+            return self._scope[name]
+        if name in self.kinds or name in self.adt_fields or name in self._vars:
+            return self._var(name)
+        if name == "inf":
+            return _float_const(math.inf)
+        raise EncodeError(f"{name} is not a known name")
+
+    def _tuple(self, e: TupleExpr) -> _Val:
+        return TupleV(tuple(self._enc(x) for x in e.elts))
+
+    def _attr(self, e: Attr) -> _Val:
+        base = self._enc(e.value)
+        if isinstance(base, MaybeV):
+            self._require(e, base.present)
+            base = base.payload
+            if e.attr == "value":
+                return base
+        elif e.attr == "value":
+            return base  # an already narrowed Maybe: `v.value` is `v`
+        if isinstance(base, ADTV):
+            if e.attr == "kind":
+                if base.ctor is None:
+                    raise EncodeError(f"{_show(e)}: the constructors of {base.path} are "
+                                      "unknown (give its kind in adt_fields)")
+                return base.ctor
+            for name, val in base.fields:
+                if name == e.attr:
+                    return val
+            raise EncodeError(f"{_show(e)}: {base.path}.{e.attr} is not in adt_fields")
+        raise EncodeError(f"{_show(e)}: a {base.sig()} has no attribute {e.attr}")
+
+    # operators
+
+    def _unary(self, e: UnaryOp) -> _Val:
+        v = self._enc(e.operand)
+        if e.op == "not":
+            return BoolV(z3.Not(_truth(v)), BOOL)
+        v = _numeric(v)
+        # Fold constants, so that `S[-1]` and `-inf` stay recognisable as constants.
+        if isinstance(v, FloatV):
+            return FloatV(z3.simplify(-v.k), z3.simplify(-v.r))
+        return IntV(z3.simplify(-v.t) if z3.is_int_value(v.t) else -v.t, INT)
+
+    def _binop(self, e: BinOp) -> _Val:
+        a, b = self._enc(e.left), self._enc(e.right)
+        floats = isinstance(a, FloatV) or isinstance(b, FloatV)
+        return self._or_abstract(e, FLOAT if floats else INT,
+                                 lambda: self._arith(e, _numeric(a), _numeric(b)))
+
+    def _arith(self, e: BinOp, a: _Val, b: _Val) -> _Val:
+        if isinstance(a, FloatV) or isinstance(b, FloatV):
+            fa, fb = _as_float(a), _as_float(b)
+            # Only finite operands are exact (ints, finite literals); a float variable may
+            # be infinite, and inf - inf has no value in the encoding.
+            if e.op in ("+", "-", "*") and _is_const_int(fa.k, 0) and _is_const_int(fb.k, 0):
+                return FloatV(z3.IntVal(0), _ARITH[e.op](fa.r, fb.r))
+            raise _Unsupported("arithmetic on floats that may be infinite")
+        x, y = a.t, b.t
+        if e.op in _ARITH:
+            nonneg = e.op != "-" and a.kind == DIM and b.kind == DIM
+            t = _ARITH[e.op](x, y)
+            return IntV(z3.simplify(t) if _is_const_int(x) and _is_const_int(y) else t,
+                        DIM if nonneg else INT)
+        self._divisor(e.right, y)
+        q = _floordiv(x, y)
+        if e.op == "//":
+            return IntV(q, INT)
+        if _is_const_int(y) and y.as_long() > 0:
+            return IntV(x % y, INT)  # SMT-LIB mod is Python's for a positive divisor
+        return IntV(x - y * q, INT)
+
+    def _divisor(self, node: Expr, term: z3.ArithRef) -> None:
+        self.divisors.append((_show(node), term))
+        self._require(node, term != 0)
+
+    def _boolop(self, e: BoolOp) -> _Val:
+        parts: list[z3.BoolRef] = []
+        for x in e.values:
+            # Short circuit: `x` is evaluated only when the operands before it did not
+            # already decide the result.
+            before = [p if e.op == "and" else z3.Not(p) for p in parts]
+            with self._guarded(_and(before) if before else None):
+                parts.append(_truth(self._enc(x)))
+        return BoolV(_and(parts) if e.op == "and" else _or(parts), BOOL)
+
+    def _compare(self, e: Compare) -> _Val:
+        return self._or_abstract(e, BOOL, lambda: self._chain(e))
+
+    def _chain(self, e: Compare) -> _Val:
+        left = self._enc(e.left)
+        parts: list[z3.BoolRef] = []
+        for op, comp in zip(e.ops, e.comparators):
+            with self._guarded(_and(parts) if parts else None):
+                right = self._enc(comp)
+            parts.append(_compare(op, left, right))
+            left = right
+        return BoolV(_and(parts), BOOL)
+
+    def _ifexp(self, e: IfExp) -> _Val:
+        c = _truth(self._enc(e.test))
+        with self._guarded(c):
+            a = self._enc(e.body)
+        with self._guarded(z3.Not(c)):
+            b = self._enc(e.orelse)
+        try:
+            return _ite(c, a, b)
+        except _Unsupported as exc:
+            raise EncodeError(f"{_show(e)}: {exc}") from None
+
+    def _subscript(self, e: Subscript) -> _Val:
+        seq = self._enc(e.value)
+        if isinstance(e.index, Slice):
+            return self._slice(e, seq)
+        idx = _numeric(self._enc(e.index))
+        if not isinstance(idx, IntV):
+            raise EncodeError(f"{_show(e)}: the index is not an int")
+        if isinstance(seq, TupleV):
+            n = len(seq.elts)
+            self._require(e, z3.And(idx.t >= -n, idx.t < n))
+            if z3.is_int_value(idx.t):
+                i = idx.t.as_long()
+                return seq.elts[i] if -n <= i < n else NoneV()
+            out = seq.elts[-1] if seq.elts else NoneV()
+            for i in range(n - 1, -1, -1):
+                out = _ite(z3.Or(idx.t == i, idx.t == i - n), seq.elts[i], out)
+            return out
+        if not isinstance(seq, SeqV):
+            raise EncodeError(f"{_show(e)}: {_show(e.value)} is not a sequence")
+        n = z3.IntVal(seq.length) if seq.length is not None else z3.Length(seq.t)
+        self._require(e, z3.And(idx.t >= -n, idx.t < n))
+        if z3.is_int_value(idx.t):
+            i = idx.t.as_long()
+            return seq.elem(i if i >= 0 else z3.simplify(n + i))
+        return seq.elem(z3.If(idx.t >= 0, idx.t, n + idx.t))
+
+    def _slice(self, e: Subscript, seq: _Val) -> _Val:
+        s = e.index
+        bounds = []
+        for b in (s.lower, s.upper, s.step):
+            v = None if b is None else _numeric(self._enc(b))
+            if v is not None and not isinstance(v, IntV):
+                raise EncodeError(f"{_show(e)}: a slice bound is not an int")
+            bounds.append(v)
+        lo, hi, step = bounds
+        consts = [None if b is None else (b.t.as_long() if z3.is_int_value(b.t) else ...)
+                  for b in bounds]
+        known = _known_elems(seq)
+        if known is not None and all(c is not ... for c in consts):
+            if step is not None and consts[2] == 0:
+                raise EncodeError(f"{_show(e)}: slice step cannot be zero")
+            picked = known[slice(*consts)]
+            if isinstance(seq, SeqV):
+                return SeqV(_seq_lit([v.leaves()[0] for v in picked], seq.elem_sort),
+                            seq.kind, len(picked))
+            return TupleV(tuple(picked), seq.kind)
+        if step is not None and consts[2] != 1:
+            raise EncodeError(f"{_show(e)}: a slice with a step needs a known length")
+        sv = _as_seq(seq) if isinstance(seq, TupleV) else seq
+        if not isinstance(sv, SeqV):
+            raise EncodeError(f"{_show(e)}: {_show(e.value)} is not a sequence")
+        n = z3.Length(sv.t)
+
+        def clamp(b: IntV | None, default: z3.ArithRef) -> z3.ArithRef:
+            # Python: a negative bound counts from the end; both are clamped to [0, n].
+            if b is None:
+                return default
+            x = b.t
+            return z3.If(x < 0, z3.If(n + x < 0, 0, n + x), z3.If(x > n, n, x))
+
+        start, stop = clamp(lo, z3.IntVal(0)), clamp(hi, n)
+        bound = sv.length if sv.length is not None else sv.bound
+        return SeqV(z3.Extract(sv.t, start, stop - start), sv.kind, None, bound)
+
+    # calls
+
+    def _call(self, e: Call) -> _Val:
+        f = e.func
+        if f == "present":
+            if len(e.args) != 1 or e.kwargs or not isinstance(e.args[0], Name):
+                raise EncodeError(f"{_show(e)} names no tensor, Maybe parameter or `out`")
+            v = self._lookup(e.args[0].id)
+            if isinstance(v, (MaybeV, TensorV)):
+                return BoolV(v.present, BOOL)
+            return BoolV(z3.BoolVal(not isinstance(v, NoneV)), BOOL)
+        if any(isinstance(a, GenExp) for a in e.args) and f not in _FOLDS - {"prod"}:
+            raise EncodeError(f"{_show(e)}: a comprehension is only an argument of all, sum, "
+                              "max or min")
+        if f == "len" and len(e.args) == 1 and not e.kwargs:
+            v = self._enc(e.args[0])
+            if isinstance(v, TupleV):
+                return _int_const(len(v.elts))
+            if isinstance(v, SeqV):
+                return IntV(z3.IntVal(v.length) if v.length is not None
+                            else z3.Length(v.t), DIM)
+            raise EncodeError(f"{_show(e)}: {_show(e.args[0])} is not a sequence")
+        if f in _FOLDS and len(e.args) == 1:
+            kind = BOOL if f == "all" else INT
+            return self._or_abstract(e, kind, lambda: self._fold(e))
+        if f == "ceil_div" and len(e.args) == 2 and not e.kwargs:
+            a, b = (_numeric(self._enc(x)) for x in e.args)
+            if isinstance(a, IntV) and isinstance(b, IntV):
+                self.divisors.append((_show(e.args[1]), b.t))
+                self._require(e, b.t > 0)
+                kind = DIM if a.kind == DIM and b.kind == DIM else INT
+                return IntV(-_floordiv(-a.t, b.t), kind)
+        prim = PRIMITIVES.get(f)
+        if prim is None or prim.role not in ("value", "roofline"):
+            raise EncodeError(f"{_show(e)}: {f} is not a built-in primitive of expressions")
+        return self._apply(prim, e)
+
+    def _fold(self, e: Call) -> _Val:
+        f, arg = e.func, e.args[0]
+        kw = dict(e.kwargs)
+        if set(kw) - {"default"} or (kw and f not in ("max", "min")):
+            raise EncodeError(f"{_show(e)}: unexpected keywords")
+        if isinstance(arg, GenExp):
+            items = _items(self._enc(arg.iter))
+            if items is None:
+                raise _Unsupported("a fold over a sequence of unknown length")
+            elems, seen = [], []
+            for elem, cond in items:
+                # `all` is lazy: an element is evaluated only while all before it held.
+                lazy = [t for t in seen] if f == "all" else []
+                with self._guarded(_and([c for c in [cond] if c is not None] + lazy)):
+                    saved = self._scope
+                    self._scope = {**saved, arg.var: elem}
+                    try:
+                        v = self._enc(arg.elt)
+                    finally:
+                        self._scope = saved
+                elems.append((v, cond))
+                if f == "all":
+                    seen.append(_truth(v) if cond is None else z3.Implies(cond, _truth(v)))
+        else:
+            items = _items(self._enc(arg))
+            if items is None:
+                raise _Unsupported("a fold over a sequence of unknown length")
+            elems = items
+        if f == "all":
+            return BoolV(_and([_truth(v) if c is None else z3.Implies(c, _truth(v))
+                               for v, c in elems]), BOOL)
+        nums = []
+        for v, c in elems:
+            v = _numeric(v)
+            if not isinstance(v, IntV):
+                raise _Unsupported("a fold over floats")
+            nums.append((v.t, c))
+        if f == "sum":
+            return IntV(_sum([v if c is None else z3.If(c, v, 0) for v, c in nums]), INT)
+        if f == "prod":
+            return IntV(_prod([v if c is None else z3.If(c, v, 1) for v, c in nums]), INT)
+        default = None
+        if "default" in kw:
+            d = self._enc(kw["default"])
+            if not isinstance(d, NoneV):
+                d = _numeric(d)
+                if not isinstance(d, IntV):
+                    raise _Unsupported("a non-int default")
+                default = d.t
+        return IntV(self._extreme(e, f, nums, default), INT)
+
+    def _extreme(self, e: Call, f: str, nums: list, default: z3.ArithRef | None) -> z3.ArithRef:
+        nonempty = z3.BoolVal(False) if not nums else (nums[0][1] if nums[0][1] is not None
+                                                       else z3.BoolVal(True))
+        if default is None:
+            self._require(e, nonempty)
+        if not nums:
+            return default if default is not None else z3.IntVal(0)
+        acc = nums[0][0]
+        for v, c in nums[1:]:
+            better = v > acc if f == "max" else v < acc
+            step = z3.If(better, v, acc)
+            acc = step if c is None else z3.If(c, step, acc)
+        return acc if default is None else z3.If(nonempty, acc, default)
+
+    def _apply(self, prim: Primitive, e: Call) -> _Val:
+        """An uninterpreted application of `prim`, recorded for refinement."""
+        args = self._bind(prim, e)
+        kinds = [v.kind for _, v in args]
+        try:
+            rkind = prim.result_kind(kinds)
+        except Exception:  # a kind function that cannot read these kinds
+            rkind = ValueK()
+        sig = ", ".join((f"{k}=" if k else "") + v.sig() for k, v in args)
+        name = f"{prim.name}({sig})"
+        leaves = [x for _, v in args for x in v.leaves()]
+        result = self._build(rkind, "", _uf_leaf(name, leaves), facts=False)
+        return self._record(prim.name, e, args, leaves, result, _call_primitive(prim))
+
+    def _bind(self, prim: Primitive, e: Call) -> list[tuple[str | None, _Val]]:
+        positional = [p for p in prim.params if not p.keyword_only]
+        by_name = {p.name: p for p in prim.params}
+        out: list[tuple[str | None, _Val]] = []
+        written = [(None, a) for a in e.args] + list(e.kwargs)
+        for i, (key, node) in enumerate(written):
+            if key is None:
+                param = positional[0] if prim.variadic else (
+                    positional[i] if i < len(positional) else None)
+            else:
+                param = by_name.get(key)
+            if param is None:
+                raise EncodeError(f"{_show(e)}: {prim.name} takes no such argument")
+            v = self._enc(node)
+            if isinstance(unwrap_maybe(param.kind), DTypeK):
+                v = _as_dtype(v)
+            out.append((key, v))
+        return out
+
+    def _abstract(self, node: Expr, kind: Kind) -> _Val:
+        """`node` as an uninterpreted function of its free names, confirmed by evaluating
+        the node concretely."""
+        names = sorted(n for n in free_names(node)
+                       if n != "inf" or n in self._scope or n in self.kinds)
+        args = [(n, self._lookup(n)) for n in names]
+        text = _show(node)
+        sig = ", ".join(f"{n}: {v.sig()}" for n, v in args)
+        leaves = [x for _, v in args for x in v.leaves()]
+        result = self._build(kind, "", _uf_leaf(f"<{text}>({sig})", leaves), facts=False)
+        return self._record(text, node, args, leaves, result, _call_evaluate(node))
+
+    def _record(self, label: str, node: Expr, args, leaves, result: _Val, run) -> _Val:
+        self._apps.append(_App(label, args, leaves, result, self._guard, run))
+        self.applications.append(Application(label, tuple(leaves), result.raw(), node))
+        self.abstracted.append((_show(node), result.raw()))
+        return result
+
+    # -- models ----------------------------------------------------------------------------
+
+    def values(self, model: z3.ModelRef) -> dict[str, Any]:
+        """Every variable created, as plain Python data (names without the copy suffix)."""
+        out: dict[str, Any] = {}
+        for name, val in self._vars.items():
+            if isinstance(val, ADTV):
+                continue  # its constructor and fields are variables of their own
+            try:
+                out[name] = to_tuple(val.py(model))
+            except _Unconfirmable:
+                out[name] = str(model.eval(val.leaves()[0], model_completion=True))
+        return out
+
+    def refine(self, model: z3.ModelRef) -> list[z3.BoolRef]:
+        """Lemmas that the model violates; empty when every evaluated uninterpreted
+        application agrees with the concrete semantics (or could not be checked: see
+        `confirm`)."""
+        return self.confirm(model)[0]
+
+    def confirm(self, model: z3.ModelRef) -> tuple[list[z3.BoolRef], list[str]]:
+        """(lemmas, unconfirmable): the lemmas of `refine`, and why some applications could
+        not be checked at all (an opaque argument); a model is genuine only when both are
+        empty."""
+        lemmas: list[z3.BoolRef] = []
+        unconfirmable: list[str] = []
+        for app in self._apps:
+            if app.guard is not None and \
+                    not z3.is_true(model.eval(app.guard, model_completion=True)):
+                continue  # not evaluated in this model: its value does not matter
+            try:
+                pyargs = [(k, v.py(model)) for k, v in app.args]
+            except _Unconfirmable as exc:
+                unconfirmable.append(f"{app.label}: {exc}")
+                continue
+            at = _and([x == model.eval(x, model_completion=True) for x in app.leaves])
+            try:
+                concrete = to_tuple(app.run(pyargs))
+            except Exception:  # noqa: BLE001 - as the evaluator, any failure is a raise
+                # The expression raises here: these arguments are outside the domain.
+                lemmas.append(z3.Not(_conj(app.guard, at)))
+                continue
+            try:
+                if _same(app.result.py(model), concrete):
+                    continue
+                lemmas.append(z3.Implies(at, app.result.pin(concrete)))
+            except _Unconfirmable as exc:
+                unconfirmable.append(f"{app.label}: {exc}")
+        return lemmas, unconfirmable
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Python equality that also tells a bool from an int, inside tuples too."""
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    return a == b
+
+
+def _compare(op: str, a: _Val, b: _Val) -> z3.BoolRef:
+    if op == "==":
+        return _eq(a, b)
+    if op == "!=":
+        return z3.Not(_eq(a, b))
+    if op in ("<", "<="):
+        return _lt(a, b, op == "<")
+    if op in (">", ">="):
+        return _lt(b, a, op == ">")
+    if op in ("in", "not in"):
+        holds = _contains(b, a)
+        return holds if op == "in" else z3.Not(holds)
+    raise EncodeError(f"{op} is not a comparison")
+
+
+def _contains(container: _Val, x: _Val) -> z3.BoolRef:
+    if isinstance(container, TupleV):
+        return _or([_eq(x, e) for e in container.elts])
+    if isinstance(container, SeqV):
+        if isinstance(x, (IntV, BoolV)) and container.elem_sort == z3.IntSort():
+            return z3.Contains(container.t, z3.Unit(_numeric(x).t))
+        if isinstance(x, BoolV) and container.elem_sort == z3.BoolSort():
+            return z3.Contains(container.t, z3.Unit(x.t))
+        items = _items(container)
+        if items is not None:
+            return _or([_eq(x, v) if c is None else z3.And(c, _eq(x, v)) for v, c in items])
+    raise _Unsupported(f"membership in a {container.sig()}")
+
+
+def _floordiv(a: z3.ArithRef, b: z3.ArithRef) -> z3.ArithRef:
+    """Python's `a // b`. SMT-LIB `div` is Euclidean; it is the floor for a positive
+    divisor, and `a // b == (-a) // (-b)`; a constant divisor picks its case statically."""
+    if _is_const_int(b):
+        c = b.as_long()
+        return a / c if c > 0 else (-a) / (-c) if c < 0 else a / b
+    return z3.If(b > 0, a / b, (-a) / (-b))
+
+
+def _sum(xs: list[z3.ArithRef]) -> z3.ArithRef:
+    return z3.IntVal(0) if not xs else xs[0] if len(xs) == 1 else z3.Sum(*xs)
+
+
+def _prod(xs: list[z3.ArithRef]) -> z3.ArithRef:
+    return z3.IntVal(1) if not xs else xs[0] if len(xs) == 1 else z3.Product(*xs)
+
+
+def _show(node: Any) -> str:
+    try:
+        return print_expr(node)
+    except Exception:  # a printer gap must not hide the real message
+        return repr(node)
+
+
+_ARITH = {"+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * y}
+
+_HANDLERS: dict[type, Callable[[Encoder, Any], _Val]] = {
+    Const: Encoder._const, Name: Encoder._name, Attr: Encoder._attr,
+    TupleExpr: Encoder._tuple, UnaryOp: Encoder._unary, BinOp: Encoder._binop,
+    BoolOp: Encoder._boolop, Compare: Encoder._compare, IfExp: Encoder._ifexp,
+    Subscript: Encoder._subscript, Call: Encoder._call,
+}
+
+
+# ----------------------------------------------------------------------------- solving
+
+
+def solve(solver: z3.Solver, encoders: "Encoder | Sequence[Encoder]", max_rounds: int = 8
+          ) -> tuple[Verdict, z3.ModelRef | None, str | None]:
+    """Check, confirm the model with every encoder, add the lemmas, check again.
+
+    SAT comes only with a model every encoder confirmed; UNSAT is Z3's proof (the lemmas
+    are facts of the primitives, so they exclude no genuine model); UNKNOWN carries the
+    reason: Z3's, an application that cannot be checked, or the rounds running out. The
+    lemmas stay on `solver`.
+    """
+    encs = [encoders] if isinstance(encoders, Encoder) else list(encoders)
+    for _ in range(max_rounds):
+        verdict, reason = check(solver)
+        if verdict is not Verdict.SAT:
+            return verdict, None, reason
+        model = solver.model()
+        lemmas: list[z3.BoolRef] = []
+        unconfirmable: list[str] = []
+        for enc in encs:
+            more, bad = enc.confirm(model)
+            lemmas += more
+            unconfirmable += bad
+        if unconfirmable:
+            return Verdict.UNKNOWN, None, "cannot confirm the model: " + "; ".join(unconfirmable)
+        if not lemmas:
+            return Verdict.SAT, model, None
+        solver.add(*lemmas)
+    return Verdict.UNKNOWN, None, f"no confirmed model after {max_rounds} refinement rounds"

@@ -1,0 +1,94 @@
+"""The Z3 environment: the one solver factory, the three verdicts, and the shared sorts.
+
+Every solver opspec uses comes from `make_solver`, so every verdict is reproducible: the
+budget is Z3's deterministic resource counter (`rlimit`), never a wall-clock timeout, and the
+seeds are fixed. Nothing here touches Z3's global parameters.
+
+`DEFAULT_RLIMIT` (measured with z3 4.x/5.x on this encoding, see tests/test_encode.py): the
+queries the prover asks of one spec branch (linear shape algebra, floor division by a
+constant, sequences of rank <= 8, a few uninterpreted primitives) spend from a few thousand
+to about 300k units and finish in well under 50 ms; an unbounded nonlinear query
+(`x*x*x + y*y*y == z*z*z` style) burns 5M units in about 0.5-1 s before giving up. 2M
+units stop such blow-ups at about 0.2-0.4 s while leaving a margin of more than 6x over the
+largest typical query.
+
+Shared sorts: `DTYPE_SORT` is one enumeration over every dtype name of `kinds.DTYPES`
+(a dtype is a dtype, whatever member set its kind allows; members are side conditions);
+`OPAQUE_SORT` is the uninterpreted sort of values the encoding cannot see into. Strings
+(enum literals, `category(...)` results, ADT constructor names) are Int *codes*:
+`str_code` maps a string injectively and deterministically to a positive int, so that two
+string-valued terms compare with plain integer equality, whatever literal sets their kinds
+allow, and so that the code of a literal never depends on the order strings were met.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import z3
+
+from ..schema.kinds import DTYPES
+
+__all__ = ["DEFAULT_RLIMIT", "SEED", "Verdict", "make_solver", "check", "DTYPE_SORT",
+           "DTYPE_CONSTS", "OPAQUE_SORT", "str_code", "str_decode"]
+
+#: The resource budget of one `check` (see the module docstring for the measurement).
+DEFAULT_RLIMIT = 2_000_000
+#: The one seed of every solver: the same query gives the same model.
+SEED = 0
+
+
+class Verdict(enum.Enum):
+    """What a check says: a (confirmed) model, a proof of none, or no decision."""
+
+    SAT = "sat"
+    UNSAT = "unsat"
+    UNKNOWN = "unknown"
+
+
+def make_solver(rlimit: int = DEFAULT_RLIMIT) -> z3.Solver:
+    """A fresh solver with the resource limit `rlimit` and the fixed seeds; nothing else."""
+    solver = z3.Solver()
+    solver.set("rlimit", rlimit)
+    solver.set("random_seed", SEED)
+    solver.set("smt.random_seed", SEED)
+    return solver
+
+
+def check(solver: z3.Solver) -> tuple[Verdict, str | None]:
+    """Run `solver.check()`; `unknown` is its own verdict, with Z3's reason."""
+    result = solver.check()
+    if result == z3.sat:
+        return Verdict.SAT, None
+    if result == z3.unsat:
+        return Verdict.UNSAT, None
+    return Verdict.UNKNOWN, solver.reason_unknown() or "unknown"
+
+
+# ----------------------------------------------------------------------------- shared sorts
+
+DTYPE_SORT, _dtype_consts = z3.EnumSort("DType", list(DTYPES))
+#: The enumeration constant of each dtype name.
+DTYPE_CONSTS: dict[str, z3.ExprRef] = dict(zip(DTYPES, _dtype_consts))
+#: The dtype name of each enumeration constant (keyed by the constant's printed name).
+DTYPE_NAMES: dict[str, str] = {str(c): name for name, c in DTYPE_CONSTS.items()}
+OPAQUE_SORT = z3.DeclareSort("Opaque")
+del _dtype_consts
+
+
+def str_code(text: str) -> int:
+    """The Int code of a string: its UTF-8 bytes, after a 0x01 byte, read as one integer."""
+    return int.from_bytes(b"\x01" + text.encode("utf-8"), "big")
+
+
+def str_decode(code: int) -> str:
+    """The string of a code `str_code` made; any other int decodes to `<str #code>` (an
+    unconstrained string in a model, which no literal pins)."""
+    if code > 0:
+        raw = code.to_bytes((code.bit_length() + 7) // 8, "big")
+        if raw[:1] == b"\x01":
+            try:
+                return raw[1:].decode("utf-8")
+            except UnicodeDecodeError:
+                pass
+    return f"<str #{code}>"
