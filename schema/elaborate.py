@@ -20,7 +20,8 @@ from opspec.schema.checker import (
 from opspec.schema.diagnostics import Diagnostic, Severity
 from opspec.schema.errors import ExpressionError
 from opspec.schema.expr import (
-    Attr, Call, Const, Expr, FamilyApp, Name, ShapeList, ShapeTerm, Splat, free_names, walk,
+    Attr, Call, Const, Expr, FamilyApp, Name, ShapeList, ShapeTerm, Splat, free_names,
+    shape_exprs, walk,
 )
 from opspec.schema.loader import LoadedSpec
 from opspec.schema.models import ADTDef, ADTField, OpSpec, TensorSpec, WorkloadRow
@@ -207,6 +208,7 @@ class _Elaborator:
         self.checker = KindChecker()
         #: family cases whose shape applies a family: checked once all families are known
         self._nested_apps: list[tuple[FamilyApp, str, str, Scope]] = []
+        self._broken_lets: frozenset[str] = frozenset()
 
     # diagnostics
     def report(self, check: str, path: str, message: str, *, hint: str | None = None,
@@ -332,6 +334,8 @@ class _Elaborator:
                 let_exprs[name] = e
         lets = self.elaborate_lets(let_exprs, let_names, symbols, base)
         base = Scope(symbols, self.adts, has_out=has_out)
+        #: lets that failed: a declaration reading one is left out without another report
+        self._broken_lets = frozenset(n for n in let_names if n not in lets)
 
         families = {n: f for n, fam in sig.types.items() if n in declared_families
                     and (f := self.elaborate_family(n, fam, base)) is not None}
@@ -343,10 +347,12 @@ class _Elaborator:
             # A tensor whose dtype or shape fails is left out (its path is in `broken`).
             dtype = self.parse(t.dtype, f"{path}.dtype")
             shape = self.parse_shape(t.shape, f"{path}.shape")
-            if dtype is not None and not self.check_dtype(dtype, t.dtype, f"{path}.dtype", base):
+            if dtype is not None and (self.reads_broken(dtype, f"{path}.dtype") or not
+                                      self.check_dtype(dtype, t.dtype, f"{path}.dtype", base)):
                 dtype = None
-            if shape is not None and not self.check_shape(shape, t.shape, f"{path}.shape", base,
-                                                          families):
+            if shape is not None and (self.reads_broken(shape, f"{path}.shape") or not
+                                      self.check_shape(shape, t.shape, f"{path}.shape", base,
+                                                       families)):
                 shape = None
             flags = {}
             for flag in ("optional", "nullable", "mutated"):
@@ -391,7 +397,7 @@ class _Elaborator:
         for i, text in enumerate(sig.shape_rules):
             path = f"signature.shape_rules.{i}"
             e = self.parse(text, path)
-            if e is None:
+            if e is None or self.reads_broken(e, path):
                 continue
             d = defining_equality(e)
             if d is not None and not _is_new(d[0], symbols) and isinstance(d[1], Name) and \
@@ -419,6 +425,15 @@ class _Elaborator:
             symbols=dict(symbols), broken=frozenset(self.broken))
 
     # pieces
+    def reads_broken(self, node: Expr | ShapeTerm, path: str) -> bool:
+        """Whether `node` reads a let that failed; `path` is then broken too (the let's own
+        diagnostic already says why)."""
+        exprs = shape_exprs(node) if isinstance(node, (ShapeList, FamilyApp)) else (node,)
+        if any(free_names(x) & self._broken_lets for x in exprs):
+            self.broken.add(path)
+            return True
+        return False
+
     def elaborate_lets(self, exprs: dict[str, Expr], names: set[str],
                        symbols: dict[str, Symbol], base: Scope) -> dict[str, LetDecl]:
         """Kinds of the lets that parsed (`exprs`), in a dependency order. Each cycle is
@@ -606,7 +621,9 @@ class _Elaborator:
 
     def is_discriminant_only(self, e: Expr, scope: Scope) -> bool:
         """Whether `e` reads only discriminants: Bool and enum parameters, presence, and of
-        an ADT parameter only its constructor (`.kind`) and finitely-valued fields."""
+        an ADT parameter only its constructor (`.kind`) and finitely-valued fields. A
+        `Maybe` parameter counts through `present(v)`, and through `v.value` when its payload
+        is itself one of those (`'trunc' | 'floor' | None`)."""
         for n in walk(e):
             if isinstance(n, Call) and n.func != "present":
                 return False
@@ -619,9 +636,7 @@ class _Elaborator:
                 if sym.role != PARAM:
                     return False
                 k = K.unwrap_maybe(sym.kind)
-                if isinstance(sym.kind, K.MaybeK):
-                    if not _only_presence(e, n.id):
-                        return False
+                if isinstance(sym.kind, K.MaybeK) and _only_presence(e, n.id):
                     continue
                 if isinstance(k, K.ADTK):
                     if not _only_finite_fields(e, n.id, self.adts.get(k.name)):
@@ -749,7 +764,8 @@ class _Elaborator:
                 parts[f] = None
                 continue
             e = self.parse(text, f"roofline.{f}")
-            if e is not None and self.check(e, text, f"roofline.{f}", scope, K.INT) is None:
+            if e is not None and (self.reads_broken(e, f"roofline.{f}") or
+                                  self.check(e, text, f"roofline.{f}", scope, K.INT) is None):
                 e = None
             parts[f] = e
         return RooflineDecl(flops=parts["flops"], bytes=parts["bytes"])
@@ -781,9 +797,14 @@ def _only_presence(e: Expr, name: str) -> bool:
 def _only_finite_fields(e: Expr, name: str, adt: ADTInfo | None) -> bool:
     """Whether every field that `e` reads of the ADT value `name` is its constructor
     (`.kind`) or a field with finitely many values in every constructor that has it."""
+    def reads(base: Expr) -> bool:
+        return isinstance(base, Name) and base.id == name or (
+            isinstance(base, Attr) and base.attr == "value" and isinstance(base.value, Name)
+            and base.value.id == name)  # `v.value.<field>` of a Maybe ADT
+
     for n in walk(e):
-        if isinstance(n, Attr) and isinstance(n.value, Name) and n.value.id == name:
-            if n.attr == "kind":
+        if isinstance(n, Attr) and reads(n.value):
+            if n.attr == "kind" or (n.attr == "value" and isinstance(n.value, Name)):
                 continue
             if adt is None:
                 return False

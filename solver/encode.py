@@ -12,9 +12,9 @@ How values are represented (one private `_Val` class per shape of value):
 - DType: the one shared enumeration sort `DType` (member sets are side conditions). A string
   literal meeting a dtype (`T == 'bfloat16'`, `coalesce_dtype(v, 'float32')`) becomes the
   enumeration constant; a non-literal string meeting a dtype is compared name by name.
-- float: an extended real, a pair (`isinf(x)` in {-1, 0, 1}, the Real `x`, 0 when infinite),
-  so `-inf < scale < inf` and `ord == inf` are exact. `inf` is the pair (1, 0). Arithmetic
-  that may involve an infinity is abstracted (see below). `Number` is `int | float`.
+- float: an extended real, a pair (`isinf(x)`: 0 finite, 1 +inf, -1 -inf, 2 NaN; the Real
+  `x`, 0 unless finite), so `-inf < scale < inf`, `ord == inf` and `+ - *` with infinities
+  and NaN are exact (rounding is not modelled: reals are exact). `Number` is `int | float`.
 - Seq[Int] / Seq[Bool] / Shape: a Z3 sequence. A Shape variable (`Seq[Dim]`) gets
   `Length <= MAX_RANK` and `Implies(i < Length, S[i] >= 0)` for each `i < MAX_RANK`, so its
   elements are Dims wherever they are read. A fixed length (`Seq[Int; 2]`, `fix_length`) is
@@ -63,10 +63,10 @@ from ..schema.errors import OpspecError
 from ..schema.evaluate import evaluate
 from ..schema.expr import (Attr, BinOp, BoolOp, Call, Compare, Const, Expr, GenExp, IfExp,
                            Name, Slice, Subscript, TupleExpr, UnaryOp, free_names)
-from ..schema.kinds import (ADTK, BOOL, DIM, FLOAT, INT, SEQ_INT, BoolK, DTypeK, IntK, Kind,
+from ..schema.kinds import (ADTK, BOOL, DIM, DTYPES, FLOAT, INT, SEQ_INT, BoolK, DTypeK, IntK, Kind,
                             MaybeK, NoneK, SeqK, StrK, TensorK, UnionK, ValueK, join,
                             unwrap_maybe)
-from ..schema.primitives import PRIMITIVES, Primitive
+from ..schema.primitives import PRIMITIVES, Param, Primitive
 from ..schema.printer import print_expr
 from ..schema.values import ADTValue, is_int, to_tuple
 from .z3env import (DTYPE_CONSTS, DTYPE_NAMES, DTYPE_SORT, OPAQUE_SORT, Verdict, check,
@@ -76,6 +76,8 @@ __all__ = ["MAX_RANK", "Application", "EncodeError", "Encoder", "solve"]
 
 #: The largest rank a Shape may have (the bound of its length, and of unrolled folds).
 MAX_RANK = 8
+#: The `isinf` code of NaN in a float's representation.
+_NAN = 2
 _FOLDS = frozenset({"sum", "max", "min", "all", "prod"})
 _NUMBER_TAGS = frozenset({"Number", "number"})
 
@@ -267,7 +269,8 @@ class OpaqueV(_Leaf):
 
 @dataclass(frozen=True)
 class FloatV(_Val):
-    """An extended real: `k` is -1 (-inf), 0 (finite, the value `r`) or 1 (+inf)."""
+    """An IEEE-like real: `k` is 0 (finite, the value `r`), 1 (+inf), -1 (-inf) or 2 (NaN);
+    `r` is 0 unless finite."""
 
     k: z3.ArithRef
     r: z3.ArithRef
@@ -281,11 +284,15 @@ class FloatV(_Val):
 
     def py(self, m):
         k = m.eval(self.k, model_completion=True).as_long()
+        if k == _NAN:
+            return math.nan
         return k * math.inf if k else _real(m.eval(self.r, model_completion=True))
 
     def pin(self, value):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise _Unconfirmable(f"{value!r} is not a number")
+        if value != value:
+            return self.k == _NAN
         if math.isinf(value):
             return self.k == (1 if value > 0 else -1)
         f = Fraction(value)
@@ -501,6 +508,8 @@ def _str_const(text: str) -> StrV:
 
 
 def _float_const(value: float) -> FloatV:
+    if value != value:
+        return FloatV(z3.IntVal(_NAN), z3.RealVal(0))
     if math.isinf(value):
         return FloatV(z3.IntVal(1 if value > 0 else -1), z3.RealVal(0))
     f = Fraction(value)
@@ -575,7 +584,7 @@ def _eq(a: _Val, b: _Val) -> z3.BoolRef:
             return a.t == b.t
         if isinstance(a, FloatV) or isinstance(b, FloatV):
             fa, fb = _as_float(a), _as_float(b)
-            return z3.And(fa.k == fb.k, fa.r == fb.r)
+            return z3.And(fa.k == fb.k, fa.k != _NAN, fa.r == fb.r)
         return _numeric(a).t == _numeric(b).t
     a, b = _as_dtype(a), _as_dtype(b)
     if isinstance(a, StrV) and isinstance(b, DTypeV):
@@ -625,8 +634,12 @@ def _lt(a: _Val, b: _Val, strict: bool) -> z3.BoolRef:
     if isinstance(a, (IntV, BoolV, FloatV)) and isinstance(b, (IntV, BoolV, FloatV)):
         if isinstance(a, FloatV) or isinstance(b, FloatV):
             fa, fb = _as_float(a), _as_float(b)
+            # NaN is unordered: every comparison with it is false.
+            numbers = z3.And(fa.k != _NAN, fb.k != _NAN)
             below = z3.Or(fa.k < fb.k, z3.And(fa.k == 0, fb.k == 0, fa.r < fb.r))
-            return below if strict else z3.Or(below, z3.And(fa.k == fb.k, fa.r == fb.r))
+            if not strict:
+                below = z3.Or(below, z3.And(fa.k == fb.k, fa.r == fb.r))
+            return z3.And(numbers, below)
         x, y = _numeric(a).t, _numeric(b).t
         return x < y if strict else x <= y
     xs, ys = _known_elems(a), _known_elems(b)
@@ -742,6 +755,491 @@ def _uf_leaf(name: str, args: list[z3.ExprRef]) -> Callable[[str, z3.SortRef], z
     return leaf
 
 
+_RECFUNS: dict[str, z3.FuncDeclRef] = {}
+
+
+def _recfold(key: str, f: str, x: z3.ExprRef, elt: z3.ExprRef,
+             result: z3.SortRef) -> z3.FuncDeclRef:
+    """The recursive function folding `f` over a sequence, `elt` (a term in `x`) giving
+    each element's contribution. Defined once per key in Z3's context; `max`/`min` are
+    the nonempty folds (the caller handles the empty sequence)."""
+    if key in _RECFUNS:
+        return _RECFUNS[key]
+    seq_sort = z3.SeqSort(x.sort())
+    fn = z3.RecFunction(f"fold.{key}", seq_sort, result)
+    s = z3.Const(f"fold.{key}.s", seq_sort)
+    n = z3.Length(s)
+    head = z3.substitute(elt, (x, s[0]))
+    rest = fn(z3.Extract(s, 1, n - 1))
+    if f == "sum":
+        body = z3.If(n == 0, 0, head + rest)
+    elif f == "prod":
+        body = z3.If(n == 0, 1, head * rest)
+    elif f == "all":
+        body = z3.If(n == 0, True, z3.And(head, rest))
+    else:
+        pick = z3.If(head >= rest, head, rest) if f == "max" else \
+            z3.If(head <= rest, head, rest)
+        body = z3.If(n <= 1, head, pick)
+    z3.RecAddDefinition(fn, [s], body)
+    _RECFUNS[key] = fn
+    return fn
+
+
+# ----------------------------------------------------------------------------- primitive facts
+#
+# A fact of a primitive is a formula F(args, result) that holds whenever the primitive
+# evaluates without raising, and that fails for arguments where it raises. The encoder
+# asserts `Implies(guard, F)` in `side`: where the application is evaluated, its arguments
+# are in the domain (as the CEGAR loop would otherwise learn point by point) and its value
+# is the one F gives. A fact may be partial (the CEGAR loop still confirms every model);
+# most here are exact on the argument shapes they accept and return None on others.
+
+
+def _axis_ok(d: z3.ArithRef, r: z3.ArithRef) -> z3.BoolRef:
+    """`normalize_axis(d, r)` does not raise: `[-r, r)`, or `{-1, 0}` at rank 0."""
+    return z3.If(r == 0, z3.And(d >= -1, d <= 0), z3.And(d >= -r, d < r))
+
+
+def _axis_norm(d: z3.ArithRef, r: z3.ArithRef) -> z3.ArithRef:
+    return z3.If(r == 0, 0, z3.If(d < 0, d + r, d))
+
+
+def _all_axes_ok() -> z3.FuncDeclRef:
+    """Recursive: every element of an Int sequence is a valid axis for rank r."""
+    key = "axes_ok"
+    if key not in _RECFUNS:
+        seq = z3.SeqSort(z3.IntSort())
+        fn = z3.RecFunction("fold.axes_ok", seq, z3.IntSort(), z3.BoolSort())
+        s, r = z3.Const("fold.axes_ok.s", seq), z3.Int("fold.axes_ok.r")
+        n = z3.Length(s)
+        z3.RecAddDefinition(fn, [s, r], z3.If(n == 0, True, z3.And(
+            _axis_ok(s[0], r), fn(z3.Extract(s, 1, n - 1), r))))
+        _RECFUNS[key] = fn
+    return _RECFUNS[key]
+
+
+def _all_axes_unique() -> z3.FuncDeclRef:
+    """Recursive: valid axes of an Int sequence normalize to distinct axes (r > 0)."""
+    key = "axes_unique"
+    if key not in _RECFUNS:
+        seq = z3.SeqSort(z3.IntSort())
+        fn = z3.RecFunction("fold.axes_unique", seq, z3.IntSort(), z3.BoolSort())
+        s, r = z3.Const("fold.axes_unique.s", seq), z3.Int("fold.axes_unique.r")
+        n = z3.Length(s)
+        t = z3.Extract(s, 1, n - 1)
+        # Valid axes x, y normalize alike iff x == y or they differ by the rank.
+        fresh = z3.And([z3.Not(z3.Contains(t, z3.Unit(s[0] + k))) for k in (0, r, -r)])
+        z3.RecAddDefinition(fn, [s, r], z3.If(n == 0, True, z3.And(fresh, fn(t, r))))
+        _RECFUNS[key] = fn
+    return _RECFUNS[key]
+
+
+def _axes_ok(dim: _Val, r: z3.ArithRef) -> z3.BoolRef | None:
+    """`valid_axes(dim, r)` on each shape `dim` may take; None where unknown."""
+    if isinstance(dim, NoneV):
+        return z3.BoolVal(True)
+    if isinstance(dim, MaybeV):
+        inner = _axes_ok(dim.payload, r)
+        return None if inner is None else z3.Or(z3.Not(dim.present), inner)
+    if isinstance(dim, UnionV):
+        parts = [_axes_ok(m, r) for m in dim.members]
+        if any(p is None for p in parts):
+            return None
+        return _or([z3.And(dim.tag == i, p) for i, p in enumerate(parts)])
+    if isinstance(dim, IntV):
+        return _axis_ok(dim.t, r)
+    if isinstance(dim, SeqV) and dim.elem_sort == z3.IntSort():
+        return _all_axes_ok()(dim.t, r)
+    if isinstance(dim, TupleV) and all(isinstance(x, IntV) for x in dim.elts):
+        return _and([_axis_ok(x.t, r) for x in dim.elts])
+    return None
+
+
+def _axes_unique(dim: _Val, r: z3.ArithRef) -> z3.BoolRef | None:
+    """`unique_axes(dim, r)` given valid axes; None where unknown."""
+    if isinstance(dim, (NoneV, IntV)):
+        return z3.BoolVal(True)
+    if isinstance(dim, MaybeV):
+        inner = _axes_unique(dim.payload, r)
+        return None if inner is None else z3.Or(z3.Not(dim.present), inner)
+    if isinstance(dim, UnionV):
+        parts = [_axes_unique(m, r) for m in dim.members]
+        if any(p is None for p in parts):
+            return None
+        return _or([z3.And(dim.tag == i, p) for i, p in enumerate(parts)])
+    if isinstance(dim, (SeqV, TupleV)):
+        seq = _as_seq(dim) if isinstance(dim, TupleV) else dim
+        if seq.elem_sort != z3.IntSort():
+            return None
+        # At rank 0 every valid axis is the scalar axis: unique only if at most one.
+        return z3.If(r == 0, z3.Length(seq.t) <= 1, _all_axes_unique()(seq.t, r))
+    return None
+
+
+def _unique_domain(dim: _Val, r: z3.ArithRef) -> z3.BoolRef | None:
+    """`unique_axes` normalizes the axes of a sequence, which raises on invalid ones."""
+    if isinstance(dim, (NoneV, IntV)):
+        return z3.BoolVal(True)
+    if isinstance(dim, MaybeV):
+        inner = _unique_domain(dim.payload, r)
+        return None if inner is None else z3.Or(z3.Not(dim.present), inner)
+    if isinstance(dim, UnionV):
+        parts = [_unique_domain(m, r) for m in dim.members]
+        if any(p is None for p in parts):
+            return None
+        return _or([z3.And(dim.tag == i, p) for i, p in enumerate(parts)])
+    return _axes_ok(dim, r)
+
+
+def _fact_valid_axes(a: dict, res: _Val) -> z3.BoolRef | None:
+    ok = _axes_ok(a["dim"], _numeric(a["rank"]).t)
+    return None if ok is None else res.t == ok
+
+
+def _fact_unique_axes(a: dict, res: _Val) -> z3.BoolRef | None:
+    r = _numeric(a["rank"]).t
+    dom, value = _unique_domain(a["dim"], r), _axes_unique(a["dim"], r)
+    return None if dom is None or value is None else z3.And(dom, res.t == value)
+
+
+def _reduced_axis(dim: _Val, i: int, r: z3.ArithRef, full: z3.BoolRef) -> z3.BoolRef | None:
+    """Whether `reduced` reduces axis `i` (given valid axes); `full`: an empty sequence
+    means all axes."""
+    if isinstance(dim, NoneV):
+        return z3.BoolVal(True)
+    if isinstance(dim, MaybeV):
+        inner = _reduced_axis(dim.payload, i, r, full)
+        return None if inner is None else z3.If(dim.present, inner, True)
+    if isinstance(dim, UnionV):
+        parts = [_reduced_axis(m, i, r, full) for m in dim.members]
+        if any(p is None for p in parts):
+            return None
+        return _or([z3.And(dim.tag == k, p) for k, p in enumerate(parts)])
+    if isinstance(dim, IntV):
+        return _axis_norm(dim.t, r) == i
+    if isinstance(dim, (SeqV, TupleV)):
+        seq = _as_seq(dim) if isinstance(dim, TupleV) else dim
+        if seq.elem_sort != z3.IntSort():
+            return None
+        named = z3.Or(z3.Contains(seq.t, z3.Unit(z3.IntVal(i))),
+                      z3.Contains(seq.t, z3.Unit(i - r)))
+        return z3.If(z3.Length(seq.t) == 0, full, named)
+    return None
+
+
+def _empty_dim(dim: _Val) -> z3.BoolRef:
+    if isinstance(dim, MaybeV):
+        return z3.And(dim.present, _empty_dim(dim.payload))
+    if isinstance(dim, UnionV):
+        return _or([z3.And(dim.tag == k, _empty_dim(m)) for k, m in enumerate(dim.members)])
+    if isinstance(dim, SeqV):
+        return z3.Length(dim.t) == 0
+    if isinstance(dim, TupleV):
+        return z3.BoolVal(not dim.elts)
+    return z3.BoolVal(False)
+
+
+def _shape_items(v: _Val) -> tuple[SeqV, int] | None:
+    """A shape argument as a sequence with a static bound on its length."""
+    if isinstance(v, TupleV):
+        try:
+            v = _as_seq(v)
+        except _Unsupported:
+            return None
+    if not isinstance(v, SeqV) or v.elem_sort != z3.IntSort():
+        return None
+    bound = v.length if v.length is not None else v.bound
+    return None if bound is None else (v, bound)
+
+
+def _fact_reduced(a: dict, res: _Val) -> z3.BoolRef | None:
+    shape, keep, mode = _shape_items(a["S"]), a["keepdim"], a["mode"]
+    if shape is None or not isinstance(keep, BoolV) or not isinstance(mode, StrV):
+        return None
+    S, bound = shape
+    r = z3.Length(S.t)
+    full = mode.t == str_code("full")
+    reds = [_reduced_axis(a["dim"], i, r, full) for i in range(bound)]
+    ok = _axes_ok(a["dim"], r)
+    if ok is None or any(x is None for x in reds):
+        return None
+    dom = z3.And(ok, _or([mode.t == str_code(m) for m in ("full", "noop", "reject")]),
+                 z3.Not(z3.And(_empty_dim(a["dim"]), mode.t == str_code("reject"))))
+    inside = [z3.IntVal(i) < r for i in range(bound)]
+    kept = [z3.And(c, z3.Not(x)) for c, x in zip(inside, reds)]
+    n_kept = _sum([z3.If(k, 1, 0) for k in kept])
+    value = [z3.Length(res.t) == z3.If(r == 0, 0, z3.If(keep.t, r, n_kept))]
+    for i in range(bound):
+        pos = _sum([z3.If(k, 1, 0) for k in kept[:i]])
+        value.append(z3.Implies(inside[i], z3.If(
+            keep.t, res.t[i] == z3.If(reds[i], 1, S.t[i]),
+            z3.Implies(z3.Not(reds[i]), res.t[pos] == S.t[i]))))
+    return z3.And(dom, *value)
+
+
+def _fact_broadcast(shapes: list[_Val], res: _Val) -> z3.BoolRef | None:
+    items = [_shape_items(v) for v in shapes]
+    if any(x is None for x in items):
+        return None
+    bound = max((b for _, b in items), default=0)
+    lengths = [z3.Length(s.t) for s, _ in items]
+    rank = z3.IntVal(0)
+    for n in lengths:
+        rank = z3.If(n > rank, n, rank)
+    dom, value = [], [z3.Length(res.t) == rank]
+    for j in range(bound):  # the j-th axis from the right
+        sizes = [z3.If(j < n, s.t[n - 1 - j], 1) for (s, _), n in zip(items, lengths)]
+        out = z3.IntVal(1)
+        for x in sizes:
+            out = z3.If(x != 1, x, out)
+        dom += [z3.Or(x == y, x == 1, y == 1)
+                for k, x in enumerate(sizes) for y in sizes[k + 1:]]
+        value.append(z3.Implies(j < rank, res.t[rank - 1 - j] == out))
+    return _and(dom + value)
+
+
+def _fact_per_axis(a: dict, res: _Val) -> z3.BoolRef | None:
+    i, n = _numeric(a["i"]).t, _numeric(a["n"]).t
+    fallback = a.get("fallback", NoneV())
+
+    def none_case() -> tuple[z3.BoolRef, z3.ArithRef] | None:
+        if isinstance(fallback, NoneV):
+            return z3.BoolVal(False), z3.IntVal(0)
+        if isinstance(fallback, MaybeV) and isinstance(fallback.payload, IntV):
+            return fallback.present, fallback.payload.t
+        if isinstance(fallback, IntV):
+            return z3.BoolVal(True), fallback.t
+        return None
+
+    def item(v: _Val) -> tuple[z3.BoolRef, z3.ArithRef] | None:
+        """(domain, value) of a scalar item: an int, or None meaning the fallback."""
+        if isinstance(v, IntV):
+            return z3.BoolVal(True), v.t
+        if isinstance(v, NoneV):
+            return none_case()
+        if isinstance(v, MaybeV):
+            inner, fb = item(v.payload), none_case()
+            if inner is None or fb is None:
+                return None
+            return (z3.If(v.present, inner[0], fb[0]), z3.If(v.present, inner[1], fb[1]))
+        return None
+
+    def case(v: _Val) -> tuple[z3.BoolRef, z3.ArithRef] | None:
+        if isinstance(v, MaybeV):
+            inner, fb = case(v.payload), none_case()
+            if inner is None or fb is None:
+                return None
+            return (z3.If(v.present, inner[0], fb[0]), z3.If(v.present, inner[1], fb[1]))
+        if isinstance(v, UnionV):
+            parts = [case(m) for m in v.members]
+            if any(p is None for p in parts):
+                return None
+            dom = _or([z3.And(v.tag == k, d) for k, (d, _) in enumerate(parts)])
+            val = parts[-1][1]
+            for k in range(len(parts) - 2, -1, -1):
+                val = z3.If(v.tag == k, parts[k][1], val)
+            return dom, val
+        if isinstance(v, SeqV) and v.elem_sort == z3.IntSort():
+            m = z3.Length(v.t)
+            return (z3.And(m == n, i >= -m, i < m), v.t[z3.If(i >= 0, i, m + i)])
+        if isinstance(v, TupleV):
+            m = len(v.elts)
+            parts = [item(x) for x in v.elts]
+            if any(p is None for p in parts) or not parts:
+                return None if parts else (z3.BoolVal(False), z3.IntVal(0))
+            dom, val = parts[-1]
+            for k in range(m - 2, -1, -1):
+                at = z3.Or(i == k, i == k - m)
+                dom, val = z3.If(at, parts[k][0], dom), z3.If(at, parts[k][1], val)
+            return z3.And(n == m, i >= -m, i < m, dom), val
+        return item(v)
+
+    got = case(a["v"])
+    return None if got is None or not isinstance(res, IntV) else z3.And(got[0],
+                                                                      res.t == got[1])
+
+
+def _ints(a: dict, *names: str) -> list[z3.ArithRef] | None:
+    vals = [_numeric(a[n]) if isinstance(a.get(n), (IntV, BoolV)) else None for n in names]
+    return None if any(v is None for v in vals) else [v.t for v in vals]
+
+
+def _fact_conv_out(a: dict, res: _Val) -> z3.BoolRef | None:
+    xs = _ints(a, "L", "k", "s", "p", "d")
+    if xs is None:
+        return None
+    L, k, s, p, d = xs
+    return z3.And(s > 0, res.t == (L + 2 * p - d * (k - 1) - 1) / s + 1)
+
+
+def _fact_pool_out(a: dict, res: _Val) -> z3.BoolRef | None:
+    xs = _ints(a, "L", "k", "s", "p", "d")
+    ceil = a.get("ceil_mode")
+    if xs is None or not isinstance(ceil, BoolV):
+        return None
+    L, k, s, p, d = xs
+    out = (L + 2 * p - d * (k - 1) - 1 + z3.If(ceil.t, s - 1, 0)) / s + 1
+    out = z3.If(z3.And(ceil.t, (out - 1) * s >= L + p), out - 1, out)
+    return z3.And(s > 0, res.t == z3.If(out < 0, 0, out))
+
+
+def _fact_mhc_expansion(a: dict, res: _Val) -> z3.BoolRef | None:
+    q = _ints(a, "Q")
+    return None if q is None else z3.And(res.t > 0, res.t * res.t + 2 * res.t == q[0])
+
+
+def _category(x: _Val) -> z3.ArithRef | None:
+    """The Str code of `category(x)`; None where unknown."""
+    if isinstance(x, BoolV):
+        return z3.IntVal(str_code("bool"))
+    if isinstance(x, IntV):
+        return z3.IntVal(str_code("int"))
+    if isinstance(x, FloatV):
+        return z3.IntVal(str_code("float"))
+    x = _as_dtype(x)
+    if isinstance(x, DTypeV):
+        out = z3.IntVal(0)
+        for name, c in DTYPE_CONSTS.items():
+            out = z3.If(x.t == c, str_code(DTYPES[name][1]), out)
+        return out
+    if isinstance(x, UnionV):
+        parts = [_category(m) for m in x.members]
+        if any(p is None for p in parts):
+            return None
+        out = parts[-1]
+        for k in range(len(parts) - 2, -1, -1):
+            out = z3.If(x.tag == k, parts[k], out)
+        return out
+    return None
+
+
+def _fact_category(a: dict, res: _Val) -> z3.BoolRef | None:
+    c = _category(a["x"])
+    return None if c is None else res.t == c
+
+
+def _fact_promote(a: dict, res: _Val) -> z3.BoolRef | None:
+    t = _as_dtype(a["T"])
+    if not isinstance(t, DTypeV):
+        return None
+    ints = [t.t == DTYPE_CONSTS[n] for n, (_, cat) in DTYPES.items() if cat == "int"]
+    return res.t == z3.If(_or(ints), DTYPE_CONSTS["float32"], t.t)
+
+
+def _fact_coalesce(a: dict, res: _Val) -> z3.BoolRef | None:
+    v, t = _as_dtype(a["v"]), _as_dtype(a["T"])
+    if not isinstance(t, DTypeV):
+        return None
+    if isinstance(v, NoneV):
+        return res.t == t.t
+    if isinstance(v, DTypeV):
+        return res.t == v.t
+    if isinstance(v, MaybeV) and isinstance(v.payload, DTypeV):
+        return res.t == z3.If(v.present, v.payload.t, t.t)
+    return None
+
+
+def _real_range(v: FloatV, lo: Fraction, hi: Fraction) -> z3.BoolRef:
+    return z3.And(v.k == 0, v.r >= z3.Q(lo.numerator, lo.denominator),
+                  v.r <= z3.Q(hi.numerator, hi.denominator))
+
+
+def _representable(v: _Val, t: DTypeV) -> z3.BoolRef | None:
+    """`representable(v, t)` for a bool, int or float `v` (primitives.representable)."""
+    from ..schema.primitives import FLOAT_MAX, NO_INFINITY
+    if isinstance(v, BoolV):
+        return z3.BoolVal(True)
+    if isinstance(v, UnionV):
+        parts = [_representable(m, t) for m in v.members]
+        if any(p is None for p in parts):
+            return None
+        return _or([z3.And(v.tag == k, p) for k, p in enumerate(parts)])
+    if not isinstance(v, (IntV, FloatV)):
+        return None
+    cases = []
+    for name, (bits, cat) in DTYPES.items():
+        if name == "bool":
+            fits = z3.BoolVal(True)
+        elif cat in ("float", "complex"):
+            part = name if cat == "float" else {"complex64": "float32",
+                                                 "complex128": "float64"}[name]
+            m = Fraction(FLOAT_MAX[part])
+            if isinstance(v, IntV):
+                fits = z3.And(v.t >= -m, v.t <= m)
+            else:  # every floating format has a NaN; not all an infinity
+                fits = z3.Or(_real_range(v, -m, m), v.k == _NAN,
+                             z3.And(v.k != 0, z3.BoolVal(part not in NO_INFINITY)))
+        else:
+            lo, hi = (0, 2 ** bits - 1) if name.startswith("uint") else \
+                (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+            if isinstance(v, IntV):
+                fits = z3.And(v.t >= (-hi if lo == 0 else lo), v.t <= hi)
+            else:
+                fits = _real_range(v, Fraction(lo), Fraction(hi))
+        cases.append(z3.And(t.t == DTYPE_CONSTS[name], fits))
+    out = _or(cases)
+    if isinstance(v, IntV):  # a torch Scalar holds no int outside [-2**63, 2**64)
+        out = z3.If(z3.Or(v.t < -(2 ** 63), v.t >= 2 ** 64), t.t == DTYPE_CONSTS["bool"], out)
+    return out
+
+
+def _fact_representable(a: dict, res: _Val) -> z3.BoolRef | None:
+    t = _as_dtype(a["T"])
+    if not isinstance(t, DTypeV):
+        return None
+    fits = _representable(a["v"], t)
+    return None if fits is None else res.t == fits
+
+
+def _fact_moe_capacity(a: dict, res: _Val) -> z3.BoolRef | None:
+    layout, xs = a["layout"], _ints(a, "rows", "experts")
+    if not isinstance(layout, ADTV) or not isinstance(layout.ctor, StrV) or xs is None:
+        return None
+    fields = dict(layout.fields)
+    rows, experts = xs
+    masked = layout.ctor.t == str_code("masked")
+    cases = []
+    if isinstance(fields.get("max_m"), IntV):
+        cases.append(z3.Implies(masked, res.t == experts * fields["max_m"].t))
+    else:
+        return None
+    packing, align = fields.get("packing"), fields.get("alignment")
+    if isinstance(packing, StrV) and isinstance(align, IntV):
+        aligned = z3.And(z3.Not(masked), packing.t == str_code("aligned"))
+        al = align.t
+        cases.append(z3.Implies(aligned, z3.And(
+            al > 0, res.t == -_floordiv(-(rows + experts * (al - 1)), al) * al)))
+        cases.append(z3.Implies(z3.And(z3.Not(masked), z3.Not(aligned)), res.t == rows))
+    return _and(cases)
+
+
+def _fact_balanced_sizes(a: dict, res: _Val) -> z3.BoolRef | None:
+    xs = _ints(a, "total", "count")
+    if xs is None or not isinstance(res, SeqV):
+        return None
+    total, count = xs
+    return z3.And(count > 0, total >= 0, z3.Length(res.t) == count)
+
+
+def _fact_repeat(a: dict, res: _Val) -> z3.BoolRef | None:
+    xs = _ints(a, "x", "n")
+    if xs is None or not isinstance(res, SeqV):
+        return None
+    return z3.And(xs[1] >= 0, z3.Length(res.t) == xs[1])
+
+
+_FACTS: dict[str, Callable[[Any, _Val], z3.BoolRef | None]] = {
+    "broadcast": _fact_broadcast, "reduced": _fact_reduced, "valid_axes": _fact_valid_axes,
+    "unique_axes": _fact_unique_axes, "per_axis": _fact_per_axis,
+    "conv.out": _fact_conv_out, "pool.out": _fact_pool_out,
+    "mhc.expansion": _fact_mhc_expansion, "category": _fact_category,
+    "promote_int_to_float": _fact_promote, "coalesce_dtype": _fact_coalesce,
+    "representable": _fact_representable, "moe.capacity": _fact_moe_capacity,
+    "balanced_sizes": _fact_balanced_sizes, "repeat": _fact_repeat,
+}
+
+
 # ----------------------------------------------------------------------------- the encoder
 
 
@@ -757,8 +1255,11 @@ class Encoder:
     """
 
     def __init__(self, kinds: Mapping[str, Kind], *, adt_fields: Mapping[str, Kind] = {},
-                 copy: str = ""):
+                 copy: str = "", exact: bool = True):
         self.kinds = dict(kinds)
+        #: assert the primitives' facts (`_FACTS`); off, primitives are bare functions that
+        #: only the CEGAR loop learns about (tests use that)
+        self.exact = exact
         self.adt_fields = dict(adt_fields)
         self.copy = copy
         #: facts of the variables' kinds (Dim >= 0, enum membership, Shape bounds, ...)
@@ -865,7 +1366,7 @@ class Encoder:
             return NoneV()
         if isinstance(kind, ValueK) and kind.tag == "float":
             k, r = leaf(f"isinf({name})", z3.IntSort()), leaf(name, z3.RealSort())
-            side.append(z3.And(k >= -1, k <= 1, z3.Implies(k != 0, r == 0)))
+            side.append(z3.And(k >= -1, k <= _NAN, z3.Implies(k != 0, r == 0)))
             return FloatV(k, r, kind)
         if isinstance(kind, ValueK) and kind.tag in _NUMBER_TAGS:
             return self._build(UnionK((INT, FLOAT)), name, leaf, facts)
@@ -1014,7 +1515,7 @@ class Encoder:
         v = _numeric(v)
         # Fold constants, so that `S[-1]` and `-inf` stay recognisable as constants.
         if isinstance(v, FloatV):
-            return FloatV(z3.simplify(-v.k), z3.simplify(-v.r))
+            return FloatV(z3.simplify(z3.If(v.k == _NAN, _NAN, -v.k)), z3.simplify(-v.r))
         return IntV(z3.simplify(-v.t) if z3.is_int_value(v.t) else -v.t, INT)
 
     def _binop(self, e: BinOp) -> _Val:
@@ -1025,12 +1526,9 @@ class Encoder:
 
     def _arith(self, e: BinOp, a: _Val, b: _Val) -> _Val:
         if isinstance(a, FloatV) or isinstance(b, FloatV):
-            fa, fb = _as_float(a), _as_float(b)
-            # Only finite operands are exact (ints, finite literals); a float variable may
-            # be infinite, and inf - inf has no value in the encoding.
-            if e.op in ("+", "-", "*") and _is_const_int(fa.k, 0) and _is_const_int(fb.k, 0):
-                return FloatV(z3.IntVal(0), _ARITH[e.op](fa.r, fb.r))
-            raise _Unsupported("arithmetic on floats that may be infinite")
+            if e.op not in _ARITH:
+                raise _Unsupported("floor division of floats")
+            return _float_arith(e.op, _as_float(a), _as_float(b))
         x, y = a.t, b.t
         if e.op in _ARITH:
             nonneg = e.op != "-" and a.kind == DIM and b.kind == DIM
@@ -1189,28 +1687,29 @@ class Encoder:
         kw = dict(e.kwargs)
         if set(kw) - {"default"} or (kw and f not in ("max", "min")):
             raise EncodeError(f"{_show(e)}: unexpected keywords")
+        default = None
+        if "default" in kw:
+            d = self._enc(kw["default"])
+            if not isinstance(d, NoneV):  # `default=None` is no default
+                d = _numeric(d)
+                if not isinstance(d, IntV):
+                    raise _Unsupported("a non-int default")
+                default = d.t
+        seq = self._enc(arg.iter if isinstance(arg, GenExp) else arg)
+        items = _items(seq)
+        if items is None:
+            return self._rec_fold(e, f, seq, arg, default)
         if isinstance(arg, GenExp):
-            items = _items(self._enc(arg.iter))
-            if items is None:
-                raise _Unsupported("a fold over a sequence of unknown length")
             elems, seen = [], []
             for elem, cond in items:
                 # `all` is lazy: an element is evaluated only while all before it held.
-                lazy = [t for t in seen] if f == "all" else []
+                lazy = list(seen) if f == "all" else []
                 with self._guarded(_and([c for c in [cond] if c is not None] + lazy)):
-                    saved = self._scope
-                    self._scope = {**saved, arg.var: elem}
-                    try:
-                        v = self._enc(arg.elt)
-                    finally:
-                        self._scope = saved
+                    v = self._in_scope(arg.var, elem, arg.elt)
                 elems.append((v, cond))
                 if f == "all":
                     seen.append(_truth(v) if cond is None else z3.Implies(cond, _truth(v)))
         else:
-            items = _items(self._enc(arg))
-            if items is None:
-                raise _Unsupported("a fold over a sequence of unknown length")
             elems = items
         if f == "all":
             return BoolV(_and([_truth(v) if c is None else z3.Implies(c, _truth(v))
@@ -1225,15 +1724,53 @@ class Encoder:
             return IntV(_sum([v if c is None else z3.If(c, v, 0) for v, c in nums]), INT)
         if f == "prod":
             return IntV(_prod([v if c is None else z3.If(c, v, 1) for v, c in nums]), INT)
-        default = None
-        if "default" in kw:
-            d = self._enc(kw["default"])
-            if not isinstance(d, NoneV):
-                d = _numeric(d)
-                if not isinstance(d, IntV):
-                    raise _Unsupported("a non-int default")
-                default = d.t
         return IntV(self._extreme(e, f, nums, default), INT)
+
+    def _in_scope(self, var: str, value: _Val, body: Expr) -> _Val:
+        saved = self._scope
+        self._scope = {**saved, var: value}
+        try:
+            return self._enc(body)
+        finally:
+            self._scope = saved
+
+    def _rec_fold(self, e: Call, f: str, seq: _Val, arg: Expr,
+                  default: z3.ArithRef | None) -> _Val:
+        """A fold over a sequence of unknown length, as a recursive function Z3 unfolds on
+        demand. A generator's element may read only its loop variable (anything else would
+        have to become a parameter of the function); otherwise the fold is abstracted."""
+        if not isinstance(seq, SeqV):
+            raise _Unsupported(f"a fold over a {seq.sig()}")
+        elem_sort = seq.elem_sort
+        if isinstance(arg, GenExp):
+            if free_names(arg.elt) - {arg.var, "inf"}:
+                raise _Unsupported("a generator over a sequence of unknown length that reads "
+                                   "other names")
+            x = z3.Const(f"{_show(arg)}.{arg.var}", elem_sort)
+            x_val = BoolV(x, BOOL) if elem_sort == z3.BoolSort() else IntV(x, INT)
+            marks = (len(self._apps), len(self.divisors), len(self.domain))
+            body = self._in_scope(arg.var, x_val, arg.elt)
+            if (len(self._apps), len(self.divisors), len(self.domain)) != marks:
+                raise _Unsupported("a generator element with its own domain")
+            key = f"{f}({_show(arg)})"
+        else:
+            x = z3.Const(f"{f}.x", elem_sort)
+            body = BoolV(x, BOOL) if elem_sort == z3.BoolSort() else IntV(x, INT)
+            key = f"{f}(Seq[{'Bool' if elem_sort == z3.BoolSort() else 'Int'}])"
+        if f == "all":
+            fn = _recfold(key, f, x, _truth(body), z3.BoolSort())
+            return BoolV(fn(seq.t), BOOL)
+        value = _numeric(body)
+        if not isinstance(value, IntV):
+            raise _Unsupported("a fold over floats")
+        fn = _recfold(key, f, x, value.t, z3.IntSort())
+        if f in ("sum", "prod"):
+            return IntV(fn(seq.t), INT)
+        nonempty = z3.Length(seq.t) > 0
+        if default is None:
+            self._require(e, nonempty)
+            return IntV(fn(seq.t), INT)
+        return IntV(z3.If(nonempty, fn(seq.t), default), INT)
 
     def _extreme(self, e: Call, f: str, nums: list, default: z3.ArithRef | None) -> z3.ArithRef:
         nonempty = z3.BoolVal(False) if not nums else (nums[0][1] if nums[0][1] is not None
@@ -1250,8 +1787,10 @@ class Encoder:
         return acc if default is None else z3.If(nonempty, acc, default)
 
     def _apply(self, prim: Primitive, e: Call) -> _Val:
-        """An uninterpreted application of `prim`, recorded for refinement."""
-        args = self._bind(prim, e)
+        """An uninterpreted application of `prim`, recorded for refinement, with the
+        primitive's fact (see `_FACTS`) in `side` under the application's guard."""
+        bound = self._bind(prim, e)
+        args = [(k, v) for k, _, v in bound]
         kinds = [v.kind for _, v in args]
         try:
             rkind = prim.result_kind(kinds)
@@ -1261,12 +1800,24 @@ class Encoder:
         name = f"{prim.name}({sig})"
         leaves = [x for _, v in args for x in v.leaves()]
         result = self._build(rkind, "", _uf_leaf(name, leaves), facts=False)
+        fact_of = _FACTS.get(prim.name) if self.exact else None
+        if fact_of is not None:
+            named = [v for _, _, v in bound] if prim.variadic else \
+                {p.name: v for _, p, v in bound}
+            try:
+                fact = fact_of(named, result)
+            except _Unsupported:
+                fact = None
+            if fact is not None:
+                self.side.append(fact if self._guard is None else
+                                 z3.Implies(self._guard, fact))
         return self._record(prim.name, e, args, leaves, result, _call_primitive(prim))
 
-    def _bind(self, prim: Primitive, e: Call) -> list[tuple[str | None, _Val]]:
+    def _bind(self, prim: Primitive, e: Call) -> list[tuple[str | None, Param, _Val]]:
+        """The written arguments in order: (keyword or None, parameter, value)."""
         positional = [p for p in prim.params if not p.keyword_only]
         by_name = {p.name: p for p in prim.params}
-        out: list[tuple[str | None, _Val]] = []
+        out: list[tuple[str | None, Param, _Val]] = []
         written = [(None, a) for a in e.args] + list(e.kwargs)
         for i, (key, node) in enumerate(written):
             if key is None:
@@ -1279,7 +1830,7 @@ class Encoder:
             v = self._enc(node)
             if isinstance(unwrap_maybe(param.kind), DTypeK):
                 v = _as_dtype(v)
-            out.append((key, v))
+            out.append((key, param, v))
         return out
 
     def _abstract(self, node: Expr, kind: Kind) -> _Val:
@@ -1357,6 +1908,8 @@ def _same(a: Any, b: Any) -> bool:
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
+    if isinstance(a, float) and isinstance(b, float) and a != a:
+        return b != b  # NaN is NaN
     return a == b
 
 
@@ -1396,6 +1949,26 @@ def _floordiv(a: z3.ArithRef, b: z3.ArithRef) -> z3.ArithRef:
         c = b.as_long()
         return a / c if c > 0 else (-a) / (-c) if c < 0 else a / b
     return z3.If(b > 0, a / b, (-a) / (-b))
+
+
+def _float_arith(op: str, a: FloatV, b: FloatV) -> FloatV:
+    """IEEE `+ - *` on extended reals (exact reals, no rounding)."""
+    if op == "-":
+        b = FloatV(z3.If(b.k == _NAN, _NAN, -b.k), -b.r)
+    finite = z3.And(a.k == 0, b.k == 0)
+    nan = z3.Or(a.k == _NAN, b.k == _NAN)
+    if op in ("+", "-"):
+        # inf + finite = inf; inf + inf = inf; inf - inf = NaN.
+        k = z3.If(nan, _NAN, z3.If(a.k == 0, b.k, z3.If(z3.Or(b.k == 0, b.k == a.k), a.k,
+                                                        _NAN)))
+        return FloatV(z3.If(finite, 0, k), z3.If(finite, a.r + b.r, 0))
+
+    def sign(v: FloatV) -> z3.ArithRef:
+        return z3.If(v.k != 0, v.k, z3.If(v.r > 0, 1, z3.If(v.r < 0, -1, 0)))
+
+    # inf * 0 = NaN; inf * x = the inf of the product's sign.
+    k = z3.If(z3.Or(nan, sign(a) == 0, sign(b) == 0), _NAN, sign(a) * sign(b))
+    return FloatV(z3.If(finite, 0, k), z3.If(finite, a.r * b.r, 0))
 
 
 def _sum(xs: list[z3.ArithRef]) -> z3.ArithRef:

@@ -32,6 +32,15 @@ class FamilyMiss(Exception):
         self.app = app
 
 
+class FamilyCycle(KeyError):
+    """Family applications nest deeper than any acyclic spec can: the families refer to
+    each other in a cycle (`family-cycle` reports it once, statically)."""
+
+    def __init__(self, family: str):
+        super().__init__(family)
+        self.family = family
+
+
 class NotDiscriminant(Exception):
     """A family's match argument does not fold to a constant."""
 
@@ -199,14 +208,20 @@ class Folder:
         return self.holds(t.optional) if t.optional is not False else True
 
     def shape(self, term: ShapeTerm, subst: Mapping[str, Expr] | None = None,
-              _depth: int = 0) -> ShapeList:
+              _depth: int = 0, trail: list[tuple[str, int]] | None = None) -> ShapeList:
+        """The plain shape of `term` on this combination; `trail`, when given, receives the
+        (family, case index) of every case selected on the way, outermost first."""
         s = subst or {}
         if isinstance(term, ShapeList):
             return ShapeList(tuple(Splat(self.expr(a.value, s), a.col) if isinstance(a, Splat)
                                    else self.expr(a, s) for a in term.axes))
         fam = self.spec.families.get(term.family)
-        if fam is None or _depth > 16:
+        if fam is None:
             raise KeyError(term.family)
+        if _depth > len(self.spec.families):
+            # Each nesting level applies another family; more levels than families means
+            # a cycle. A distinct exception, so the prover can tell it from a crash.
+            raise FamilyCycle(term.family)
         args = tuple(self.expr(a, s) for a in term.args)
         binding = {p: a for (p, _), a in zip(fam.params, args)}
         values = []
@@ -221,7 +236,9 @@ class Folder:
         matching = [i for i, c in enumerate(fam.cases) if _matches(c.when, values)]
         if len(matching) != 1:
             raise FamilyMiss(fam, tuple(values), matching, term)
-        return self.shape(fam.cases[matching[0]].shape, binding, _depth + 1)
+        if trail is not None:
+            trail.append((fam.name, matching[0]))
+        return self.shape(fam.cases[matching[0]].shape, binding, _depth + 1, trail)
 
 
 def _matches(pats: tuple[Pattern, ...], values: list[Any]) -> bool:

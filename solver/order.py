@@ -29,7 +29,7 @@ from opspec.solver.fold import FamilyMiss, Folder, NotDiscriminant
 @dataclass
 class Unsolved:
     name: str
-    reason: str          # "outputs-only" | "no-rule"
+    reason: str          # "no-rule" | "outputs-only" | "no-input"
     decl: str            # a declaration that uses it
 
 
@@ -170,8 +170,9 @@ class _Planner:
         families: list[tuple[str, int]] = []
         for n in present:
             t = spec.tensors[n]
+            trail: list[tuple[str, int]] = []
             try:
-                shapes[n] = folder.shape(t.shape)
+                shapes[n] = folder.shape(t.shape, trail=trail)
             except FamilyMiss as miss:
                 res.family_misses.append((t.path + ".shape", miss))
                 continue
@@ -179,13 +180,10 @@ class _Planner:
                 res.not_discriminant.append((t.path + ".shape", nd))
                 continue
             dtypes[n] = folder.expr(t.dtype)
-            app = t.shape
-            if hasattr(app, "family"):
-                fam = spec.families[app.family]
-                for i, c in enumerate(fam.cases):
-                    if folder.shape(c.shape, {p: a for (p, _), a in zip(fam.params, (folder.expr(x) for x in app.args))}) == shapes[n]:
-                        families.append((app.family, i))
-                        break
+            # The cases the fold selected. (Re-folding every case and comparing shapes picked
+            # the wrong case when two cases give the same shape, and crashed when an earlier,
+            # unselected case applied a family with no case for these values.)
+            families.extend(trail)
         res.shapes, res.dtypes = shapes, dtypes
 
         lets = {n: folder.expr(d.expr) for n, d in spec.lets.items()}
@@ -200,15 +198,17 @@ class _Planner:
             rules.append((r.path, e))
         res.rules = list(rules)
 
-        for n in present:
-            if spec.tensors[n].role != "output":
-                self.emit(P.PRESENCE, spec.tensors[n].path, target=n)
-
         # construction: construction-time tensors; then the call: inputs
         for phase, role in ((P.CONSTRUCTION, "ctensor"), (P.CALL, "input")):
             self.phase = phase
+            for n in present:
+                if spec.tensors[n].role == role:
+                    self.emit(P.PRESENCE, spec.tensors[n].path, target=n)
             self.settle(lets, rules)
-            todo = {n: _TensorState(n, shapes[n]) for n in present
+            # Tensors are visited by name, not in declaration order: the seed (§ 3) fixes
+            # the solving order independently of the order declarations are written in, so
+            # swapping two inputs must not change which one solves an index and which checks it.
+            todo = {n: _TensorState(n, shapes[n]) for n in sorted(present)
                     if spec.tensors[n].role == role and n in shapes}
             progress = True
             while progress:
@@ -250,7 +250,8 @@ class _Planner:
             combo=combo_items, present=tuple(present), written=tuple(written),
             families=tuple(families), construction=tuple(self.steps[P.CONSTRUCTION]),
             call=tuple(self.steps[P.CALL]), outputs=tuple(outputs), used=tuple(sorted(used)),
-            has_out=has_out)
+            has_out=has_out,
+            tensors=tuple((n, shapes[n], dtypes[n]) for n in present if n in shapes))
         return res
 
     def advance(self, st: "_TensorState", dtype: Expr) -> bool:
@@ -360,23 +361,47 @@ class _Planner:
         return used
 
     def why_unsolved(self, n: str, present, shapes, dtypes) -> Unsolved:
-        spec = self.spec
-        for t in present:
-            tt = spec.tensors[t]
-            if tt.role == "output" or t not in shapes:
-                continue
-            names = set()
-            for a in shapes[t].axes:
-                names |= free_names(a.value if isinstance(a, Splat) else a)
-            names |= free_names(dtypes[t])
-            if n in names:
-                return Unsolved(n, "no-rule", tt.path + ".shape")
-        for t in present:
-            tt = spec.tensors[t]
-            if t in shapes and n in set().union(*(free_names(a.value if isinstance(a, Splat) else a)
-                                                 for a in shapes[t].axes), free_names(dtypes[t])):
-                return Unsolved(n, "outputs-only", tt.path + ".shape")
-        return Unsolved(n, "outputs-only", f"signature.forall.{n}")
+        """Why `n` stayed unknown, and the declaration to point at: an input (or
+        construction-time tensor) that reads it, through lets too (`no-rule`: Z3 decides
+        whether it is ambiguous or merely not solvable by Table 1); else an output
+        (`outputs-only`); else a rule or let that reads it (`no-input`)."""
+        spec, res = self.spec, self.result
+        lets = res.lets
+
+        def reads(e: Expr) -> set[str]:
+            out, stack, seen = set(), [e], set()
+            while stack:
+                for m in free_names(stack.pop()):
+                    out.add(m)
+                    if m in lets and m not in seen:
+                        seen.add(m)
+                        stack.append(lets[m])
+            return out
+
+        def axes_read(t: str) -> set[str]:
+            return set().union(*(reads(a.value if isinstance(a, Splat) else a)
+                                 for a in shapes[t].axes))
+
+        # The path names the field that reads the index: `.dtype` for a DType index (it
+        # used to say `.shape` whatever the field).
+        for reason, outputs in (("no-rule", False), ("outputs-only", True)):
+            for t in present:
+                tt = spec.tensors[t]
+                if (tt.role == "output") != outputs or t not in shapes:
+                    continue
+                if n in axes_read(t):
+                    return Unsolved(n, reason, tt.path + ".shape")
+                if n in reads(dtypes[t]):
+                    return Unsolved(n, reason, tt.path + ".dtype")
+        # In no tensor at all: point at the refinement or let that uses it (it used to
+        # point at the `forall` entry, far from the use).
+        for path, e in res.rules:
+            if n in free_names(e):
+                return Unsolved(n, "no-input", path)
+        for name, e in lets.items():
+            if n in free_names(e):
+                return Unsolved(n, "no-input", spec.lets[name].path)
+        return Unsolved(n, "no-input", f"signature.forall.{n}")
 
 
 @dataclass

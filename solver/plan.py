@@ -109,6 +109,8 @@ class Branch:
     outputs: tuple[OutputType, ...] = ()
     used: tuple[str, ...] = ()              # indices used on this branch
     has_out: bool = False
+    #: every tensor that exists on the branch: (name, resolved shape, folded dtype)
+    tensors: tuple[tuple[str, ShapeList, Expr], ...] = ()
 
     @property
     def key(self) -> tuple:
@@ -128,6 +130,8 @@ class Plan:
     spec_hash: str
     discriminants: tuple[str, ...]
     branches: tuple[Branch, ...] = field(default_factory=tuple)
+    #: the elaborated spec the plan was proven from (declarations, kinds, effects)
+    spec: Any = field(default=None, repr=False, compare=False)
 
     def branch_for(self, combo: dict[str, Any]) -> Branch | None:
         key = tuple((k, combo.get(k)) for k in self.discriminants)

@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import z3
+
 from opspec.schema import kinds as K
 from opspec.schema.diagnostics import Diagnostic, Severity
 from opspec.schema.elaborate import ElaboratedSpec
@@ -21,13 +23,14 @@ from opspec.schema.expr import (
     Attr, BinOp, Call, Compare, Const, Expr, FamilyApp, Name, ShapeList, Splat, walk,
 )
 from opspec.schema.loader import LoadedSpec
+from opspec.schema.evaluate import evaluate
 from opspec.schema.printer import print_expr
 from opspec.schema.values import ADTValue
 from opspec.solver import plan as P
 from opspec.solver.discriminants import (
     COMBOS_LIMIT, combinations, count, describe_value, discriminants,
 )
-from opspec.solver.fold import Folder
+from opspec.solver.fold import FamilyCycle, Folder
 from opspec.solver.order import BranchResult, obviously_dim, plan_branch
 from opspec.solver.queries import BranchQueries
 from opspec.solver.z3env import DEFAULT_RLIMIT, Verdict
@@ -108,9 +111,16 @@ class _Prover:
         try:
             list(graphlib.TopologicalSorter(graph).static_order())
         except graphlib.CycleError as exc:
-            cyc = exc.args[1]
+            # graphlib lists each family before the ones that apply it; print the references
+            # (each applies the next), starting from the first family declared, so the
+            # report does not depend on graphlib's traversal.
+            cyc = list(reversed(exc.args[1][:-1]))
+            names = list(spec.families)
+            first = min(range(len(cyc)), key=lambda i: names.index(cyc[i]))
+            cyc = cyc[first:] + cyc[:first]
             self.report("family-cycle", spec.families[cyc[0]].path,
-                        "type families refer to each other in a cycle: " + " -> ".join(cyc))
+                        "type families refer to each other in a cycle: "
+                        + " -> ".join(cyc + [cyc[0]]) + " (each applies the next)")
         used = set()
         for t in spec.tensors.values():
             if isinstance(t.shape, FamilyApp):
@@ -126,7 +136,7 @@ class _Prover:
     def check_combo(self, combo: dict[str, Any]) -> P.Branch:
         spec = self.spec
         folder = Folder(spec, combo)
-        shown = {k: describe_value(v) for k, v in combo.items()}
+        shown = {k: plain_value(v) for k, v in combo.items()}
         for r in spec.rules:
             # A domain restriction, or any refinement that this combination's discriminant
             # values make false on its own, excludes the combination.
@@ -135,13 +145,18 @@ class _Prover:
                 return P.Branch(tuple(sorted(combo.items())), excluded_by=r.path)
         try:
             res = plan_branch(spec, combo)
+        except FamilyCycle:
+            # The shapes of this combination never resolve; `family-cycle` already reported
+            # the cycle (statically, once), and no other check can run here. It used to
+            # escape as a KeyError and crash the whole spec.
+            return P.Branch(tuple(sorted(combo.items())), excluded_by="(type family cycle)")
         except Exception as exc:  # a fold of an ill-kinded declaration; elaboration reported it
             if spec.broken:
                 return P.Branch(tuple(sorted(combo.items())), excluded_by="(broken declarations)")
             raise
         for path, miss in res.family_misses:
             values = ", ".join(f"{m}={describe_value(v)}" for m, v in zip(miss.family.match, miss.values))
-            cex = {**shown, **{f"{miss.family.name}.{m}": describe_value(v)
+            cex = {**shown, **{f"{miss.family.name}.{m}": plain_value(v)
                                for m, v in zip(miss.family.match, miss.values)}}
             if not miss.matching:
                 self.report("family-gap", miss.family.path,
@@ -160,8 +175,9 @@ class _Prover:
             return res.branch
         invariants = self.invariants(combo, folder)
         queries = BranchQueries(spec, res, invariants)
+        unknowns = tuple(u.name for u in res.unsolved)
         for u in res.unsolved:
-            self.unsolved(queries, u, shown)
+            self.unsolved(queries, u, shown, unknowns)
         # Combinations that fold to the same declarations ask Z3 the same questions.
         key = problem_key(res, invariants)
         if key not in self._z3_cache:
@@ -188,29 +204,49 @@ class _Prover:
                         folder.expr(folder.expr(ctor.invariant, subst))))
         return out
 
-    def unsolved(self, q: BranchQueries, u, shown: dict) -> None:
-        spec = self.spec
-        ans = q.two_solutions(u.name, self.rlimit)
+    def unsolved(self, q: BranchQueries, u, shown: dict, others: tuple[str, ...] = ()) -> None:
+        """`u` stayed unknown after the solving order. `unsolvable` when it is in no input
+        (seed § 3: such an index must be a parameter or a let, whatever Z3 says about it) or
+        when Z3 proves it unique though Table 1 cannot solve it; `ambiguous` when Z3 finds
+        two solutions for the same inputs. `others`: the branch's other unknowns, shown in
+        both solutions of an ambiguity."""
+        ans = q.two_solutions(u.name, self.rlimit, also=others)
+        if u.reason in ("outputs-only", "no-input"):
+            # Decided before looking at Z3's verdict: an undecided uniqueness query used to
+            # turn this error into an `unknown` advisory.
+            where = ("appears in no input that exists on it; an index that appears only in "
+                     "outputs must be a parameter or a let") if u.reason == "outputs-only" else \
+                ("appears in no tensor that exists on it, only in refinements or lets, so no "
+                 "call can determine it")
+            cex = {**shown, **(ans.counterexample or {})}
+            self.report("unsolvable", u.decl, f"index `{u.name}` is used on this branch but "
+                        + where, counterexample=cex or None, dedup=u.name,
+                        hint=f"make `{u.name}` a parameter, or define it with `let`")
+            return
         if ans.verdict is Verdict.UNKNOWN:
             self.report("unknown", u.decl, f"could not decide whether `{u.name}` is determined by "
-                        f"the inputs ({ans.reason})", severity=Severity.ADVISORY, dedup=u.name)
-            return
-        if u.reason == "outputs-only":
-            msg = (f"index `{u.name}` is used on this branch but appears in no input that exists "
-                   "on it; an index that appears only in outputs must be a parameter or a let")
-            self.report("unsolvable", u.decl, msg, counterexample={**shown, **(ans.counterexample or {})},
-                        dedup=u.name, hint=f"make `{u.name}` a parameter, or define it with `let`")
+                        f"the inputs ({ans.reason})", severity=Severity.ADVISORY, dedup=u.name,
+                        counterexample=shown or None)
             return
         if ans.verdict is Verdict.SAT:
             self.report("ambiguous", u.decl, f"the inputs admit more than one value of `{u.name}`: "
                         "the same shapes satisfy every declaration with two different solutions",
                         counterexample={**shown, **ans.counterexample}, dedup=u.name,
                         hint="name the axis with its own index and compute the rest with `let`")
-        else:
-            self.report("unsolvable", u.decl, f"index `{u.name}` is determined by the inputs, but no "
-                        "unification rule solves it (an axis must be `M`, `a * M + e` with M the "
-                        "only unknown, or a splat `*S`)", counterexample=shown, dedup=u.name,
-                        hint="name the axis with its own index and compute the rest with `let`")
+            return
+        # Unique but not solvable by Table 1: show a call that determines it (preferring a
+        # value of at least 2, where 0 and 1 would make the example look degenerate).
+        example = None
+        kind = self.spec.forall.get(u.name)
+        if isinstance(kind, K.IntK):
+            example = q.satisfiable(self.rlimit, extra=lambda enc: enc.var(u.name) >= 2)
+        if example is None or example.verdict is not Verdict.SAT:
+            example = q.satisfiable(self.rlimit)
+        cex = {**shown, **(example.counterexample if example.verdict is Verdict.SAT else {})}
+        self.report("unsolvable", u.decl, f"index `{u.name}` is determined by the inputs, but no "
+                    "unification rule solves it (an axis must be `M`, `a * M + e` with M the "
+                    "only unknown, or a splat `*S`)", counterexample=cex or None, dedup=u.name,
+                    hint="name the axis with its own index and compute the rest with `let`")
 
     def dead_branch(self, q: BranchQueries, shown: dict, combo: dict) -> None:
         if q.witness(combo) is not None:
@@ -225,7 +261,8 @@ class _Prover:
         elif ans.verdict is Verdict.UNKNOWN:
             self.report("unknown", "signature.shape_rules", "could not decide whether the "
                         f"refinements of this branch can hold ({ans.reason})",
-                        severity=Severity.ADVISORY, dedup="dead")
+                        severity=Severity.ADVISORY, dedup="dead",
+                        counterexample=shown or None)  # the branch left undecided
 
     def signs(self, q: BranchQueries, res: BranchResult, shown: dict) -> None:
         spec = self.spec
@@ -234,20 +271,39 @@ class _Prover:
             for i, ax in enumerate(res.shapes[n].axes):
                 if isinstance(ax, Splat) or obviously_dim(spec, ax):
                     continue
-                ans = q.satisfiable(self.rlimit, extra=lambda enc, ax=ax: enc.expr(ax) < 0)
+                ans = q.satisfiable(self.rlimit, extra=lambda enc, ax=ax: _evaluates_to(
+                    enc, ax, lambda v: v < 0))
                 if ans.verdict is Verdict.SAT:
+                    cex = {**shown, **ans.counterexample}
+                    value = _value_of(ax, cex)
+                    if value is not None:
+                        cex[f"{n}.shape[{i}]"] = value
                     self.report("negative-axis", t.path + ".shape",
                                 f"axis {i} of output `{n}`, `{print_expr(ax)}`, can be negative "
                                 "for a call that passes every check", severity=Severity.WARNING,
-                                counterexample={**shown, **ans.counterexample},
-                                dedup=print_expr(ax))
+                                counterexample=cex, dedup=print_expr(ax))
+                elif ans.verdict is Verdict.UNKNOWN:
+                    # An undecided sign used to pass silently, as if proven non-negative.
+                    self.report("unknown", t.path + ".shape", f"could not decide whether axis "
+                                f"{i} of output `{n}`, `{print_expr(ax)}`, can be negative "
+                                f"({ans.reason})", severity=Severity.ADVISORY,
+                                counterexample=shown or None, dedup=("sign", print_expr(ax)))
         for path, divisor in self.divisors(res):
             ans = q.satisfiable(self.rlimit, extra=lambda enc, d=divisor: enc.expr(d) <= 0)
             if ans.verdict is Verdict.SAT:
+                cex = {**shown, **ans.counterexample}
+                if not isinstance(divisor, Name):
+                    value = _value_of(divisor, cex)
+                    if value is not None:
+                        cex[print_expr(divisor)] = value
                 self.report("divisor", path, f"the divisor `{print_expr(divisor)}` can be <= 0 for "
                             "a call that passes every other check", severity=Severity.WARNING,
-                            counterexample={**shown, **ans.counterexample},
-                            dedup=print_expr(divisor))
+                            counterexample=cex, dedup=print_expr(divisor))
+            elif ans.verdict is Verdict.UNKNOWN:
+                self.report("unknown", path, f"could not decide whether the divisor "
+                            f"`{print_expr(divisor)}` can be <= 0 ({ans.reason})",
+                            severity=Severity.ADVISORY, counterexample=shown or None,
+                            dedup=("divisor", print_expr(divisor)))
 
     def divisors(self, res: BranchResult) -> list[tuple[str, Expr]]:
         spec = self.spec
@@ -278,6 +334,29 @@ class _Prover:
         return out
 
 
+def plain_value(v: Any) -> Any:
+    """A discriminant value as plain data for a counterexample (an ADT value as text)."""
+    return str(v) if isinstance(v, ADTValue) else v
+
+
+def _evaluates_to(enc, e: Expr, test) -> Any:
+    """`test(value of e)`, and `e` evaluates without raising: a model where an output axis
+    divides by zero or calls `ceil_div` with a divisor <= 0 is a call that fails, not one
+    with a negative axis (those spurious models were reported as `negative-axis`)."""
+    mark = len(enc.domain)
+    value = enc.expr(e)
+    return z3.And(test(value), *(c for _, c in enc.domain[mark:]))
+
+
+def _value_of(e: Expr, values: dict[str, Any]) -> Any:
+    """`e` under a counterexample's values, or None when they do not determine it."""
+    try:
+        v = evaluate(e, {k: (tuple(x) if isinstance(x, list) else x) for k, x in values.items()})
+    except Exception:  # a name the model left out: the value is not shown
+        return None
+    return v if isinstance(v, int) else None
+
+
 def problem_key(res: BranchResult, invariants) -> tuple:
     """What the Z3 questions of a branch depend on, as text."""
     shapes = tuple(sorted((n, tuple(print_expr(a.value if isinstance(a, Splat) else a)
@@ -304,7 +383,7 @@ def _has_opaque(spec: ElaboratedSpec, e: Expr) -> bool:
 def prove_spec(spec: ElaboratedSpec, loaded: LoadedSpec, *, rlimit: int = DEFAULT_RLIMIT) -> SpecResult:
     start = time.perf_counter()
     diags, plan, combos = _Prover(spec, loaded, rlimit).run()
-    plan = P.Plan(plan.op, plan.file, spec_hash(loaded), plan.discriminants, plan.branches)
+    plan = P.Plan(plan.op, plan.file, spec_hash(loaded), plan.discriminants, plan.branches, spec)
     return SpecResult(spec.name, spec.file, spec.status, verdict_of(diags), diags, plan,
                       time.perf_counter() - start, combos)
 

@@ -111,7 +111,11 @@ class BranchQueries:
 
     # -- questions --------------------------------------------------------------------------
 
-    def two_solutions(self, index: str, rlimit: int) -> Answer:
+    def two_solutions(self, index: str, rlimit: int, also: Iterable[str] = ()) -> Answer:
+        """Two models that see the same call (parameters, input shapes and dtypes) but give
+        `index` different values. The counterexample has the input shapes and, for each
+        solution, `index` and the names of `also` (the other unknowns of that call, so that
+        a reader can check that both solutions satisfy the declarations)."""
         e1, e2 = self.encoder("#1"), self.encoder("#2")
         s = make_solver(rlimit)
         for enc in (e1, e2):
@@ -119,15 +123,29 @@ class BranchQueries:
                 s.add(c)
         s.add(*self.same_call(e1, e2))
         s.add(e1.var(index) != e2.var(index))
+        # Prefer a call whose fixed input axes are all positive: `x.shape=(6,)` with M, N =
+        # (2, 3) or (3, 2) says more than the degenerate `(0,)` with (0, 0) or (1, 0).
+        prefer = [e1.expr(a) >= 1 for n in self.inputs for a in self.res.shapes[n].axes
+                  if not isinstance(a, Splat)]
         for enc in (e1, e2):  # last: encoding the query may have created variables
             s.add(*enc.side)
-        verdict, model, reason = solve(s, [e1, e2])
+        verdict = Verdict.UNKNOWN
+        if prefer:
+            s.push()
+            s.add(*prefer)
+            verdict, model, reason = solve(s, [e1, e2])
+            if verdict is not Verdict.SAT:
+                s.pop()
+        if verdict is not Verdict.SAT:
+            verdict, model, reason = solve(s, [e1, e2])
         if verdict is not Verdict.SAT:
             return Answer(verdict, reason=reason)
         v1, v2 = _plain(e1.values(model), "#1"), _plain(e2.values(model), "#2")
         cex = self.shapes_of(v1)
-        cex[f"{index} (solution 1)"] = v1.get(index)
-        cex[f"{index} (solution 2)"] = v2.get(index)
+        for k, v in (("1", v1), ("2", v2)):
+            for name in (index, *(a for a in also if a != index)):
+                if name in v:
+                    cex[f"{name} (solution {k})"] = v[name]
         return Answer(verdict, cex)
 
     def satisfiable(self, rlimit: int, extra: z3.BoolRef | None = None,
@@ -187,7 +205,14 @@ class BranchQueries:
             try:
                 for name, e in self.res.lets.items():
                     env[name] = evaluate(e, env)
-                if all(evaluate(e, env) is True for _, e in self.invariants + self.res.rules):
+                if not all(evaluate(e, env) is True for _, e in self.invariants + self.res.rules):
+                    continue
+                # The row must also give every input axis a length >= 0, as `declarations`
+                # asks of Z3: a row whose axis `K - 5` is negative is no call at all, and it
+                # used to pass as the witness of a dead branch.
+                if all(evaluate(ax, env) >= 0 for n in self.inputs
+                       for ax in self.res.shapes[n].axes
+                       if not isinstance(ax, Splat) and not obviously_dim(self.spec, ax)):
                     return env
             except Exception:
                 continue

@@ -92,9 +92,27 @@ def default_cache_dir() -> Path:
     return Path(base) / "opspec" / "proofs"
 
 
+def _code_fingerprint() -> str:
+    """A hash of the prover's own source, so a changed prover never reuses old verdicts."""
+    h = hashlib.sha256()
+    root = Path(__file__).resolve().parent.parent
+    for sub in ("schema", "solver"):
+        for f in sorted((root / sub).glob("*.py")):
+            h.update(f.name.encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+_FINGERPRINT: str | None = None
+
+
 def cache_key(loaded: LoadedSpec, types_raw: Any, rlimit: int) -> str:
+    global _FINGERPRINT
+    if _FINGERPRINT is None:
+        _FINGERPRINT = _code_fingerprint()
     blob = json.dumps({"spec": loaded.raw, "name": loaded.name, "file": loaded.file,
                        "types": types_raw, "opspec": __version__, "z3": z3.get_version_string(),
+                       "code": _FINGERPRINT,
                        "rlimit": rlimit, "broken": sorted(loaded.broken)},
                       sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
@@ -136,10 +154,13 @@ def prove_manifest(manifest: Manifest, *, ops: Iterable[str] | None = None, jobs
     types_raw = _types_raw(manifest)
     # Diagnostics the loader attached to a spec travel with that spec's result.
     by_op: dict[str, list[Diagnostic]] = {}
+    chosen = {s.name for s in specs}
     for d in list(report.diagnostics):
-        if d.op in manifest.specs:
+        if d.op in chosen:
             by_op.setdefault(d.op, []).append(d)
             report.diagnostics.remove(d)
+        elif d.op in manifest.specs and wanted is not None and not d.is_error:
+            report.diagnostics.remove(d)  # another spec's notes; its errors still show
 
     results: dict[str, SpecResult] = {}
     todo: list[LoadedSpec] = []

@@ -138,6 +138,8 @@ params:
   od: {{type: "float16 | float32 | None", default: null}}
   eps: {{type: float, default: 1.0e-6}}
   layout: {{type: Layout}}
+  rounding: {{type: "'trunc' | 'floor' | None", default: null}}
+  padding: {{type: "int | tuple[int, int] | 'valid' | 'same'", default: 0}}
 {textwrap.dedent(params).strip()}
 inputs:
   x: {{dtype: T, shape: "[M, N]"}}
@@ -494,12 +496,15 @@ def test_bad_index_kind_is_reported_once(tmp_path):
     ("M.size > 0", "kind", ("attribute `M.size` is not a declared field", "kind Dim")),
     ("S[flag] > 0", "kind", ("`flag` has kind Bool, expected Int",)),
     ("M[0] > 0", "kind", ("`M` has kind Dim, expected a sequence to subscript",)),
+    ("padding == 'full'", "kind", ("`padding` compares with 'full'", "['same', 'valid']")),
+    ("rounding == 'ceil'", "kind", ("`rounding` compares with 'ceil'", "['floor', 'trunc']")),
+    ("padding == 'valid' or per_axis(padding, 0, 2) > 0", "kind",
+     ("`padding` has kind Int | Seq[Int; 2] | 'same', expected",)),
 ])
 def test_kind_errors_in_refinements(tmp_path, rule, check, fragments):
     text = rules_spec(rule)
     e, diags = load_one(tmp_path, text, types=TYPES)
-    only(diags, check, "signature.shape_rules.0", line_of(text, f'"{rule}"'), f"`{rule}`: ",
-         *fragments)
+    only(diags, check, "signature.shape_rules.0", line_of(text, f'"{rule}"'), f"`{rule}`", *fragments)
     assert e.rules == () and "signature.shape_rules.0" in e.broken
 
 
@@ -543,6 +548,11 @@ def test_maybe_value_needs_a_present_guard(tmp_path, rule, hint):
     "representable(eps, T) and category(eps) == 'float'",
     "present(b) == flag",
     "ceil_div(M, 128) * 128 >= M",
+    # an enum member of a union meets its literals, and narrowing removes them
+    "padding == 'valid' or padding == 'same' or per_axis(padding, 0, 2) > 0",
+    "per_axis(padding, 1, 2) >= 0 if padding not in ('valid', 'same') else True",
+    "rounding == 'trunc' or not present(rounding)",
+    "not present(rounding) or rounding.value in ('trunc', 'floor')",
 ])
 def test_refinements_accepted(tmp_path, rule):
     e, diags = load_one(tmp_path, rules_spec(rule), types=TYPES)
@@ -726,7 +736,8 @@ def test_family_applications(tmp_path):
     ("ceil_div(M)", "kind", ("ceil_div misses argument 2 of 2",)),
     ("ceil_div(M, N, 3)", "kind", ("ceil_div takes 2 arguments, got 3",)),
     ("max(S, dflt=0)", "kind", ("max takes no keyword 'dflt' here",)),
-    ("per_axis(S, 0, 2, fallback=1, fallback=2)", None, ()),  # Python refuses it: parse
+    ("per_axis(S, 0, 2, fallback=1, fallback=2)", "kind",
+     ("per_axis takes no keyword 'fallback' here",)),
     ("ceil_div(M, b=2)", "kind", ("ceil_div takes no keyword 'b' here",)),
     ("broadcast()", "kind", ("broadcast misses argument 1 of 1",)),
     ("ceil_div(M, flag)", "kind", ("`flag` has kind Bool, expected Int (argument 2 of ceil_div)",)),
@@ -748,9 +759,6 @@ def test_primitive_calls(tmp_path, let, check, fragments):
           L: "{let}"
         """)
     e, diags = load_one(tmp_path, text)
-    if check is None:
-        only(diags, "parse", "signature.let.L", line_of(text, let), "keyword argument repeated")
-        return
     only(diags, check, "signature.let.L", line_of(text, let), f"`{let}`: ", *fragments)
     assert e.lets == {}
 
@@ -929,6 +937,27 @@ def test_let_cycle(tmp_path):
             "signature.let.f"} <= e.broken
     assert "signature.let.e" not in e.broken and len(e.rules) == 1
     assert d.severity.value == "error"
+
+
+def test_declarations_reading_a_failed_let_are_left_out_quietly(tmp_path):
+    text = toy(f"""
+        {FORALL}
+        inputs:
+          x: {{dtype: T, shape: "[M, N]"}}
+          z: {{dtype: T, shape: "[M, bad]"}}
+        let:
+          bad: "M + flag"
+          good: "M + 1"
+        shape_rules:
+        - "bad > 0"
+        - "good > 0"
+        """).replace('flops: "1"', 'flops: "bad * good"')
+    e, diags = load_one(tmp_path, text)
+    only(diags, "name", "signature.let.bad", line_of(text, 'bad: "M + flag"'),
+         "unknown name `flag`")
+    assert {"signature.inputs.z.shape", "signature.shape_rules.0", "roofline.flops"} <= e.broken
+    assert list(e.inputs) == ["x"] and [r.text for r in e.rules] == ["good > 0"]
+    assert e.roofline.flops is None and list(e.lets) == ["good"]
 
 
 def test_let_reading_itself(tmp_path):
@@ -1189,7 +1218,7 @@ def test_effect_fields_on_the_wrong_side(tmp_path):
     text = toy(f"""
         {FORALL}
         inputs:
-          x: {{dtype: T, shape: "[M, N]", alias: y, nullable: "true"}}
+          x: {{dtype: T, shape: "[M, N]", alias: y, nullable: true}}
         outputs:
           y: {{dtype: T, shape: "[M, N]", mutated: true, values: "as_tensor(S)"}}
         """)
@@ -1291,16 +1320,11 @@ def test_values_must_be_a_generator_call(tmp_path, values):
 
 # ----------------------------------------------------------------------------- input order
 
-@pytest.mark.parametrize("optional", ["true", '"present(a)"'])
+@pytest.mark.parametrize("optional", ["true", "flag", '"present(a)"'])
 def test_required_input_after_an_optional_one(tmp_path, optional):
+    # An input whose `optional` is a discriminant expression is optional too (it used to
+    # be let through).
     text = toy(f"""
-        {FORALL}
-        inputs:
-          a: {{dtype: T, shape: "[M]", optional: true}}
-          b: {{dtype: T, shape: "[M]", optional: {optional}}}
-          c: {{dtype: T, shape: "[M]"}}
-        """).replace('optional: true}\n      b', 'optional: true}\n      b') if optional == "true" \
-        else toy(f"""
         {FORALL}
         params:
           flag: {{type: bool}}
@@ -1308,11 +1332,11 @@ def test_required_input_after_an_optional_one(tmp_path, optional):
           a: {{dtype: T, shape: "[M]"}}
           b: {{dtype: T, shape: "[M]", optional: {optional}}}
           c: {{dtype: T, shape: "[M]"}}
-        """).replace("present(a)", "flag")
+          d: {{dtype: T, shape: "[M]", optional: true}}
+        """)
     _, diags = load_one(tmp_path, text)
-    first = "a" if optional == "true" else "b"
     only(diags, "name", "signature.inputs.c", line_of(text, "c: {dtype"),
-         f"required input `c` comes after optional input `{first}`", "optional inputs come last")
+         "required input `c` comes after optional input `b`", "optional inputs come last")
 
 
 def test_optional_inputs_last_accepted(tmp_path):
@@ -1334,6 +1358,8 @@ def test_optional_inputs_last_accepted(tmp_path):
     ("not flag or mode == 'a'", True),
     ("layout.kind == 'masked' or layout.packing == 'tight'", True),
     ("(mode == 'a') == present(b)", True),
+    ("not present(rounding) or rounding.value == 'trunc'", True),
+    ("padding == 'valid'", False),
     ("M > 0", False),
     ("not flag or M > 0", False),
     ("layout.alignment >= 1 if layout.kind == 'contiguous' else True", False),
@@ -1418,28 +1444,46 @@ def test_bundled_manifest_elaborates_without_errors():
 
 # ----------------------------------------------------------------------------- no code execution
 
-def _dynamic_code(tree: ast.AST) -> list[tuple[int, str]]:
+#: The one place allowed to run code: the runtime's lowering of a proven Plan, which
+#: compiles Python source that it writes itself from the parsed AST (DESIGN.md, "Lower");
+#: spec text never reaches it as source. Any other call fails the test below.
+ALLOWED_DYNAMIC_CODE = {("ops/codegen.py", "generate_branch", "compile"),
+                        ("ops/codegen.py", "generate_branch", "exec")}
+
+
+def _dynamic_code(tree: ast.AST) -> list[tuple[int, str, str]]:
+    """(line, what, enclosing function) of each call of eval, exec, the builtin compile, or
+    `__import__` / `importlib.import_module` with a non-literal argument."""
     found = []
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
-        f = node.func
-        if isinstance(f, ast.Name) and f.id in ("eval", "exec", "compile"):
-            found.append((node.lineno, f.id))
-        literal = bool(node.args) and isinstance(node.args[0], ast.Constant)
-        if isinstance(f, ast.Name) and f.id == "__import__" and not literal:
-            found.append((node.lineno, "__import__"))
-        if (isinstance(f, ast.Attribute) and f.attr == "import_module"
-                and isinstance(f.value, ast.Name) and f.value.id == "importlib" and not literal):
-            found.append((node.lineno, "importlib.import_module"))
+
+    def visit(node: ast.AST, where: str) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            where = f"{where}.{node.name}" if where else node.name
+        if isinstance(node, ast.Call):
+            f = node.func
+            literal = bool(node.args) and isinstance(node.args[0], ast.Constant)
+            if isinstance(f, ast.Name) and f.id in ("eval", "exec", "compile"):
+                found.append((node.lineno, f.id, where))
+            elif isinstance(f, ast.Name) and f.id == "__import__" and not literal:
+                found.append((node.lineno, "__import__", where))
+            elif (isinstance(f, ast.Attribute) and f.attr == "import_module"
+                  and isinstance(f.value, ast.Name) and f.value.id == "importlib"
+                  and not literal):
+                found.append((node.lineno, "importlib.import_module", where))
+        for child in ast.iter_child_nodes(node):
+            visit(child, where)
+
+    visit(tree, "")
     return found
 
 
 def test_scanner_finds_dynamic_code():
     tree = ast.parse("eval(x)\nexec('1')\ncompile(s, 'f', 'eval')\n__import__(name)\n"
-                     "importlib.import_module(mod)\n__import__('os')\nre.compile('x')\n")
-    assert _dynamic_code(tree) == [(1, "eval"), (2, "exec"), (3, "compile"), (4, "__import__"),
-                                   (5, "importlib.import_module")]
+                     "importlib.import_module(mod)\n__import__('os')\nre.compile('x')\n"
+                     "class A:\n    def f(self):\n        return eval(t)\n")
+    assert _dynamic_code(tree) == [(1, "eval", ""), (2, "exec", ""), (3, "compile", ""),
+                                   (4, "__import__", ""), (5, "importlib.import_module", ""),
+                                   (10, "eval", "A.f")]
 
 
 def test_no_module_executes_text():
@@ -1448,6 +1492,11 @@ def test_no_module_executes_text():
              and not any(part.startswith(".") or part.endswith(".egg-info")
                          for part in p.relative_to(PACKAGE).parts)]
     assert any(p.name == "elaborate.py" for p in files)
-    found = {str(p.relative_to(PACKAGE)): hits for p in files
-             if (hits := _dynamic_code(ast.parse(p.read_text(), str(p))))}
+    found = {}
+    for p in files:
+        rel = p.relative_to(PACKAGE).as_posix()
+        hits = [h for h in _dynamic_code(ast.parse(p.read_text(), str(p)))
+                if (rel, h[2], h[1]) not in ALLOWED_DYNAMIC_CODE]
+        if hits:
+            found[rel] = hits
     assert found == {}

@@ -1,0 +1,439 @@
+"""GEMM and decode-shape GEMV: ``out = op(a) @ op(b)`` with fp32 accumulation.
+
+``op`` transposes an operand stored transposed: ``a`` is ``[M, K]``, or ``[K, M]`` when
+``trans_a``; ``b`` is ``[K, N]``, or ``[N, K]`` when ``trans_b`` (the ``nn.Linear``
+weight layout).  Both kernels read each operand in its stored layout through its
+strides (no transposing copies), accumulate in fp32 and write ``out`` (``[M, N]``,
+``a``'s dtype, any strides).
+
+Plain functions; the dispatch classes are built elsewhere.
+
+* :func:`gemm_reference` -- torch reference (fp32 matmul on CPU, ``torch.matmul`` on CUDA).
+* :func:`gemm_triton` -- tiled GEMM: one program per ``BLOCK_M x BLOCK_N`` output tile,
+  grouped ("swizzled") program order so that ``GROUP_M`` consecutive programs share
+  B's column panel in L2, wrap-around row/column indices (``% M``, ``% N``) so that the
+  loads need no M/N masks, a K mask only when ``K % BLOCK_K != 0`` (``EVEN_K``), masked
+  stores.  The tile configuration comes from :func:`gemm_config_for`, a small table
+  indexed by (M, N, K) in plain Python; :func:`gemm_configs` lists every configuration
+  for offline autotuning, and ``config=`` forces one.
+* :func:`gemv_triton` -- the small-M (decode, ``M <= 16``) kernel: one program per
+  ``BLOCK_N`` output columns holding all M rows, looping over K with an fp32
+  accumulator; ``BLOCK_N`` is chosen so that the grid has at least ``2 * 132``
+  programs, since the kernel is bound by streaming ``b`` from HBM.
+
+fp32 inputs run with ``input_precision="ieee"`` (no TF32), fp16/bf16 on tensor cores.
+On CPU the Triton interpreter's ``tl.dot`` is wrong for bf16: test the kernels in
+fp16/fp32 there.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = [
+    "GemmConfig",
+    "gemm_reference",
+    "gemm_triton",
+    "gemv_triton",
+    "gemm_configs",
+    "gemm_config_for",
+    "gemv_config_for",
+    "GEMV_MAX_M",
+]
+
+GEMV_MAX_M = 16
+_NUM_SMS = 132  # H200
+_INT32_LIMIT = 2**31 - 1
+_SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
+
+
+class GemmConfig(NamedTuple):
+    block_m: int
+    block_n: int
+    block_k: int
+    group_m: int
+    num_warps: int
+    num_stages: int
+
+
+# --- the table ----------------------------------------------------------------------
+# Hopper (sm_90) choices for fp16/bf16.  Shared memory per stage is
+# (BLOCK_M + BLOCK_N) * BLOCK_K * 2 bytes: 48 KB for 128x256x64 (3 stages = 144 KB),
+# 32 KB for 128x128x64 (4 stages = 128 KB), within the 227 KB a block may use.
+_LARGE_256 = GemmConfig(128, 256, 64, 8, 8, 3)  # large M and N: 2 warpgroups, 64x256 each
+_LARGE_128 = GemmConfig(128, 128, 64, 8, 8, 4)  # large, but too few 128x256 tiles for a wave
+_MEDIUM = GemmConfig(64, 128, 64, 8, 4, 4)  # 32 < M <= 64, or mid-sized problems
+_MEDIUM_N64 = GemmConfig(64, 64, 64, 8, 4, 4)  # mid-sized with few tiles
+_SMALL_32 = GemmConfig(32, 64, 128, 8, 4, 4)  # 16 < M <= 32
+_SMALL_16 = GemmConfig(16, 64, 128, 8, 4, 4)  # M <= 16 through the GEMM kernel
+# fp32 inputs (ieee dot on CUDA cores): correctness path, smaller K step for shared memory.
+_FP32 = GemmConfig(64, 64, 32, 8, 4, 3)
+
+# M > 64: candidates with a guessed relative efficiency per tile (bigger tiles reuse
+# more operand bytes per FLOP); to be refined from H200 timings.
+_LARGE_CANDIDATES = (
+    (_LARGE_256, 1.0),
+    (_LARGE_128, 0.9),
+    (_MEDIUM, 0.75),
+    (_MEDIUM_N64, 0.6),
+)
+
+# Offline-autotuning candidates on top of the table.
+_EXTRA = (
+    GemmConfig(128, 256, 64, 8, 8, 4),
+    GemmConfig(128, 128, 64, 8, 4, 4),
+    GemmConfig(128, 128, 64, 8, 8, 3),
+    GemmConfig(256, 128, 64, 8, 8, 3),
+    GemmConfig(128, 64, 64, 8, 4, 4),
+    GemmConfig(64, 256, 64, 8, 4, 4),
+    GemmConfig(64, 128, 128, 8, 4, 3),
+    GemmConfig(32, 128, 128, 8, 4, 4),
+    GemmConfig(16, 128, 128, 8, 4, 4),
+)
+
+# GEMV (M <= 16): BLOCK_M = 16, BLOCK_N from N, BLOCK_K = 128 (fp16/bf16) or 64 (fp32).
+_GEMV_BLOCK_N = (128, 64, 32, 16)
+_GEMV_TARGET_PROGRAMS = 2 * _NUM_SMS
+
+
+def gemm_configs() -> list[GemmConfig]:
+    """Every GEMM tile configuration: the table's entries first, then extra candidates.
+
+    For an offline autotuner: time ``gemm_triton(..., config=c)`` for each ``c``.
+    """
+    seen: list[GemmConfig] = []
+    for c in (_LARGE_256, _LARGE_128, _MEDIUM, _MEDIUM_N64, _SMALL_32, _SMALL_16, _FP32, *_EXTRA):
+        if c not in seen:
+            seen.append(c)
+    return seen
+
+
+def _clip(cfg: GemmConfig, M: int, N: int, K: int) -> GemmConfig:
+    """Shrink blocks larger than the (power-of-two rounded) problem; 16 is tl.dot's minimum."""
+    bm = min(cfg.block_m, max(16, triton.next_power_of_2(M)))
+    bn = min(cfg.block_n, max(16, triton.next_power_of_2(N)))
+    bk = min(cfg.block_k, max(16, triton.next_power_of_2(K)))
+    if (bm, bn, bk) == (cfg.block_m, cfg.block_n, cfg.block_k):
+        return cfg
+    # Smaller tiles do not need 8 warps.
+    warps = cfg.num_warps if bm * bn >= 128 * 128 else min(cfg.num_warps, 4)
+    return cfg._replace(block_m=bm, block_n=bn, block_k=bk, num_warps=warps)
+
+
+@functools.lru_cache(maxsize=1024)
+def gemm_config_for(M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16) -> GemmConfig:
+    """The table: the GEMM configuration used for an ``M x N x K`` problem in ``dtype``."""
+    if dtype == torch.float32:
+        return _clip(_FP32, M, N, K)
+
+    def tiles(bm: int, bn: int) -> int:
+        return triton.cdiv(M, bm) * triton.cdiv(N, bn)
+
+    if M <= 16:
+        cfg = _SMALL_16
+    elif M <= 32:
+        cfg = _SMALL_32
+    elif M <= 64:
+        cfg = _MEDIUM if tiles(64, 128) >= _NUM_SMS else _MEDIUM_N64
+    else:
+        # Wave model: time ~ waves * tile area / tile efficiency; the first minimum wins
+        # (ties go to the bigger tile).
+        def cost(entry: tuple[GemmConfig, float]) -> float:
+            c, eff = entry
+            waves = triton.cdiv(tiles(c.block_m, c.block_n), _NUM_SMS)
+            return waves * c.block_m * c.block_n / eff
+
+        cfg = min(_LARGE_CANDIDATES, key=cost)[0]
+    return _clip(cfg, M, N, K)
+
+
+@functools.lru_cache(maxsize=1024)
+def gemv_config_for(M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16) -> GemmConfig:
+    """The GEMV configuration: all M rows in one 16-row block, BLOCK_N from N.
+
+    ``BLOCK_N`` is the largest of 128, 64, 32, 16 that still gives ``2 * 132``
+    programs (else 16), so that the stream of ``b`` is spread over every SM.
+    """
+    if M > GEMV_MAX_M:
+        raise ValueError(f"gemv_triton handles M <= {GEMV_MAX_M}, got M = {M}")
+    block_n = _GEMV_BLOCK_N[-1]
+    for bn in _GEMV_BLOCK_N:
+        if triton.cdiv(N, bn) >= _GEMV_TARGET_PROGRAMS:
+            block_n = bn
+            break
+    block_k = 64 if dtype == torch.float32 else 128
+    cfg = GemmConfig(16, block_n, block_k, 1, 4, 4)
+    return _clip(cfg, M, N, K)
+
+
+# --- references ---------------------------------------------------------------------
+
+
+def gemm_reference(a: torch.Tensor, b: torch.Tensor, trans_a: bool, trans_b: bool) -> torch.Tensor:
+    """``op(a) @ op(b)`` in ``a.dtype``, accumulated in fp32.
+
+    On CUDA this is ``torch.matmul`` (cuBLAS accumulates fp16/bf16 in fp32); elsewhere
+    the operands are copied to fp32 first, for accuracy and because CPU half matmul
+    may accumulate differently.
+    """
+    A = a.t() if trans_a else a
+    B = b.t() if trans_b else b
+    if a.is_cuda:
+        return torch.matmul(A, B).to(a.dtype)
+    return torch.matmul(A.float(), B.float()).to(a.dtype)
+
+
+# --- kernels ------------------------------------------------------------------------
+
+
+@triton.jit
+def _gemm_kernel(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    USE_INT64: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+):
+    # Grouped ordering: GROUP_M row-blocks advance together along N, so the programs
+    # resident at one time reuse both A's row panels and B's column panels in L2.
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    # Wrap out-of-range rows/columns onto valid ones: loads stay in bounds without a
+    # mask; those rows/columns are dropped by the store mask.
+    offs_am = offs_m % M
+    offs_bn = offs_n % N
+    if USE_INT64:
+        offs_am = offs_am.to(tl.int64)
+        offs_bn = offs_bn.to(tl.int64)
+        offs_k = offs_k.to(tl.int64)
+    a_ptrs = a_ptr + offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:
+            k_left = K - k * BLOCK_K
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+
+    c = acc.to(c_ptr.dtype.element_ty)
+    if USE_INT64:
+        offs_m = offs_m.to(tl.int64)
+        offs_n = offs_n.to(tl.int64)
+    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    c_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    tl.store(c_ptrs, c, mask=c_mask)
+
+
+@triton.jit
+def _gemv_kernel(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    USE_INT64: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+):
+    # One program per BLOCK_N output columns, all M (<= BLOCK_M) rows; b is streamed
+    # once from HBM in its stored layout, a (tiny) is re-read from L2 by each program.
+    pid_n = tl.program_id(0)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    offs_am = offs_m % M
+    offs_bn = offs_n % N
+    if USE_INT64:
+        offs_am = offs_am.to(tl.int64)
+        offs_bn = offs_bn.to(tl.int64)
+        offs_k = offs_k.to(tl.int64)
+    a_ptrs = a_ptr + offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs, eviction_policy="evict_first")
+        else:
+            k_left = K - k * BLOCK_K
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+            b = tl.load(
+                b_ptrs, mask=offs_k[:, None] < k_left, other=0.0, eviction_policy="evict_first"
+            )
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+
+    c = acc.to(c_ptr.dtype.element_ty)
+    if USE_INT64:
+        offs_m = offs_m.to(tl.int64)
+        offs_n = offs_n.to(tl.int64)
+    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    c_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    tl.store(c_ptrs, c, mask=c_mask)
+
+
+# --- launchers ----------------------------------------------------------------------
+
+
+def _check(
+    a: torch.Tensor, b: torch.Tensor, trans_a: bool, trans_b: bool, out: torch.Tensor
+) -> tuple[int, int, int, tuple[int, int], tuple[int, int]]:
+    """Validate; return M, N, K and the (m, k) / (k, n) strides of a and b."""
+    if a.dim() != 2 or b.dim() != 2:
+        raise ValueError(f"a and b must be 2-D, got {a.dim()}-D and {b.dim()}-D")
+    if trans_a:
+        K, M = a.shape
+        sa = (a.stride(1), a.stride(0))
+    else:
+        M, K = a.shape
+        sa = (a.stride(0), a.stride(1))
+    if trans_b:
+        N, Kb = b.shape
+        sb = (b.stride(1), b.stride(0))
+    else:
+        Kb, N = b.shape
+        sb = (b.stride(0), b.stride(1))
+    if Kb != K:
+        raise ValueError(f"inner dimensions differ: op(a) has K = {K}, op(b) has K = {Kb}")
+    if a.dtype not in _SUPPORTED or b.dtype != a.dtype or out.dtype != a.dtype:
+        raise TypeError(
+            f"a, b and out must share a dtype in {_SUPPORTED}; got {a.dtype}, {b.dtype}, {out.dtype}"
+        )
+    if out.dim() != 2 or out.shape[0] != M or out.shape[1] != N:
+        raise ValueError(f"out must have shape [{M}, {N}], got {list(out.shape)}")
+    return M, N, K, sa, sb
+
+
+def _extent(t: torch.Tensor) -> int:
+    """Largest element offset a kernel may form for t (plus slack for a block)."""
+    return sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride())) + 4096
+
+
+def _launch(kernel, grid, a, b, out, M, N, K, sa, sb, cfg: GemmConfig, extra: dict) -> None:
+    use_int64 = max(_extent(a), _extent(b), _extent(out)) > _INT32_LIMIT
+    kernel[grid](
+        a,
+        b,
+        out,
+        M,
+        N,
+        K,
+        sa[0],
+        sa[1],
+        sb[0],
+        sb[1],
+        out.stride(0),
+        out.stride(1),
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n,
+        BLOCK_K=cfg.block_k,
+        EVEN_K=K % cfg.block_k == 0,
+        USE_INT64=use_int64,
+        INPUT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+        **extra,
+    )
+
+
+def gemm_triton(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    trans_a: bool,
+    trans_b: bool,
+    out: torch.Tensor,
+    config: GemmConfig | None = None,
+) -> torch.Tensor:
+    """Write ``op(a) @ op(b)`` into ``out`` (``[M, N]``, ``a.dtype``) and return ``out``.
+
+    fp16/bf16 (tensor cores) or fp32 (ieee) inputs of one dtype, fp32 accumulation.
+    ``K == 0`` zero-fills ``out``; ``M == 0`` or ``N == 0`` launches nothing.
+    ``config`` overrides the table (:func:`gemm_config_for`), for autotuning.
+    """
+    M, N, K, sa, sb = _check(a, b, trans_a, trans_b, out)
+    if M == 0 or N == 0:
+        return out
+    if K == 0:
+        return out.zero_()
+    cfg = config if config is not None else gemm_config_for(M, N, K, a.dtype)
+    grid = (triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n),)
+    _launch(_gemm_kernel, grid, a, b, out, M, N, K, sa, sb, cfg, {"GROUP_M": cfg.group_m})
+    return out
+
+
+def gemv_triton(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    trans_a: bool,
+    trans_b: bool,
+    out: torch.Tensor,
+    config: GemmConfig | None = None,
+) -> torch.Tensor:
+    """Decode-shape ``op(a) @ op(b)`` for ``M <= 16`` (see :func:`gemm_triton`).
+
+    Split over N only (one program per ``BLOCK_N`` columns, all rows at once), fp32
+    reduction over K; ``b`` is read once in its stored layout.  ``config`` overrides
+    :func:`gemv_config_for` (its ``block_m`` must be >= M; ``group_m`` is unused).
+    """
+    M, N, K, sa, sb = _check(a, b, trans_a, trans_b, out)
+    if M > GEMV_MAX_M:
+        raise ValueError(f"gemv_triton handles M <= {GEMV_MAX_M}, got M = {M}; use gemm_triton")
+    if M == 0 or N == 0:
+        return out
+    if K == 0:
+        return out.zero_()
+    cfg = config if config is not None else gemv_config_for(M, N, K, a.dtype)
+    if cfg.block_m < M:
+        raise ValueError(f"config.block_m = {cfg.block_m} < M = {M}")
+    grid = (triton.cdiv(N, cfg.block_n),)
+    _launch(_gemv_kernel, grid, a, b, out, M, N, K, sa, sb, cfg, {})
+    return out

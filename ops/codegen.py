@@ -1,0 +1,415 @@
+"""Code generation: a Plan branch becomes straight-line Python source, compiled once.
+
+For each branch the generator writes three functions, each stamped with the spec, the
+branch and the declaration of every line:
+
+- `construct_<k>(op)`: the construction-phase steps (construction-time tensors, lets and
+  refinements already evaluable); returns the indices it solved;
+- `call_<k>(op, <inputs>, out, ind)`: the call-phase steps in the proven order; returns the
+  dict of every index and let;
+- `outputs_<k>(ind)`: the output types, a tuple of `(shape, dtype name)`.
+
+Generated code never parses a string, reads only locals it binds and helpers of one fixed
+namespace (`NAMESPACE`), and works on ints and SymInts alike: shapes are compared with
+`!=`, divided with `//` and `%`, never converted to bool by anything but the check itself.
+`opspec explain OP` prints the source.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from opspec.schema import kinds as K
+from opspec.schema.elaborate import ElaboratedSpec
+from opspec.schema.expr import Const, Expr, Name, ShapeList, Splat, free_names
+from opspec.schema.printer import print_expr, print_shape
+from opspec.solver import plan as P
+from opspec.solver.discriminants import describe_value
+from opspec.ops.pyexpr import Lowering, primitive_namespace
+
+_counter = itertools.count()
+
+
+class Writer:
+    """An indentation-aware line writer: the one template of all generated code."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.depth = 0
+
+    def __call__(self, line: str = "") -> None:
+        self.lines.append("    " * self.depth + line if line else "")
+
+    def indent(self) -> "_Indent":
+        return _Indent(self)
+
+    def source(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+class _Indent:
+    def __init__(self, w: Writer):
+        self.w = w
+
+    def __enter__(self):
+        self.w.depth += 1
+
+    def __exit__(self, *exc):
+        self.w.depth -= 1
+
+
+@dataclass(frozen=True)
+class Decl:
+    """What a failing line enforces, for the error message."""
+
+    path: str
+    what: str          # a human description: "input b, axis 1 of Mat[trans_b, K, N] = [N, K]"
+    expected: str = "" # the declared expression, printed
+    solved_from: tuple[tuple[str, str], ...] = ()  # index -> "input a"
+
+
+@dataclass
+class BranchCode:
+    key: tuple                         # the branch's combination, as (name, value) pairs
+    source: str
+    construct: Callable
+    call: Callable
+    outputs: Callable
+    decls: list[Decl]
+
+
+def _lv(name: str) -> str:
+    return "i_" + name
+
+
+def _pv(name: str) -> str:
+    return "p_" + name
+
+
+def _tv(name: str) -> str:
+    return "t_" + name
+
+
+class BranchGenerator:
+    def __init__(self, spec: ElaboratedSpec, branch: P.Branch, call_inputs: list[str]):
+        self.spec = spec
+        self.branch = branch
+        self.call_inputs = call_inputs
+        self.w = Writer()
+        self.decls: list[Decl] = []
+        self.solved_from: dict[str, str] = {}
+        self.k = next(_counter)
+
+    # names
+    def name_of(self, n: str) -> str:
+        spec = self.spec
+        if n in spec.params:
+            return _pv(n)
+        if n in spec.forall or n in spec.lets:
+            return _lv(n)
+        if n in K.DTYPES:
+            return repr(n)
+        raise KeyError(n)
+
+    def py(self, e: Expr) -> str:
+        return Lowering(self.name_of).py(e)
+
+    def decl(self, path: str, what: str, expected: str = "") -> int:
+        self.decls.append(Decl(path, what, expected, tuple(self.solved_from.items())))
+        return len(self.decls) - 1
+
+    # -- positions of declared axes in the actual shape ------------------------------------
+
+    def axis_pos(self, shape: ShapeList, i: int, sname: str) -> str:
+        """The position of declared axis i in the actual shape, as source."""
+        axes = shape.axes
+        before = axes[:i]
+        if all(not isinstance(a, Splat) or self.known_splat(a) for a in before):
+            fixed = sum(1 for a in before if not isinstance(a, Splat))
+            lens = [f"len({self.py(a.value)})" for a in before if isinstance(a, Splat)]
+            return " + ".join([str(fixed)] + lens) if lens else str(fixed)
+        after = axes[i:]
+        fixed = sum(1 for a in after if not isinstance(a, Splat))
+        lens = [f"len({self.py(a.value)})" for a in after if isinstance(a, Splat)]
+        return f"len({sname}) - " + ("(" + " + ".join([str(fixed)] + lens) + ")" if lens else str(fixed))
+
+    def known_splat(self, a: Splat) -> bool:
+        return all(n in self.bound or self.spec.kind_of(n) is None for n in free_names(a.value))
+
+    # -- generation ------------------------------------------------------------------------
+
+    def generate(self) -> tuple[str, str, str, str]:
+        spec, b = self.spec, self.branch
+        combo = ", ".join(f"{k}={describe_value(v)}" for k, v in b.combo) or "(no discriminants)"
+        tag = f"{spec.name}_{self.k}"
+        w = self.w
+        w(f"# Generated by opspec from {spec.file} for {spec.name}, branch {combo}.")
+        w(f"# Do not edit: `opspec explain {spec.name}` regenerates it.")
+        names = {}
+        # construction
+        self.bound: set[str] = set(spec.params)
+        cname = f"construct_{tag}"
+        w(f"def {cname}(op):")
+        with w.indent():
+            self.bind_params()
+            w("_d = -1")
+            w("try:")
+            with w.indent():
+                for s in b.construction:
+                    self.step(s, construction=True)
+                w("pass")
+            self.handler()
+            w("return {" + ", ".join(f"{n!r}: {_lv(n)}" for n in sorted(self.solved_names())) + "}")
+        w()
+        constructed = set(self.solved_names())
+        # call
+        fname = f"call_{tag}"
+        args = ", ".join(_tv(n) for n in self.call_inputs)
+        w(f"def {fname}(op, {args + ', ' if args else ''}t_out, ind):")
+        with w.indent():
+            self.bind_params()
+            for n in sorted(constructed):
+                w(f"{_lv(n)} = ind[{n!r}]")
+            w("_d = -1")
+            w("try:")
+            with w.indent():
+                for s in b.call:
+                    self.step(s, construction=False)
+                self.dtype_combos()
+                w("pass")
+            self.handler()
+            w("return {" + ", ".join(f"{n!r}: {_lv(n)}" for n in sorted(self.solved_names())) + "}")
+        w()
+        oname = f"outputs_{tag}"
+        w(f"def {oname}(op, ind):")
+        with w.indent():
+            self.bind_params()
+            for n in sorted(self.solved_names()):
+                w(f"{_lv(n)} = ind[{n!r}]")
+            outs = []
+            for o in b.outputs:
+                axes = []
+                for a in o.shape.axes:
+                    if isinstance(a, Splat):
+                        axes.append(f"*{self.py(a.value)}")
+                    else:
+                        axes.append(self.py(a))
+                shape = "(" + ", ".join(axes) + ("," if len(axes) == 1 else "") + ")"
+                outs.append(f"({o.name!r}, {shape}, {self.py(o.dtype)})")
+            w("return (" + ", ".join(outs) + ("," if len(outs) == 1 else "") + ")")
+        return w.source(), cname, fname, oname
+
+    def solved_names(self) -> set[str]:
+        return {n for n in self.bound if n in self.spec.forall or n in self.spec.lets}
+
+    def bind_params(self) -> None:
+        for n, p in self.spec.params.items():
+            self.w(f"{_pv(n)} = op._opspec_params[{n!r}]")
+
+    def handler(self) -> None:
+        w = self.w
+        w("except _OpspecError:")
+        with w.indent():
+            w("raise")
+        w("except Exception as exc:")
+        with w.indent():
+            w("raise _evaluation_failed(op, _DECLS, _d, exc, locals()) from exc")
+
+    def fail(self, d: int, expected: str, got: str) -> None:
+        self.w(f"raise _check_failed(op, _DECLS, {d}, {expected}, {got}, locals())")
+
+    def step(self, s: P.Step, construction: bool) -> None:
+        w, spec = self.w, self.spec
+        t = spec.tensors.get(s.target)
+        shape = None
+        if t is not None and s.kind in (P.RANK, P.SOLVE_AXIS, P.SOLVE_SPLAT, P.CHECK_AXIS):
+            shape = self.resolved_shape(s.target)
+        tv = _tv(s.target)
+        sv = f"_s_{s.target}"
+        role = {"input": "input", "ctensor": "construction-time tensor", "output": "output"}.get(
+            t.role if t is not None else "", "")
+        if s.kind == P.PRESENCE:
+            if t is not None and t.role == "ctensor":
+                w(f"{tv} = op._opspec_ctensors[{s.target!r}]")
+            d = self.decl(s.decl, f"{role} {s.target}", "a torch.Tensor")
+            w(f"_d = {d}")
+            w(f"if not isinstance({tv}, _Tensor):")
+            with w.indent():
+                self.fail(d, "'a torch.Tensor'", f"type({tv}).__name__")
+            if t is not None and t.device == "cpu":
+                d = self.decl(s.decl + ".device", f"{role} {s.target} (device: cpu)", "cpu")
+                w(f"_d = {d}")
+                w(f"if {tv}.device.type != 'cpu':")
+                with w.indent():
+                    self.fail(d, "'cpu'", f"str({tv}.device)")
+            if t is not None and t.contiguous:
+                d = self.decl(s.decl + ".contiguous", f"{role} {s.target} (contiguous: true)",
+                              "a contiguous tensor")
+                w(f"_d = {d}")
+                w(f"if not {tv}.is_contiguous():")
+                with w.indent():
+                    self.fail(d, "'contiguous'", f"'strides ' + str({tv}.stride())")
+            w(f"{sv} = {tv}.shape")
+            return
+        if s.kind == P.RANK:
+            declared = print_shape(spec.tensors[s.target].shape)
+            extra = "".join(f" + len({self.py(x)})" for x in s.splats)
+            d = self.decl(s.decl, f"{role} {s.target}, the rank of {declared}"
+                          + (f" = {print_shape(shape)}" if print_shape(shape) != declared else ""))
+            w(f"_d = {d}")
+            op_ = "<" if s.axis == -1 else "!="
+            w(f"if len({sv}) {op_} {s.rank}{extra}:")
+            with w.indent():
+                exp = f"{s.rank}{extra}"
+                self.fail(d, (f"'at least ' + str({exp})" if s.axis == -1 else exp), f"len({sv})")
+            return
+        if s.kind == P.SOLVE_DTYPE:
+            n = s.expr.id
+            d = self.decl(s.decl, f"{role} {s.target}, dtype {n}")
+            w(f"_d = {d}")
+            w(f"{_lv(n)} = _DTYPE_NAMES.get({tv}.dtype, str({tv}.dtype))")
+            members = spec.forall[n].members
+            if members is not None:
+                w(f"if {_lv(n)} not in {tuple(sorted(members))!r}:")
+                with w.indent():
+                    self.fail(d, repr(" | ".join(sorted(members))), _lv(n))
+            self.bound.add(n)
+            self.solved_from[n] = f"{role} {s.target}"
+            return
+        if s.kind == P.CHECK_DTYPE:
+            d = self.decl(s.decl, f"{role} {s.target}, dtype {print_expr(s.expr)}",
+                          print_expr(s.expr))
+            w(f"_d = {d}")
+            w(f"if _DTYPE_NAMES.get({tv}.dtype, str({tv}.dtype)) != {self.py(s.expr)}:")
+            with w.indent():
+                self.fail(d, self.py(s.expr), f"_DTYPE_NAMES.get({tv}.dtype, str({tv}.dtype))")
+            return
+        if s.kind in (P.SOLVE_AXIS, P.CHECK_AXIS, P.SOLVE_SPLAT):
+            self.axis_step(s, shape, role, tv, sv)
+            return
+        if s.kind == P.LET:
+            d = self.decl(s.decl, f"let {s.target}", print_expr(s.expr))
+            w(f"_d = {d}")
+            w(f"{_lv(s.target)} = {self.py(s.expr)}")
+            self.bound.add(s.target)
+            return
+        if s.kind in (P.RULE, P.DOMAIN):
+            d = self.decl(s.decl, f"refinement `{print_expr(s.expr)}`", print_expr(s.expr))
+            w(f"_d = {d}")
+            w(f"if not ({self.py(s.expr)}):")
+            with w.indent():
+                self.fail(d, "True", "False")
+            return
+        if s.kind == P.NONNEG:
+            d = self.decl(s.decl, f"output {s.target}, axis {s.axis} `{print_expr(s.expr)}`",
+                          f"{print_expr(s.expr)} >= 0")
+            w(f"_d = {d}")
+            w(f"if {self.py(s.expr)} < 0:")
+            with w.indent():
+                self.fail(d, "'>= 0'", self.py(s.expr))
+            return
+        if s.kind == P.OUT_BUFFER:
+            return  # checked after the output types are known, in the runtime (same call)
+        raise ValueError(f"unknown plan step {s.kind}")
+
+    def resolved_shape(self, name: str) -> ShapeList:
+        for n, shape, _ in self.branch.tensors:
+            if n == name:
+                return shape
+        raise KeyError(name)
+
+    def axis_step(self, s: P.Step, shape: ShapeList, role: str, tv: str, sv: str) -> None:
+        w, spec = self.w, self.spec
+        declared = print_shape(spec.tensors[s.target].shape)
+        resolved = print_shape(shape)
+        term = declared + (f" = {resolved}" if resolved != declared else "")
+        ax = shape.axes[s.axis]
+        if s.kind == P.SOLVE_SPLAT:
+            n = s.expr.id
+            start = self.axis_pos(shape, s.axis, sv)
+            after = shape.axes[s.axis + 1:]
+            fixed = sum(1 for a in after if not isinstance(a, Splat))
+            lens = [f"len({self.py(a.value)})" for a in after if isinstance(a, Splat)]
+            stop = " + ".join([str(fixed)] + lens)
+            d = self.decl(s.decl, f"{role} {s.target}, *{n} of {term}")
+            w(f"_d = {d}")
+            w(f"{_lv(n)} = tuple({sv}[{start}:len({sv}) - ({stop})])")
+            self.bound.add(n)
+            self.solved_from[n] = f"{role} {s.target}"
+            return
+        pos = self.axis_pos(shape, s.axis, sv)
+        if isinstance(ax, Splat):
+            d = self.decl(s.decl, f"{role} {s.target}, *{print_expr(ax.value)} of {term}",
+                          print_expr(ax.value))
+            w(f"_d = {d}")
+            val = self.py(ax.value)
+            w(f"if tuple({sv}[{pos}:{pos} + len({val})]) != tuple({val}):")
+            with w.indent():
+                self.fail(d, f"tuple({val})", f"tuple({sv}[{pos}:{pos} + len({val})])")
+            return
+        what = f"{role} {s.target}, axis {s.axis} of {term}"
+        if s.kind == P.CHECK_AXIS:
+            d = self.decl(s.decl, what, print_expr(ax))
+            w(f"_d = {d}")
+            w(f"if {sv}[{pos}] != {self.py(ax)}:")
+            with w.indent():
+                self.fail(d, self.py(ax), f"{sv}[{pos}]")
+            return
+        n = s.expr.id
+        d = self.decl(s.decl, what, print_expr(ax))
+        w(f"_d = {d}")
+        if s.coeff is None:
+            w(f"{_lv(n)} = {sv}[{pos}]")
+        else:
+            c, o = self.py(s.coeff), self.py(s.offset)
+            w(f"_v = {sv}[{pos}] - {o}" if o != "0" else f"_v = {sv}[{pos}]")
+            if not (isinstance(s.coeff, Const)):
+                w(f"if {c} <= 0:")
+                with w.indent():
+                    self.fail(d, f"'a positive coefficient'", c)
+            w(f"if _v % {c} != 0 or _v < 0:")
+            with w.indent():
+                self.fail(d, f"'a non-negative multiple of ' + str({c}) + ' plus ' + str({o})",
+                          f"{sv}[{pos}]")
+            w(f"{_lv(n)} = _v // {c}")
+        self.bound.add(n)
+        self.solved_from[n] = f"{role} {s.target}"
+
+    def dtype_combos(self) -> None:
+        spec = self.spec
+        if not spec.dtype_combos:
+            return
+        keys = list(spec.dtype_combos[0])
+        if not all(k in self.bound or k in spec.params for k in keys):
+            return
+        rows = tuple(tuple(r[k] for k in keys) for r in spec.dtype_combos)
+        d = self.decl("signature.dtype_combos", "the dtype combination " + ", ".join(keys))
+        vals = "(" + ", ".join(self.name_of(k) for k in keys) + ",)"
+        self.w(f"_d = {d}")
+        self.w(f"if {vals} not in {rows!r}:")
+        with self.w.indent():
+            self.fail(d, repr("one of " + str(list(rows))), vals)
+
+
+def generate_branch(spec: ElaboratedSpec, branch: P.Branch, call_inputs: list[str],
+                    namespace: dict[str, Any]) -> BranchCode:
+    g = BranchGenerator(spec, branch, call_inputs)
+    source, c, f, o = g.generate()
+    ns = dict(namespace)
+    ns["_DECLS"] = g.decls
+    code = compile(source, f"<opspec generated: {spec.name}>", "exec")  # generated code only
+    exec(code, ns)  # noqa: S102 -- our own source, built from the parsed AST, never spec text
+    return BranchCode(branch.combo, source, ns[c], ns[f], ns[o], g.decls)
+
+
+def base_namespace() -> dict[str, Any]:
+    from opspec.schema.values import field_of
+
+    def _kind(v):
+        return field_of(v, "kind") if not hasattr(v, "ctor") else v.ctor
+
+    ns = {"_INF": float("inf"), "_field": field_of, "_kind": _kind}
+    ns.update(primitive_namespace())
+    return ns

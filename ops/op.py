@@ -1,0 +1,645 @@
+"""`Op`: the base class of every operator, its two phases and the seven steps of a call.
+
+A subclass is named like its spec. Its constructor assigns the spec's parameters to
+attributes of the same names and then calls `super().__init__(target=target)`; its
+`forward(<inputs>, [out=None])` launches kernels through `self.kernel_for(...)`. Everything
+else — the construction checks, the call checks in the proven order, the output checks,
+records, `eval_roofline()` and the `torch.compile` boundary — is generated from the spec.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import threading
+import weakref
+from typing import Any, ClassVar, Mapping
+
+import torch
+
+from opspec.schema import kinds as K
+from opspec.schema.errors import OpspecError, SignatureError, SignatureTypeError
+from opspec.schema.values import ADTValue
+from opspec.ops import codegen
+from opspec.ops.records import SignatureCall, TensorRecord
+from opspec.ops.specs import SpecEntry, find_spec, plan_for
+
+#: torch.dtype -> dtype name, and back.
+DTYPE_NAMES: dict[torch.dtype, str] = {}
+DTYPES_BY_NAME: dict[str, torch.dtype] = {}
+for _n in K.DTYPES:
+    _d = getattr(torch, _n, None)
+    if isinstance(_d, torch.dtype):
+        DTYPE_NAMES[_d] = _n
+        DTYPES_BY_NAME[_n] = _d
+
+_INSTANCES: "weakref.WeakValueDictionary[str, Op]" = weakref.WeakValueDictionary()
+_instance_counter = itertools.count()
+_local = threading.local()
+
+
+def _is_compiling() -> bool:
+    return torch.compiler.is_compiling()
+
+
+# -- errors raised by generated code ----------------------------------------------------------
+
+def _bound(loc: Mapping[str, Any]) -> str:
+    items = [f"{k[2:]}={_show(v)}" for k, v in loc.items() if k.startswith("i_")]
+    return "; bound so far: " + ", ".join(items) if items else ""
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, tuple):
+        return "(" + ", ".join(_show(x) for x in v) + ("," if len(v) == 1 else "") + ")"
+    return str(v)
+
+
+def _where(op: "Op", path: str) -> str:
+    entry = type(op)._opspec_entry
+    pos = entry.loaded.pos(path) if entry is not None else None
+    return f" [{path}" + (f" at {pos.file}:{pos.line}]" if pos else "]")
+
+
+def _check_failed(op: "Op", decls, d: int, expected: Any, got: Any, loc) -> OpspecError:
+    decl = decls[d]
+    name = type(op).__name__
+    exp = _show(expected)
+    if decl.expected and decl.expected != exp:
+        src = dict(decl.solved_from).get(decl.expected)
+        exp = f"{decl.expected} = {exp}" + (f" (from {src})" if src else "")
+    msg = f"{name}: {decl.what}: expected {exp}, got {_show(got)}{_bound(loc)}{_where(op, decl.path)}"
+    if expected == "'a torch.Tensor'" or decl.expected == "a torch.Tensor":
+        return SignatureTypeError(msg)
+    return SignatureError(msg)
+
+
+def _evaluation_failed(op: "Op", decls, d: int, exc: BaseException, loc) -> OpspecError:
+    name = type(op).__name__
+    if d < 0:
+        return SignatureError(f"{name}: the signature check failed: {exc}")
+    decl = decls[d]
+    return SignatureError(f"{name}: {decl.what}: `{decl.expected}` raises {type(exc).__name__}: "
+                          f"{exc}{_bound(loc)}{_where(op, decl.path)}")
+
+
+def _namespace() -> dict[str, Any]:
+    ns = codegen.base_namespace()
+    ns.update({"_Tensor": torch.Tensor, "_DTYPE_NAMES": DTYPE_NAMES, "_OpspecError": OpspecError,
+               "_check_failed": _check_failed, "_evaluation_failed": _evaluation_failed})
+    return ns
+
+
+# -- per-class state ----------------------------------------------------------------------------
+
+class _ClassInfo:
+    """What a class knows once its plan is lowered: inputs, branches, generated code."""
+
+    def __init__(self, cls: type["Op"], entry: SpecEntry):
+        self.entry = entry
+        spec = entry.spec
+        self.spec = spec
+        self.plan = plan_for(entry)
+        self.inputs = list(spec.inputs)
+        self.optional = [i for i, n in enumerate(self.inputs) if spec.inputs[n].optional is True]
+        self.has_out = spec.has_out
+        self.outputs = list(spec.outputs)
+        self.lock = threading.Lock()
+        self.code: dict[tuple, codegen.BranchCode] = {}
+        self.ns = _namespace()
+
+    def code_for(self, branch) -> codegen.BranchCode:
+        c = self.code.get(branch.combo)
+        if c is None:
+            with self.lock:
+                c = self.code.get(branch.combo)
+                if c is None:
+                    c = codegen.generate_branch(self.spec, branch, self.inputs, self.ns)
+                    self.code[branch.combo] = c
+        return c
+
+
+class _Branch:
+    """One call-time branch of one instance: its generated code and construction indices."""
+
+    __slots__ = ("branch", "code", "ind", "error", "written", "present", "alias", "out_name")
+
+    def __init__(self, branch, code, ind, error):
+        self.branch = branch
+        self.code = code
+        self.ind = ind
+        self.error = error
+        self.written = branch.written
+        self.present = frozenset(branch.present)
+
+
+class Op:
+    """Base class of opspec operators. See the module docstring for the contract."""
+
+    manifest: ClassVar[Any] = None
+    kernel_types: ClassVar[Mapping[str, type]] = {}
+    interfaces: ClassVar[Mapping[str, type]] = {}
+    injected_parameters: ClassVar[tuple[str, ...]] = ()
+    delegate_types: ClassVar[Mapping[str, type]] = {}
+    compile_op_names: ClassVar[tuple[str, ...]] = ()
+    dtype: Any = None
+
+    _opspec_entry: ClassVar[SpecEntry | None] = None
+    _opspec_info: ClassVar[_ClassInfo | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._opspec_entry = find_spec(cls)
+        cls._opspec_info = None
+        if cls._opspec_entry is not None:
+            spec = cls._opspec_entry.spec
+            cls._opspec_param_names = tuple(spec.params)
+            if spec.inputs and spec.composition is None and "compile_op_names" not in cls.__dict__:
+                from opspec.ops.boundary import install_boundary
+                install_boundary(cls)
+        else:
+            cls._opspec_param_names = ()
+
+    @classmethod
+    def _info(cls) -> _ClassInfo:
+        info = cls.__dict__.get("_opspec_info")
+        if info is None:
+            if cls._opspec_entry is None:
+                raise OpspecError(f"{cls.__name__} has no spec in its manifest; an op class is "
+                                  "named like its spec (see `Op.manifest`)")
+            info = _ClassInfo(cls, cls._opspec_entry)
+            cls._opspec_info = info
+        return info
+
+    # -- construction ------------------------------------------------------------------------
+
+    def __init__(self, *, target: Any = None) -> None:
+        self.target = target
+        info = type(self)._info()
+        spec = info.spec
+        self._opspec_params = {n: self._check_param(n, p) for n, p in spec.params.items()
+                               if n not in spec.ctensors}
+        self._opspec_ctensors = {n: getattr(self, n, None) for n in spec.ctensors}
+        for n, t in spec.ctensors.items():
+            if self._opspec_ctensors[n] is None and t.optional is False:
+                raise SignatureError(f"{type(self).__name__}: construction-time tensor `{n}` is "
+                                     f"required{_where(self, t.path)}")
+        self._opspec_branches = self._select_branches(info)
+        self._opspec_key = f"{type(self).__name__}#{next(_instance_counter)}"
+        _INSTANCES[self._opspec_key] = self
+        self._opspec_last: tuple | None = None
+        self._opspec_dispatch = None
+        if self.kernel_types or self.interfaces:
+            from opspec.ops.dispatch import DispatchTable
+            self._opspec_dispatch = DispatchTable(type(self).__name__, self.kernel_types,
+                                                  self.interfaces)
+
+    def _check_param(self, name: str, p) -> Any:
+        if not hasattr(self, name):
+            if p.has_default:
+                setattr(self, name, p.default)
+            else:
+                raise SignatureTypeError(f"{type(self).__name__}: parameter `{name}` was not "
+                                         "assigned before Op.__init__")
+        v = getattr(self, name)
+        ok, norm = _conforms(v, p.kind, type(self)._opspec_entry.spec)
+        if not ok:
+            raise (SignatureTypeError if norm == "type" else SignatureError)(
+                f"{type(self).__name__}: parameter `{name}` has type `{p.type_text}`; got "
+                f"{v!r}{_where(self, p.path)}")
+        return norm
+
+    def _construction_combo(self, info: _ClassInfo) -> dict[str, Any]:
+        out = {}
+        for key in info.plan.discriminants:
+            if key.startswith("present("):
+                n = key[len("present("):-1]
+                if n in self._opspec_params:
+                    out[key] = self._opspec_params[n] is not None
+                elif n in self._opspec_ctensors:
+                    out[key] = self._opspec_ctensors[n] is not None
+            elif key in self._opspec_params:
+                out[key] = self._opspec_params[key]
+        return out
+
+    def _select_branches(self, info: _ClassInfo) -> dict[tuple, _Branch]:
+        fixed = self._construction_combo(info)
+        branches: dict[tuple, _Branch] = {}
+        excluded = []
+        for b in info.plan.branches:
+            combo = dict(b.combo)
+            if any(not _same(combo.get(k), v) for k, v in fixed.items()):
+                continue
+            key = tuple(bool(combo.get(f"present({info.inputs[i]})", True)) for i in info.optional)
+            if info.has_out:
+                key += (bool(combo.get("present(out)")),)
+            if b.excluded_by is not None:
+                excluded.append(b.excluded_by)
+                branches[key] = _Branch(b, None, None, SignatureError(
+                    f"{type(self).__name__}: this combination of arguments is excluded by "
+                    f"`{_decl_text(info, b.excluded_by)}`{_where(self, b.excluded_by)}"))
+                continue
+            code = info.code_for(b)
+            try:
+                ind = code.construct(self)
+                err = None
+            except OpspecError as exc:
+                ind, err = None, exc
+            branches[key] = _Branch(b, code, ind, err)
+        live = [br for br in branches.values() if br.error is None]
+        if not live:
+            errs = [br.error for br in branches.values() if br.error is not None]
+            if errs:
+                raise errs[0]
+            raise SignatureError(f"{type(self).__name__}: no branch of the signature accepts these "
+                                 f"parameters ({fixed})")
+        return branches
+
+    # -- the call ----------------------------------------------------------------------------
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.compile_op_names and _is_compiling():
+            return self._call_boundary(*args, **kwargs)
+        return self._run_call(args, kwargs)
+
+    def _bind(self, args: tuple, kwargs: dict) -> tuple[tuple, Any]:
+        info = type(self)._opspec_info
+        n = len(info.inputs)
+        if not kwargs and len(args) == n:
+            return args, None
+        out = kwargs.pop("out", None) if info.has_out else None
+        if kwargs or len(args) != n:
+            sig = inspect.signature(self.forward)
+            try:
+                bound = sig.bind(*args, **kwargs, **({"out": out} if info.has_out and out is not None else {}))
+            except TypeError as exc:
+                raise SignatureTypeError(f"{type(self).__name__}: {exc}") from None
+            bound.apply_defaults()
+            vals = [bound.arguments.get(name) for name in info.inputs]
+            return tuple(vals), out
+        return args, out
+
+    def _branch_for(self, inputs: tuple, out: Any) -> _Branch:
+        info = type(self)._opspec_info
+        key = tuple(inputs[i] is not None for i in info.optional)
+        if info.has_out:
+            key += (out is not None,)
+        br = self._opspec_branches.get(key)
+        if br is None:
+            missing = [info.inputs[i] for i, p in zip(info.optional, key) if not p]
+            raise SignatureError(f"{type(self).__name__}: no branch of the signature takes this "
+                                 f"call (optional inputs omitted: {missing})")
+        if br.error is not None:
+            raise br.error
+        return br
+
+    def check_call(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """Run only the signature checks of a call; return the solved indices."""
+        inputs, out = self._bind(args, dict(kwargs))
+        br = self._branch_for(inputs, out)
+        return br.code.call(self, *inputs, out, br.ind)
+
+    def _run_call(self, args: tuple, kwargs: dict) -> Any:
+        info = type(self)._opspec_info
+        inputs, out = self._bind(args, kwargs) if kwargs or info.optional or \
+            len(args) != len(info.inputs) else (args, None)
+        br = self._branch_for(inputs, out)
+        ind = br.code.call(self, *inputs, out, br.ind)
+        device = self._call_device(inputs, info)
+        types = br.code.outputs(self, ind)
+        if out is not None:
+            self._check_out(out, types, device)
+        stack = getattr(_local, "stack", None)
+        if stack is None:
+            stack = _local.stack = []
+        stack.append([])
+        try:
+            if self._empty_write(br, inputs, types, info):
+                result = self._empty_result(inputs, out, types, device, br, info)
+            elif info.has_out:
+                result = self.forward(*inputs, out=out)
+            else:
+                result = self.forward(*inputs)
+            result = self._check_outputs(result, inputs, out, types, device, br, info)
+        finally:
+            subcalls = stack.pop()
+        self._opspec_last = (br, ind, inputs, out, result, device, subcalls)
+        if stack:
+            stack[-1].append((self, self._opspec_last))
+        return result
+
+    def _call_device(self, inputs: tuple, info: _ClassInfo) -> torch.device | None:
+        device = None
+        first = None
+        spec = info.spec
+        for name, t in zip(info.inputs, inputs):
+            if t is None or spec.inputs[name].device == "cpu":
+                continue
+            if device is None:
+                device, first = t.device, name
+            elif t.device != device:
+                raise SignatureError(f"{type(self).__name__}: all inputs must be on one device: "
+                                     f"`{first}` is on {device}, `{name}` on {t.device}")
+        if device is None:
+            device = _default_device()
+        for n, t in self._opspec_ctensors.items():
+            if t is not None and spec.ctensors[n].device != "cpu" and device is not None and \
+                    t.device != device:
+                self._opspec_ctensors[n] = t.to(device)
+        return device
+
+    def _check_out(self, out, types, device) -> None:
+        (name, shape, dtype), = [t for t in types if t[0] == self._out_name()]
+        want = DTYPES_BY_NAME[dtype]
+        if not isinstance(out, torch.Tensor):
+            raise SignatureTypeError(f"{type(self).__name__}: `out` must be a torch.Tensor, got "
+                                     f"{type(out).__name__}")
+        if tuple(out.shape) != tuple(shape) or out.dtype != want or out.device != device:
+            raise SignatureError(f"{type(self).__name__}: `out` must be a {dtype} tensor of shape "
+                                 f"{tuple(shape)} on {device} (output `{name}`); got {out.dtype} "
+                                 f"{tuple(out.shape)} on {out.device}")
+
+    def _out_name(self) -> str | None:
+        for n, t in type(self)._opspec_info.spec.outputs.items():
+            if t.buffer == "out":
+                return n
+        return None
+
+    def _empty_write(self, br: _Branch, inputs, types, info) -> bool:
+        written = 0
+        for _, shape, _ in types:
+            written += 1
+            if _numel(shape) != 0:
+                return False
+        for n in br.written:
+            written += 1
+            t = inputs[info.inputs.index(n)]
+            if t is not None and t.numel() != 0:
+                return False
+        return written > 0
+
+    def _empty_result(self, inputs, out, types, device, br, info):
+        spec = info.spec
+        res = []
+        for name, shape, dtype in types:
+            o = spec.outputs[name]
+            if o.alias is not None:
+                res.append(inputs[info.inputs.index(o.alias)])
+            elif o.buffer == "out" and out is not None:
+                res.append(out)
+            else:
+                res.append(torch.empty(tuple(shape), dtype=DTYPES_BY_NAME[dtype], device=device))
+        if not info.outputs:
+            return None
+        return res[0] if len(info.outputs) == 1 else tuple(res)
+
+    def _check_outputs(self, result, inputs, out, types, device, br, info):
+        spec = info.spec
+        name = type(self).__name__
+        n = len(info.outputs)
+        if n == 0:
+            if result is not None:
+                raise SignatureError(f"{name}: forward must return None (the spec declares no "
+                                     f"outputs); got {type(result).__name__}")
+            return None
+        seq = (result,) if n == 1 else result
+        if n > 1 and (not isinstance(result, tuple) or len(result) != n):
+            raise SignatureError(f"{name}: forward must return a tuple of {n} outputs "
+                                 f"({', '.join(info.outputs)}); got {type(result).__name__}")
+        by_name = {t[0]: t for t in types}
+        storages = None
+        for oname, r in zip(info.outputs, seq):
+            o = spec.outputs[oname]
+            if oname not in by_name:  # nullable and absent on this branch
+                if r is not None:
+                    raise SignatureError(f"{name}: output `{oname}` must be None on this call")
+                continue
+            _, shape, dtype = by_name[oname]
+            if not isinstance(r, torch.Tensor):
+                raise SignatureError(f"{name}: output `{oname}` must be a tensor; forward returned "
+                                     f"{type(r).__name__}")
+            if tuple(r.shape) != tuple(shape):
+                raise SignatureError(f"{name}: output `{oname}` must have shape {tuple(shape)}; "
+                                     f"forward returned {tuple(r.shape)}")
+            if DTYPE_NAMES.get(r.dtype) != dtype:
+                raise SignatureError(f"{name}: output `{oname}` must have dtype {dtype}; forward "
+                                     f"returned {r.dtype}")
+            if device is not None and r.device != device:
+                raise SignatureError(f"{name}: output `{oname}` must be on {device}; forward "
+                                     f"returned a tensor on {r.device}")
+            if o.contiguous and not r.is_contiguous():
+                raise SignatureError(f"{name}: output `{oname}` must be contiguous")
+            if o.alias is not None and o.alias in br.written:
+                if r is not inputs[info.inputs.index(o.alias)]:
+                    raise SignatureError(f"{name}: output `{oname}` must be the input object "
+                                         f"`{o.alias}` (alias)")
+                continue
+            if o.buffer == "out" and out is not None:
+                if r is not out:
+                    raise SignatureError(f"{name}: output `{oname}` must be the `out` tensor")
+                continue
+            if storages is None:
+                storages = {_storage(t) for t in inputs if isinstance(t, torch.Tensor)}
+            if r.numel() and _storage(r) in storages:
+                raise SignatureError(f"{name}: output `{oname}` shares storage with an input; "
+                                     "a new output must not alias its inputs")
+        return result
+
+    # -- records ------------------------------------------------------------------------------
+
+    @property
+    def last_call(self) -> SignatureCall:
+        if self._opspec_last is None:
+            raise RuntimeError(f"{type(self).__name__} has completed no call yet")
+        return self._record(*self._opspec_last)
+
+    def _record(self, br, ind, inputs, out, result, device, subcalls) -> SignatureCall:
+        info = type(self)._opspec_info
+        spec = info.spec
+        tensors: dict[str, TensorRecord] = {}
+        traffic: dict[str, tuple[int, int]] = {}
+        for name, t in zip(info.inputs, inputs):
+            if t is not None:
+                tensors[name] = TensorRecord(tuple(int(d) for d in t.shape), DTYPE_NAMES[t.dtype])
+                decl = spec.inputs[name]
+                if name in br.written:
+                    traffic[name] = (0 if decl.write_only else 1, 1)
+                else:
+                    traffic[name] = (1, 0)
+        for name, t in self._opspec_ctensors.items():
+            if t is not None:
+                tensors[name] = TensorRecord(tuple(int(d) for d in t.shape), DTYPE_NAMES[t.dtype])
+                traffic[name] = (1, 0)
+        seq = () if not info.outputs else ((result,) if len(info.outputs) == 1 else result)
+        for name, r in zip(info.outputs, seq):
+            if r is None:
+                continue
+            decl = spec.outputs[name]
+            tensors[name] = TensorRecord(tuple(int(d) for d in r.shape), DTYPE_NAMES[r.dtype])
+            if decl.alias is not None and decl.alias in br.written:
+                continue  # the aliased input's write is already counted
+            traffic[name] = (0, 1)
+        indices = {k: (int(v) if isinstance(v, torch.SymInt) else v) for k, v in ind.items()}
+        indices.update({k: v for k, v in self._opspec_params.items()})
+        metadata = {n: t for n, t in zip(info.inputs, inputs)
+                    if t is not None and spec.inputs[n].values is not None}
+        stages: dict[str, list[SignatureCall]] = {}
+        for sub, rec in subcalls:
+            stage = getattr(sub, "_opspec_stage", None) or type(sub).__name__
+            stages.setdefault(stage, []).append(sub._record(*rec))
+        return SignatureCall(type(self).__name__, indices, br.branch.combo, device, tensors,
+                             traffic, tuple(br.written), out is not None, metadata,
+                             {k: tuple(v) for k, v in stages.items()})
+
+    def eval_roofline(self) -> tuple[int, int]:
+        from opspec.ops.roofline import eval_roofline
+        return eval_roofline(self)
+
+    # -- dispatch -----------------------------------------------------------------------------
+
+    def kernel_for(self, interface: str, call: Any) -> Any:
+        if self._opspec_dispatch is None:
+            from opspec.ops.errors import OpNotAvailableError
+            raise OpNotAvailableError(f"{type(self).__name__} declares no kernel interfaces")
+        return self._opspec_dispatch.kernel_for(interface, call)
+
+    def key_for(self, interface: str, call: Any, **facts: Any) -> str:
+        return self._opspec_dispatch.key_for(interface, call, **facts)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover - subclasses define it
+        raise NotImplementedError(f"{type(self).__name__} defines no forward")
+
+    def _call_boundary(self, *args: Any, **kwargs: Any) -> Any:
+        from opspec.ops.boundary import call_boundary
+        return call_boundary(self, args, kwargs)
+
+    @classmethod
+    def generated_source(cls) -> str:
+        """The generated checks of every branch lowered so far (all branches are lowered)."""
+        info = cls._info()
+        return "\n".join(info.code_for(b).source for b in info.plan.branches
+                         if b.excluded_by is None)
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _storage(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, ADTValue) and not isinstance(b, ADTValue):
+        try:
+            from opspec.schema.values import field_of
+            return field_of(b, "kind") == a.ctor and all(field_of(b, f) == v for f, v in a.fields)
+        except Exception:
+            return False
+    return a == b and type(a) is type(b) if isinstance(a, bool) or isinstance(b, bool) else a == b
+
+
+def _decl_text(info: _ClassInfo, path: str) -> str:
+    for r in info.spec.rules:
+        if r.path == path:
+            return r.text
+    return path
+
+
+def _default_device() -> torch.device | None:
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return None
+
+
+def _conforms(v: Any, kind: K.Kind, spec) -> tuple[bool, Any]:
+    """Whether a parameter value has the kind its `type` names, and its normalised form
+    (dtype parameters become dtype names, lists stay lists). (False, "type") for a wrong
+    Python type, (False, "value") for a value outside the allowed set."""
+    if isinstance(kind, K.MaybeK):
+        if v is None:
+            return True, None
+        return _conforms(v, kind.inner, spec)
+    if isinstance(kind, K.UnionK):
+        for m in kind.members:
+            ok, norm = _conforms(v, m, spec)
+            if ok:
+                return ok, norm
+        return False, "type"
+    if isinstance(kind, K.BoolK):
+        return (isinstance(v, bool), v if isinstance(v, bool) else "type")
+    if isinstance(kind, K.IntK):
+        if isinstance(v, bool) or not isinstance(v, int):
+            return False, "type"
+        if kind.nonneg and v < 0:
+            return False, "value"
+        return True, v
+    if isinstance(kind, K.StrK):
+        if not isinstance(v, str):
+            return False, "type"
+        if kind.literals is not None and v not in kind.literals:
+            return False, "value"
+        return True, v
+    if isinstance(kind, K.DTypeK):
+        name = DTYPE_NAMES.get(v) if isinstance(v, torch.dtype) else (v if v in K.DTYPES else None)
+        if name is None:
+            return False, "type"
+        if kind.members is not None and name not in kind.members:
+            return False, "value"
+        return True, name
+    if isinstance(kind, K.SeqK):
+        if not isinstance(v, (list, tuple)):
+            return False, "type"
+        if kind.length is not None and len(v) != kind.length:
+            return False, "value"
+        for x in v:
+            ok, _ = _conforms(x, kind.elem, spec)
+            if not ok:
+                return False, "type"
+        return True, v
+    if isinstance(kind, K.NoneK):
+        return (v is None, None if v is None else "type")
+    if isinstance(kind, K.ADTK):
+        return _conforms_adt(v, kind, spec)
+    if isinstance(kind, K.ValueK):
+        if kind.tag == "float":
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+            return (ok, float(v) if ok else "type")
+        return True, v
+    return True, v
+
+
+def _conforms_adt(v: Any, kind: K.ADTK, spec) -> tuple[bool, Any]:
+    from opspec.schema.evaluate import evaluate
+    from opspec.schema.values import field_of
+
+    info = spec.adts.get(kind.name)
+    if info is None:
+        return False, "type"
+    if isinstance(v, dict) and len(v) == 1:
+        (ctor, fields), = v.items()
+        v = ADTValue.of(kind.name, ctor, fields if isinstance(fields, dict) else {})
+    try:
+        ctor = field_of(v, "kind")
+    except Exception:
+        return False, "type"
+    c = info.ctors.get(ctor)
+    if c is None:
+        return False, "value"
+    env = {}
+    for f, fk in c.fields.items():
+        try:
+            env[f] = field_of(v, f)
+        except Exception:
+            return False, "value"
+        ok, _ = _conforms(env[f], fk, spec)
+        if not ok:
+            return False, "value"
+    if c.invariant is not None and evaluate(c.invariant, env) is not True:
+        return False, "value"
+    return True, v

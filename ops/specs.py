@@ -1,0 +1,100 @@
+"""Where an op class finds its spec and its proven Plan.
+
+An op class is looked up by its class name in a manifest: the bundled one, or the one its
+class attribute `manifest` names (a folder or a YAML file; a relative path is taken from the
+file that defines the class). Manifests are loaded in lenient mode, once per path, so an
+incomplete manifest never breaks an import; the prover's Plan comes through the proof
+cache, so an unchanged spec costs one file read.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from opspec.schema.elaborate import ElaboratedSpec, elaborate, elaborate_adts
+from opspec.schema.loader import LoadedSpec, Manifest, load_paths
+from opspec.solver.plan import Plan
+
+_lock = threading.Lock()
+_manifests: dict[str, Manifest] = {}
+
+
+@dataclass(frozen=True)
+class SpecEntry:
+    loaded: LoadedSpec
+    spec: ElaboratedSpec
+    manifest: Manifest
+
+
+def manifest_at(path: str | Path | None) -> Manifest:
+    from opspec.manifest import MANIFEST_DIR
+
+    key = str(Path(path).resolve()) if path is not None else str(MANIFEST_DIR)
+    with _lock:
+        m = _manifests.get(key)
+        if m is None:
+            m = load_paths([key], strict=False)
+            _manifests[key] = m
+        return m
+
+
+def resolve_manifest_path(cls: type) -> Path | None:
+    declared = getattr(cls, "manifest", None)
+    if declared is None:
+        return None
+    p = Path(declared)
+    if not p.is_absolute():
+        import sys
+        mod = sys.modules.get(cls.__module__)
+        base = Path(getattr(mod, "__file__", None) or os.getcwd()).resolve().parent
+        p = base / p
+    return p
+
+
+def find_spec(cls: type) -> SpecEntry | None:
+    """The spec named like the class, elaborated; None if the manifest has no such entry."""
+    m = manifest_at(resolve_manifest_path(cls))
+    loaded = m.specs.get(cls.__name__)
+    if loaded is None or loaded.spec is None:
+        return None
+    adts, _ = elaborate_adts(m.adts)
+    spec, _diags = elaborate(loaded, adts)
+    if spec is None:
+        return None
+    return SpecEntry(loaded, spec, m)
+
+
+_plans: dict[tuple[str, str], Plan] = {}
+
+
+def plan_for(entry: SpecEntry) -> Plan:
+    """The proven Plan of a spec, through the proof cache."""
+    key = (entry.loaded.file, entry.loaded.name)
+    with _lock:
+        p = _plans.get(key)
+    if p is not None:
+        return p
+    from opspec.solver.run import ProofCache, default_cache_dir, prove_manifest
+
+    report = prove_manifest(_single(entry.manifest, entry.loaded),
+                            cache=None if os.environ.get("OPSPEC_NO_CACHE") else
+                            ProofCache(default_cache_dir()))
+    result = report.specs[0]
+    plan = result.plan
+    if plan is None:
+        from opspec.solver.prove import prove_spec
+        plan = prove_spec(entry.spec, entry.loaded).plan
+    if plan.spec is None:  # a plan from an older cache entry: attach the spec
+        plan = Plan(plan.op, plan.file, plan.spec_hash, plan.discriminants, plan.branches,
+                    entry.spec)
+    with _lock:
+        _plans[key] = plan
+    return plan
+
+
+def _single(m: Manifest, loaded: LoadedSpec) -> Manifest:
+    from dataclasses import replace
+    return replace(m, specs={loaded.name: loaded}, diagnostics=())

@@ -1,0 +1,184 @@
+"""GEMM / GEMV Triton kernels against the torch reference, on CPU through Triton's interpreter.
+
+TRITON_INTERPRET=1 must be set BEFORE triton (or any opspec.kernels module, whose
+``@triton.jit`` decorators read it at import) is imported: this module sets it on its
+first lines, so these tests also need no GPU.  Only fp16 and fp32 are tested: the
+interpreter's ``tl.dot`` returns wrong results for bf16 inputs (bf16 is checked on the
+GPU by ``python -m opspec.kernels.gpu_check``).  Sizes are kept small: the interpreter
+runs each program through numpy.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from opspec.kernels.gemm import (  # noqa: E402
+    GemmConfig,
+    gemm_config_for,
+    gemm_configs,
+    gemm_reference,
+    gemm_triton,
+    gemv_config_for,
+    gemv_triton,
+)
+
+DTYPES = [torch.float32, torch.float16]
+TOL = {
+    torch.float32: dict(rtol=1e-4, atol=1e-4),
+    torch.float16: dict(rtol=1e-2, atol=1e-2),
+}
+LAYOUTS = [(False, False), (False, True), (True, False), (True, True)]
+SHAPES = [(1, 7, 5), (17, 33, 65), (64, 64, 64), (3, 130, 257)]
+
+
+def _operands(m, n, k, trans_a, trans_b, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(*((k, m) if trans_a else (m, k)), generator=g) / (max(k, 1) ** 0.25)
+    b = torch.randn(*((n, k) if trans_b else (k, n)), generator=g) / (max(k, 1) ** 0.25)
+    return a.to(dtype), b.to(dtype)
+
+
+def _layout_id(layout):
+    return "".join("T" if t else "N" for t in layout)
+
+
+def test_reference_definition():
+    a = torch.randn(4, 3)
+    b = torch.randn(5, 3)
+    torch.testing.assert_close(gemm_reference(a, b, False, True), a @ b.t())
+    torch.testing.assert_close(gemm_reference(a.t().contiguous(), b, True, True), a @ b.t())
+    got = gemm_reference(a.half(), b.t().contiguous().half(), False, False)
+    assert got.dtype == torch.float16 and got.shape == (4, 5)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("layout", LAYOUTS, ids=_layout_id)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_gemm_matches_reference(shape, layout, dtype):
+    m, n, k = shape
+    trans_a, trans_b = layout
+    a, b = _operands(m, n, k, trans_a, trans_b, dtype)
+    out = torch.empty(m, n, dtype=dtype)
+    assert gemm_triton(a, b, trans_a, trans_b, out) is out
+    torch.testing.assert_close(out, gemm_reference(a, b, trans_a, trans_b), **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("layout", LAYOUTS, ids=_layout_id)
+@pytest.mark.parametrize("shape", [s for s in SHAPES if s[0] <= 16], ids=str)
+def test_gemv_matches_reference(shape, layout, dtype):
+    m, n, k = shape
+    trans_a, trans_b = layout
+    a, b = _operands(m, n, k, trans_a, trans_b, dtype, seed=1)
+    out = torch.empty(m, n, dtype=dtype)
+    assert gemv_triton(a, b, trans_a, trans_b, out) is out
+    torch.testing.assert_close(out, gemm_reference(a, b, trans_a, trans_b), **TOL[dtype])
+
+
+@pytest.mark.parametrize("m", [2, 16])
+@pytest.mark.parametrize("layout", LAYOUTS, ids=_layout_id)
+def test_gemv_decode_rows(m, layout):
+    # A few decode batch sizes up to the 16-row limit, K not a multiple of BLOCK_K.
+    trans_a, trans_b = layout
+    a, b = _operands(m, 40, 300, trans_a, trans_b, torch.float16, seed=2)
+    out = torch.empty(m, 40, dtype=torch.float16)
+    gemv_triton(a, b, trans_a, trans_b, out)
+    torch.testing.assert_close(out, gemm_reference(a, b, trans_a, trans_b), **TOL[torch.float16])
+
+
+@pytest.mark.parametrize("fn", [gemm_triton, gemv_triton], ids=["gemm", "gemv"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_k_zero_gives_zeros(fn, dtype):
+    a = torch.empty(3, 0, dtype=dtype)
+    b = torch.empty(0, 5, dtype=dtype)
+    out = torch.full((3, 5), 9.0, dtype=dtype)
+    fn(a, b, False, False, out)
+    assert torch.equal(out, torch.zeros(3, 5, dtype=dtype))
+    assert torch.equal(gemm_reference(a, b, False, False), out)
+
+
+@pytest.mark.parametrize("fn", [gemm_triton, gemv_triton], ids=["gemm", "gemv"])
+@pytest.mark.parametrize("mn", [(0, 5), (3, 0)], ids=str)
+def test_empty_output(fn, mn):
+    m, n = mn
+    a = torch.randn(m, 4).half()
+    b = torch.randn(4, n).half()
+    out = torch.empty(m, n, dtype=torch.float16)
+    assert fn(a, b, False, False, out) is out
+    assert gemm_reference(a, b, False, False).shape == (m, n)
+
+
+def test_strided_operands_and_output():
+    # Operands that are slices of wider tensors (row strides != row length), and an
+    # output that is a slice too: read and written through their strides, no copies.
+    g = torch.Generator().manual_seed(3)
+    a_big = torch.randn(20, 50, generator=g).half()
+    b_big = torch.randn(40, 90, generator=g).half()
+    a = a_big[:, 3:40]  # [20, 37]
+    b = b_big[2:39, 5:76]  # [37, 71]
+    out_big = torch.zeros(20, 80, dtype=torch.float16)
+    out = out_big[:, 4:75]
+    gemm_triton(a, b, False, False, out)
+    torch.testing.assert_close(out, gemm_reference(a, b, False, False), **TOL[torch.float16])
+    assert torch.all(out_big[:, :4] == 0) and torch.all(out_big[:, 75:] == 0)
+    # The same product with a passed as a transposed view (trans_a: stored [K, M], with
+    # unit row stride and column stride 50) and b as a transposed copy (trans_b).
+    at = a.t()  # [37, 20]
+    bt = b.t().contiguous()  # [71, 37]
+    out2 = torch.empty(20, 71, dtype=torch.float16)
+    gemm_triton(at, bt, True, True, out2)
+    torch.testing.assert_close(out2, out, **TOL[torch.float16])
+
+
+@pytest.mark.parametrize(
+    "config",
+    [GemmConfig(128, 256, 64, 8, 8, 3), GemmConfig(32, 16, 16, 2, 4, 2), GemmConfig(16, 32, 32, 1, 4, 2)],
+    ids=str,
+)
+def test_gemm_forced_configs(config):
+    # Big tiles on a ragged problem (wrap-around rows/columns, masked K) and small tiles
+    # with several groups (the grouped ordering's last, partial group).
+    a, b = _operands(70, 45, 70, False, True, torch.float16, seed=4)
+    out = torch.empty(70, 45, dtype=torch.float16)
+    gemm_triton(a, b, False, True, out, config=config)
+    torch.testing.assert_close(out, gemm_reference(a, b, False, True), **TOL[torch.float16])
+
+
+def test_rejects_bad_arguments():
+    a = torch.zeros(4, 8, dtype=torch.float16)
+    b = torch.zeros(8, 6, dtype=torch.float16)
+    with pytest.raises(ValueError):  # K mismatch
+        gemm_triton(a, b, False, True, torch.empty(4, 8, dtype=torch.float16))
+    with pytest.raises(ValueError):  # out shape
+        gemm_triton(a, b, False, False, torch.empty(4, 5, dtype=torch.float16))
+    with pytest.raises(TypeError):  # mixed dtypes
+        gemm_triton(a, b.float(), False, False, torch.empty(4, 6, dtype=torch.float16))
+    with pytest.raises(ValueError):  # gemv is for M <= 16
+        gemv_triton(torch.zeros(17, 8, dtype=torch.float16), b, False, False,
+                    torch.empty(17, 6, dtype=torch.float16))
+
+
+def test_config_table():
+    configs = gemm_configs()
+    assert len(configs) == len(set(configs))
+    # Large Hopper shapes: 128x256x64, 8 warps, 3 stages.
+    big = gemm_config_for(4096, 4096, 4096, torch.bfloat16)
+    assert big == GemmConfig(128, 256, 64, 8, 8, 3) and big in configs
+    assert gemm_config_for(4096, 14336, 4096, torch.float16).block_n == 256
+    # Too few 128x256 tiles for one wave -> 128x128.
+    assert gemm_config_for(1024, 2048, 4096, torch.bfloat16)[:3] == (128, 128, 64)
+    # Small M gets small BLOCK_M.
+    assert gemm_config_for(16, 4096, 4096, torch.bfloat16).block_m == 16
+    assert gemm_config_for(64, 4096, 4096, torch.bfloat16).block_m == 64
+    # Blocks never exceed the (rounded) problem, and stay >= 16 for tl.dot.
+    small = gemm_config_for(1, 7, 5, torch.float16)
+    assert (small.block_m, small.block_n, small.block_k) == (16, 16, 16)
+    # Decode GEMV: enough programs to cover 2 x 132 SMs.
+    gv = gemv_config_for(1, 14336, 4096, torch.bfloat16)
+    assert gv.block_m == 16 and gv.block_n == 32 and 14336 // gv.block_n >= 264
+    assert gemv_config_for(16, 4096, 4096, torch.bfloat16).block_n == 16
