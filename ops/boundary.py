@@ -128,7 +128,7 @@ def _register(cls, eb: EffectBranch) -> None:
         inputs = args[:n_inputs]
         out = args[n_inputs] if has_out else None
         br = op._branch_for(tuple(inputs), out)
-        ind = br.code.call(op, *inputs, out, br.ind)
+        ind = br.code.call(op, *inputs, out, br.ind)[0]
         types = {t[0]: t for t in br.code.outputs(op, ind)}
         device = next((t.device for t in inputs if isinstance(t, torch.Tensor)), None)
         from opspec.ops.op import DTYPES_BY_NAME

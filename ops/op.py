@@ -86,7 +86,8 @@ def _evaluation_failed(op: "Op", decls, d: int, exc: BaseException, loc) -> Opsp
 def _namespace() -> dict[str, Any]:
     ns = codegen.base_namespace()
     ns.update({"_Tensor": torch.Tensor, "_DTYPE_NAMES": DTYPE_NAMES, "_OpspecError": OpspecError,
-               "_check_failed": _check_failed, "_evaluation_failed": _evaluation_failed})
+               "_check_failed": _check_failed, "_evaluation_failed": _evaluation_failed,
+               "_DTYPES": DTYPES_BY_NAME, "_numel": _numel, "_default_device": _default_device})
     return ns
 
 
@@ -104,6 +105,7 @@ class _ClassInfo:
         self.optional = [i for i, n in enumerate(self.inputs) if spec.inputs[n].optional is True]
         self.has_out = spec.has_out
         self.outputs = list(spec.outputs)
+        self.n_inputs = len(self.inputs)
         self.lock = threading.Lock()
         self.code: dict[tuple, codegen.BranchCode] = {}
         self.ns = _namespace()
@@ -297,30 +299,33 @@ class Op:
         """Run only the signature checks of a call; return the solved indices."""
         inputs, out = self._bind(args, dict(kwargs))
         br = self._branch_for(inputs, out)
-        return br.code.call(self, *inputs, out, br.ind)
+        return br.code.call(self, *inputs, out, br.ind)[0]
 
     def _run_call(self, args: tuple, kwargs: dict) -> Any:
         info = type(self)._opspec_info
-        inputs, out = self._bind(args, kwargs) if kwargs or info.optional or \
-            len(args) != len(info.inputs) else (args, None)
+        if kwargs or info.optional or len(args) != info.n_inputs:
+            inputs, out = self._bind(args, kwargs)
+        else:
+            inputs, out = args, None
         br = self._branch_for(inputs, out)
-        ind = br.code.call(self, *inputs, out, br.ind)
-        device = self._call_device(inputs, info)
-        types = br.code.outputs(self, ind)
-        if out is not None:
-            self._check_out(out, types, device)
+        code = br.code
+        ind, device, empty = code.call(self, *inputs, out, br.ind)
+        for n, t in self._opspec_ctensors.items():
+            if t is not None and device is not None and t.device != device and \
+                    info.spec.ctensors[n].device != "cpu":
+                self._opspec_ctensors[n] = t.to(device)
         stack = getattr(_local, "stack", None)
         if stack is None:
             stack = _local.stack = []
         stack.append([])
         try:
-            if self._empty_write(br, inputs, types, info):
-                result = self._empty_result(inputs, out, types, device, br, info)
+            if empty:
+                result = self._empty_result(inputs, out, code.outputs(self, ind), device, br, info)
             elif info.has_out:
                 result = self.forward(*inputs, out=out)
             else:
                 result = self.forward(*inputs)
-            result = self._check_outputs(result, inputs, out, types, device, br, info)
+            code.finish(self, result, *inputs, out, ind, device)
         finally:
             subcalls = stack.pop()
         self._opspec_last = (br, ind, inputs, out, result, device, subcalls)
@@ -328,122 +333,24 @@ class Op:
             stack[-1].append((self, self._opspec_last))
         return result
 
-    def _call_device(self, inputs: tuple, info: _ClassInfo) -> torch.device | None:
-        device = None
-        first = None
-        spec = info.spec
-        for name, t in zip(info.inputs, inputs):
-            if t is None or spec.inputs[name].device == "cpu":
-                continue
-            if device is None:
-                device, first = t.device, name
-            elif t.device != device:
-                raise SignatureError(f"{type(self).__name__}: all inputs must be on one device: "
-                                     f"`{first}` is on {device}, `{name}` on {t.device}")
-        if device is None:
-            device = _default_device()
-        for n, t in self._opspec_ctensors.items():
-            if t is not None and spec.ctensors[n].device != "cpu" and device is not None and \
-                    t.device != device:
-                self._opspec_ctensors[n] = t.to(device)
-        return device
-
-    def _check_out(self, out, types, device) -> None:
-        (name, shape, dtype), = [t for t in types if t[0] == self._out_name()]
-        want = DTYPES_BY_NAME[dtype]
-        if not isinstance(out, torch.Tensor):
-            raise SignatureTypeError(f"{type(self).__name__}: `out` must be a torch.Tensor, got "
-                                     f"{type(out).__name__}")
-        if tuple(out.shape) != tuple(shape) or out.dtype != want or out.device != device:
-            raise SignatureError(f"{type(self).__name__}: `out` must be a {dtype} tensor of shape "
-                                 f"{tuple(shape)} on {device} (output `{name}`); got {out.dtype} "
-                                 f"{tuple(out.shape)} on {out.device}")
-
-    def _out_name(self) -> str | None:
-        for n, t in type(self)._opspec_info.spec.outputs.items():
-            if t.buffer == "out":
-                return n
-        return None
-
-    def _empty_write(self, br: _Branch, inputs, types, info) -> bool:
-        written = 0
-        for _, shape, _ in types:
-            written += 1
-            if _numel(shape) != 0:
-                return False
-        for n in br.written:
-            written += 1
-            t = inputs[info.inputs.index(n)]
-            if t is not None and t.numel() != 0:
-                return False
-        return written > 0
-
     def _empty_result(self, inputs, out, types, device, br, info):
+        """Seed § 1: when every written tensor is empty, no implementation runs."""
         spec = info.spec
         res = []
-        for name, shape, dtype in types:
+        for name in info.outputs:
             o = spec.outputs[name]
-            if o.alias is not None:
+            t = next((t for t in types if t[0] == name), None)
+            if t is None:
+                res.append(None)
+            elif o.alias is not None and o.alias in br.written:
                 res.append(inputs[info.inputs.index(o.alias)])
             elif o.buffer == "out" and out is not None:
                 res.append(out)
             else:
-                res.append(torch.empty(tuple(shape), dtype=DTYPES_BY_NAME[dtype], device=device))
+                res.append(torch.empty(tuple(t[1]), dtype=DTYPES_BY_NAME[t[2]], device=device))
         if not info.outputs:
             return None
         return res[0] if len(info.outputs) == 1 else tuple(res)
-
-    def _check_outputs(self, result, inputs, out, types, device, br, info):
-        spec = info.spec
-        name = type(self).__name__
-        n = len(info.outputs)
-        if n == 0:
-            if result is not None:
-                raise SignatureError(f"{name}: forward must return None (the spec declares no "
-                                     f"outputs); got {type(result).__name__}")
-            return None
-        seq = (result,) if n == 1 else result
-        if n > 1 and (not isinstance(result, tuple) or len(result) != n):
-            raise SignatureError(f"{name}: forward must return a tuple of {n} outputs "
-                                 f"({', '.join(info.outputs)}); got {type(result).__name__}")
-        by_name = {t[0]: t for t in types}
-        storages = None
-        for oname, r in zip(info.outputs, seq):
-            o = spec.outputs[oname]
-            if oname not in by_name:  # nullable and absent on this branch
-                if r is not None:
-                    raise SignatureError(f"{name}: output `{oname}` must be None on this call")
-                continue
-            _, shape, dtype = by_name[oname]
-            if not isinstance(r, torch.Tensor):
-                raise SignatureError(f"{name}: output `{oname}` must be a tensor; forward returned "
-                                     f"{type(r).__name__}")
-            if tuple(r.shape) != tuple(shape):
-                raise SignatureError(f"{name}: output `{oname}` must have shape {tuple(shape)}; "
-                                     f"forward returned {tuple(r.shape)}")
-            if DTYPE_NAMES.get(r.dtype) != dtype:
-                raise SignatureError(f"{name}: output `{oname}` must have dtype {dtype}; forward "
-                                     f"returned {r.dtype}")
-            if device is not None and r.device != device:
-                raise SignatureError(f"{name}: output `{oname}` must be on {device}; forward "
-                                     f"returned a tensor on {r.device}")
-            if o.contiguous and not r.is_contiguous():
-                raise SignatureError(f"{name}: output `{oname}` must be contiguous")
-            if o.alias is not None and o.alias in br.written:
-                if r is not inputs[info.inputs.index(o.alias)]:
-                    raise SignatureError(f"{name}: output `{oname}` must be the input object "
-                                         f"`{o.alias}` (alias)")
-                continue
-            if o.buffer == "out" and out is not None:
-                if r is not out:
-                    raise SignatureError(f"{name}: output `{oname}` must be the `out` tensor")
-                continue
-            if storages is None:
-                storages = {_storage(t) for t in inputs if isinstance(t, torch.Tensor)}
-            if r.numel() and _storage(r) in storages:
-                raise SignatureError(f"{name}: output `{oname}` shares storage with an input; "
-                                     "a new output must not alias its inputs")
-        return result
 
     # -- records ------------------------------------------------------------------------------
 

@@ -48,7 +48,8 @@ def eval_roofline(op) -> tuple[int, int]:
 
 def resolve_func(path: str, prefixes) -> object:
     """Import `module.function`, only inside an allowlisted package prefix."""
-    if not any(path.startswith(p) for p in prefixes):
+    if not any(path == p.rstrip(".") or path.startswith(p if p.endswith(".") else p + ".")
+               for p in prefixes):
         raise OpspecError(f"roofline func `{path}` is outside the manifest's python_prefixes "
                           f"{list(prefixes)}; opspec imports nothing else a spec names")
     module, _, attr = path.rpartition(".")

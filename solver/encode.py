@@ -69,8 +69,7 @@ from ..schema.kinds import (ADTK, BOOL, DIM, DTYPES, FLOAT, INT, SEQ_INT, BoolK,
 from ..schema.primitives import PRIMITIVES, Param, Primitive
 from ..schema.printer import print_expr
 from ..schema.values import ADTValue, is_int, to_tuple
-from .z3env import (DTYPE_CONSTS, DTYPE_NAMES, DTYPE_SORT, OPAQUE_SORT, Verdict, check,
-                    str_code, str_decode)
+from .z3env import Verdict, check, shared, str_code, str_decode
 
 __all__ = ["MAX_RANK", "Application", "EncodeError", "Encoder", "solve"]
 
@@ -133,8 +132,8 @@ def _default(sort: z3.SortRef) -> z3.ExprRef:
         return z3.BoolVal(False)
     if sort == z3.RealSort():
         return z3.RealVal(0)
-    if sort == DTYPE_SORT:
-        return next(iter(DTYPE_CONSTS.values()))
+    if sort == shared().dtype_sort:
+        return next(iter(shared().dtype_consts.values()))
     if isinstance(sort, z3.SeqSortRef):
         return z3.Empty(sort)
     return z3.Const("opaque.default", sort)
@@ -248,12 +247,12 @@ class DTypeV(_Leaf):
         return "DType"
 
     def py(self, m):
-        return DTYPE_NAMES[str(m.eval(self.t, model_completion=True))]
+        return shared().dtype_names[str(m.eval(self.t, model_completion=True))]
 
     def pin(self, value):
-        if value not in DTYPE_CONSTS:
+        if value not in shared().dtype_consts:
             raise _Unconfirmable(f"{value!r} is not a dtype name")
-        return self.t == DTYPE_CONSTS[value]
+        return self.t == shared().dtype_consts[value]
 
 
 class OpaqueV(_Leaf):
@@ -489,7 +488,7 @@ def _holds_type(val: _Val, value: Any) -> bool:
     if isinstance(val, FloatV):
         return isinstance(value, float)
     if isinstance(val, DTypeV):
-        return value in DTYPE_CONSTS
+        return value in shared().dtype_consts
     if isinstance(val, StrV):
         return isinstance(value, str)
     if isinstance(val, (SeqV, TupleV)):
@@ -543,8 +542,8 @@ def _truth(v: _Val) -> z3.BoolRef:
 
 def _as_dtype(v: _Val) -> _Val:
     """A string literal that names a dtype, as the dtype constant."""
-    if isinstance(v, StrV) and v.literal in DTYPE_CONSTS:
-        return DTypeV(DTYPE_CONSTS[v.literal], DTypeK(frozenset({v.literal})))
+    if isinstance(v, StrV) and v.literal in shared().dtype_consts:
+        return DTypeV(shared().dtype_consts[v.literal], DTypeK(frozenset({v.literal})))
     return v
 
 
@@ -594,7 +593,7 @@ def _eq(a: _Val, b: _Val) -> z3.BoolRef:
     if isinstance(a, DTypeV) and isinstance(b, StrV):
         if b.literal is not None:  # a literal that is no dtype name
             return z3.BoolVal(False)
-        return _or([z3.And(a.t == c, b.t == str_code(n)) for n, c in DTYPE_CONSTS.items()])
+        return _or([z3.And(a.t == c, b.t == str_code(n)) for n, c in shared().dtype_consts.items()])
     if isinstance(a, StrV) and isinstance(b, StrV):
         return a.t == b.t
     seqs = (SeqV, TupleV)
@@ -755,16 +754,13 @@ def _uf_leaf(name: str, args: list[z3.ExprRef]) -> Callable[[str, z3.SortRef], z
     return leaf
 
 
-_RECFUNS: dict[str, z3.FuncDeclRef] = {}
-
-
 def _recfold(key: str, f: str, x: z3.ExprRef, elt: z3.ExprRef,
              result: z3.SortRef) -> z3.FuncDeclRef:
     """The recursive function folding `f` over a sequence, `elt` (a term in `x`) giving
     each element's contribution. Defined once per key in Z3's context; `max`/`min` are
     the nonempty folds (the caller handles the empty sequence)."""
-    if key in _RECFUNS:
-        return _RECFUNS[key]
+    if key in shared().recfuns:
+        return shared().recfuns[key]
     seq_sort = z3.SeqSort(x.sort())
     fn = z3.RecFunction(f"fold.{key}", seq_sort, result)
     s = z3.Const(f"fold.{key}.s", seq_sort)
@@ -782,7 +778,7 @@ def _recfold(key: str, f: str, x: z3.ExprRef, elt: z3.ExprRef,
             z3.If(head <= rest, head, rest)
         body = z3.If(n <= 1, head, pick)
     z3.RecAddDefinition(fn, [s], body)
-    _RECFUNS[key] = fn
+    shared().recfuns[key] = fn
     return fn
 
 
@@ -808,21 +804,21 @@ def _axis_norm(d: z3.ArithRef, r: z3.ArithRef) -> z3.ArithRef:
 def _all_axes_ok() -> z3.FuncDeclRef:
     """Recursive: every element of an Int sequence is a valid axis for rank r."""
     key = "axes_ok"
-    if key not in _RECFUNS:
+    if key not in shared().recfuns:
         seq = z3.SeqSort(z3.IntSort())
         fn = z3.RecFunction("fold.axes_ok", seq, z3.IntSort(), z3.BoolSort())
         s, r = z3.Const("fold.axes_ok.s", seq), z3.Int("fold.axes_ok.r")
         n = z3.Length(s)
         z3.RecAddDefinition(fn, [s, r], z3.If(n == 0, True, z3.And(
             _axis_ok(s[0], r), fn(z3.Extract(s, 1, n - 1), r))))
-        _RECFUNS[key] = fn
-    return _RECFUNS[key]
+        shared().recfuns[key] = fn
+    return shared().recfuns[key]
 
 
 def _all_axes_unique() -> z3.FuncDeclRef:
     """Recursive: valid axes of an Int sequence normalize to distinct axes (r > 0)."""
     key = "axes_unique"
-    if key not in _RECFUNS:
+    if key not in shared().recfuns:
         seq = z3.SeqSort(z3.IntSort())
         fn = z3.RecFunction("fold.axes_unique", seq, z3.IntSort(), z3.BoolSort())
         s, r = z3.Const("fold.axes_unique.s", seq), z3.Int("fold.axes_unique.r")
@@ -831,8 +827,8 @@ def _all_axes_unique() -> z3.FuncDeclRef:
         # Valid axes x, y normalize alike iff x == y or they differ by the rank.
         fresh = z3.And([z3.Not(z3.Contains(t, z3.Unit(s[0] + k))) for k in (0, r, -r)])
         z3.RecAddDefinition(fn, [s, r], z3.If(n == 0, True, z3.And(fresh, fn(t, r))))
-        _RECFUNS[key] = fn
-    return _RECFUNS[key]
+        shared().recfuns[key] = fn
+    return shared().recfuns[key]
 
 
 def _axes_ok(dim: _Val, r: z3.ArithRef) -> z3.BoolRef | None:
@@ -1100,7 +1096,7 @@ def _category(x: _Val) -> z3.ArithRef | None:
     x = _as_dtype(x)
     if isinstance(x, DTypeV):
         out = z3.IntVal(0)
-        for name, c in DTYPE_CONSTS.items():
+        for name, c in shared().dtype_consts.items():
             out = z3.If(x.t == c, str_code(DTYPES[name][1]), out)
         return out
     if isinstance(x, UnionV):
@@ -1123,8 +1119,8 @@ def _fact_promote(a: dict, res: _Val) -> z3.BoolRef | None:
     t = _as_dtype(a["T"])
     if not isinstance(t, DTypeV):
         return None
-    ints = [t.t == DTYPE_CONSTS[n] for n, (_, cat) in DTYPES.items() if cat == "int"]
-    return res.t == z3.If(_or(ints), DTYPE_CONSTS["float32"], t.t)
+    ints = [t.t == shared().dtype_consts[n] for n, (_, cat) in DTYPES.items() if cat == "int"]
+    return res.t == z3.If(_or(ints), shared().dtype_consts["float32"], t.t)
 
 
 def _fact_coalesce(a: dict, res: _Val) -> z3.BoolRef | None:
@@ -1177,10 +1173,10 @@ def _representable(v: _Val, t: DTypeV) -> z3.BoolRef | None:
                 fits = z3.And(v.t >= (-hi if lo == 0 else lo), v.t <= hi)
             else:
                 fits = _real_range(v, Fraction(lo), Fraction(hi))
-        cases.append(z3.And(t.t == DTYPE_CONSTS[name], fits))
+        cases.append(z3.And(t.t == shared().dtype_consts[name], fits))
     out = _or(cases)
     if isinstance(v, IntV):  # a torch Scalar holds no int outside [-2**63, 2**64)
-        out = z3.If(z3.Or(v.t < -(2 ** 63), v.t >= 2 ** 64), t.t == DTYPE_CONSTS["bool"], out)
+        out = z3.If(z3.Or(v.t < -(2 ** 63), v.t >= 2 ** 64), t.t == shared().dtype_consts["bool"], out)
     return out
 
 
@@ -1340,10 +1336,10 @@ class Encoder:
                 side.append(_or([t == str_code(s) for s in sorted(kind.literals)]))
             return StrV(t, kind)
         if isinstance(kind, DTypeK):
-            t = leaf(name, DTYPE_SORT)
+            t = leaf(name, shared().dtype_sort)
             if kind.members is not None:
-                side.append(_or([t == DTYPE_CONSTS[m] for m in sorted(kind.members)
-                                 if m in DTYPE_CONSTS]))
+                side.append(_or([t == shared().dtype_consts[m] for m in sorted(kind.members)
+                                 if m in shared().dtype_consts]))
             return DTypeV(t, kind)
         if isinstance(kind, SeqK):
             return self._build_seq(kind, name, leaf, facts)
@@ -1372,7 +1368,7 @@ class Encoder:
             return self._build(UnionK((INT, FLOAT)), name, leaf, facts)
         if isinstance(kind, TensorK):
             return TensorV(leaf(f"present({name})", z3.BoolSort()))
-        return OpaqueV(leaf(name, OPAQUE_SORT), kind)
+        return OpaqueV(leaf(name, shared().opaque_sort), kind)
 
     def _build_seq(self, kind: SeqK, name: str, leaf, facts: bool) -> _Val:
         elem = kind.elem
@@ -1380,7 +1376,7 @@ class Encoder:
             self._fixed.get(name) if facts else None)
         if not isinstance(elem, (IntK, BoolK)):
             if length is None:
-                return OpaqueV(leaf(name, OPAQUE_SORT), kind)
+                return OpaqueV(leaf(name, shared().opaque_sort), kind)
             return TupleV(tuple(self._build(elem, f"{name}[{i}]", leaf, facts)
                                 for i in range(length)), kind)
         sort = z3.BoolSort() if isinstance(elem, BoolK) else z3.IntSort()

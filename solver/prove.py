@@ -169,9 +169,15 @@ class _Prover:
                             f"{cases} of type family {miss.family.name} both cover {values}",
                             counterexample=cex, dedup=(miss.family.name, miss.values))
         for path, nd in res.not_discriminant:
+            # The counterexample: the discriminant values on which the argument stays open.
             self.report("kind", path, f"the argument `{print_expr(nd.arg)}` of {nd.family.name} "
-                        "that its cases match on is not a discriminant")
+                        "that its cases match on is not a discriminant",
+                        counterexample=shown or None)
         if res.family_misses or res.not_discriminant:
+            return res.branch
+        if spec.broken:
+            # Declarations that failed to load or elaborate are left out; solving and Z3
+            # questions over what remains would only echo those errors.
             return res.branch
         invariants = self.invariants(combo, folder)
         queries = BranchQueries(spec, res, invariants)

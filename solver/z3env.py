@@ -12,9 +12,8 @@ to about 300k units and finish in well under 50 ms; an unbounded nonlinear query
 units stop such blow-ups at about 0.2-0.4 s while leaving a margin of more than 6x over the
 largest typical query.
 
-Shared sorts: `DTYPE_SORT` is one enumeration over every dtype name of `kinds.DTYPES`
-(a dtype is a dtype, whatever member set its kind allows; members are side conditions);
-`OPAQUE_SORT` is the uninterpreted sort of values the encoding cannot see into. Strings
+Shared sorts (`shared()`, one set per Z3 context): one enumeration `DType` over every dtype
+name, and the uninterpreted sort `Opaque` of values the encoding cannot see into. Strings
 (enum literals, `category(...)` results, ADT constructor names) are Int *codes*:
 `str_code` maps a string injectively and deterministically to a positive int, so that two
 string-valued terms compare with plain integer equality, whatever literal sets their kinds
@@ -24,13 +23,17 @@ allow, and so that the code of a literal never depends on the order strings were
 from __future__ import annotations
 
 import enum
+import weakref
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Iterator
 
 import z3
 
 from ..schema.kinds import DTYPES
 
-__all__ = ["DEFAULT_RLIMIT", "SEED", "Verdict", "make_solver", "check", "DTYPE_SORT",
-           "DTYPE_CONSTS", "OPAQUE_SORT", "str_code", "str_decode"]
+__all__ = ["DEFAULT_RLIMIT", "SEED", "Verdict", "make_solver", "check", "fresh_context",
+           "Shared", "shared", "str_code", "str_decode"]
 
 #: The resource budget of one `check` (see the module docstring for the measurement).
 DEFAULT_RLIMIT = 2_000_000
@@ -65,15 +68,62 @@ def check(solver: z3.Solver) -> tuple[Verdict, str | None]:
     return Verdict.UNKNOWN, solver.reason_unknown() or "unknown"
 
 
-# ----------------------------------------------------------------------------- shared sorts
+# ----------------------------------------------------------------------------- contexts
 
-DTYPE_SORT, _dtype_consts = z3.EnumSort("DType", list(DTYPES))
-#: The enumeration constant of each dtype name.
-DTYPE_CONSTS: dict[str, z3.ExprRef] = dict(zip(DTYPES, _dtype_consts))
-#: The dtype name of each enumeration constant (keyed by the constant's printed name).
-DTYPE_NAMES: dict[str, str] = {str(c): name for name, c in DTYPE_CONSTS.items()}
-OPAQUE_SORT = z3.DeclareSort("Opaque")
-del _dtype_consts
+
+@contextmanager
+def fresh_context() -> Iterator[z3.Context]:
+    """Encode and solve the enclosed queries in a fresh Z3 context.
+
+    Z3 numbers every term of a context in creation order, and its search (hence the model
+    it returns, and where a query near the resource limit stops) depends on those numbers:
+    the same query can get another model after other queries ran in the same context. In a
+    fresh context the same sequence of queries gets the same models in any process, whatever
+    ran before. Creating a context costs a few milliseconds; use one per spec (or per query).
+
+    This swaps z3py's default context (`z3.main_ctx()`), so that the encoder needs no context
+    argument; terms made outside the block must not meet terms made inside it.
+    """
+    saved = z3.z3._main_ctx
+    ctx = z3.Context()
+    z3.z3._main_ctx = ctx
+    try:
+        yield ctx
+    finally:
+        z3.z3._main_ctx = saved
+
+
+@dataclass
+class Shared:
+    """The sorts every encoder of one context shares, and its recursive functions."""
+
+    #: one enumeration over every dtype name of `kinds.DTYPES` (a dtype is a dtype, whatever
+    #: member set its kind allows; member sets are side conditions)
+    dtype_sort: z3.SortRef
+    #: the enumeration constant of each dtype name
+    dtype_consts: dict[str, z3.ExprRef]
+    #: the dtype name of each enumeration constant, keyed by the constant's printed name
+    dtype_names: dict[str, str]
+    #: the uninterpreted sort of values the encoding cannot see into
+    opaque_sort: z3.SortRef
+    #: recursive functions (folds over sequences), defined once per context by key
+    recfuns: dict[str, z3.FuncDeclRef] = field(default_factory=dict)
+
+
+_SHARED: "weakref.WeakKeyDictionary[z3.Context, Shared]" = weakref.WeakKeyDictionary()
+
+
+def shared() -> Shared:
+    """The shared sorts of the current default context (made on first use)."""
+    ctx = z3.main_ctx()
+    found = _SHARED.get(ctx)
+    if found is None:
+        sort, consts = z3.EnumSort("DType", list(DTYPES))
+        by_name = dict(zip(DTYPES, consts))
+        found = Shared(sort, by_name, {str(c): n for n, c in by_name.items()},
+                       z3.DeclareSort("Opaque"))
+        _SHARED[ctx] = found
+    return found
 
 
 def str_code(text: str) -> int:
