@@ -12,7 +12,8 @@ Plain functions; the dispatch classes are built elsewhere.
 * :func:`gemm_triton` -- tiled GEMM: one program per ``BLOCK_M x BLOCK_N`` output tile,
   grouped ("swizzled") program order so that ``GROUP_M`` consecutive programs share
   B's column panel in L2, wrap-around row/column indices (``% M``, ``% N``) so that the
-  loads need no M/N masks, a K mask only when ``K % BLOCK_K != 0`` (``EVEN_K``), masked
+  loads need no M/N masks, full K blocks unmasked (so the loads stay on the cp.async
+  pipeline) and one masked tail block when ``K % BLOCK_K != 0`` (``EVEN_K``), masked
   stores.  The tile configuration comes from :func:`gemm_config_for`, a small table
   indexed by (M, N, K) in plain Python; :func:`gemm_configs` lists every configuration
   for offline autotuning, and ``config=`` forces one.
@@ -125,9 +126,27 @@ def _clip(cfg: GemmConfig, M: int, N: int, K: int) -> GemmConfig:
     return cfg._replace(block_m=bm, block_n=bn, block_k=bk, num_warps=warps)
 
 
+def _unaligned(cfg: GemmConfig, max_block_k: int) -> GemmConfig:
+    """Operands whose rows are not 16-element aligned load element by element, off the
+    cp.async pipeline, in registers: smaller K steps (and N <= 128) avoid spills."""
+    return cfg._replace(block_n=min(cfg.block_n, 128), block_k=min(cfg.block_k, max_block_k))
+
+
 @functools.lru_cache(maxsize=1024)
-def gemm_config_for(M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16) -> GemmConfig:
-    """The table: the GEMM configuration used for an ``M x N x K`` problem in ``dtype``."""
+def gemm_config_for(
+    M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, aligned: bool = True
+) -> GemmConfig:
+    """The table: the GEMM configuration used for an ``M x N x K`` problem in ``dtype``.
+
+    ``aligned`` is False when an operand has no unit stride, a non-unit stride that is
+    not a multiple of 16 elements, or a base address not 16-byte aligned (see
+    :func:`_is_aligned`).
+    """
+    cfg = _gemm_table(M, N, K, dtype)
+    return cfg if aligned else _clip(_unaligned(cfg, 32), M, N, K)
+
+
+def _gemm_table(M: int, N: int, K: int, dtype: torch.dtype) -> GemmConfig:
     if dtype == torch.float32:
         return _clip(_FP32, M, N, K)
 
@@ -153,11 +172,14 @@ def gemm_config_for(M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16)
 
 
 @functools.lru_cache(maxsize=1024)
-def gemv_config_for(M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16) -> GemmConfig:
+def gemv_config_for(
+    M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, aligned: bool = True
+) -> GemmConfig:
     """The GEMV configuration: all M rows in one 16-row block, BLOCK_N from N.
 
     ``BLOCK_N`` is the largest of 128, 64, 32, 16 that still gives ``2 * 132``
     programs (else 16), so that the stream of ``b`` is spread over every SM.
+    ``aligned`` as for :func:`gemm_config_for` (False: BLOCK_K <= 32).
     """
     if M > GEMV_MAX_M:
         raise ValueError(f"gemv_triton handles M <= {GEMV_MAX_M}, got M = {M}")
@@ -168,6 +190,8 @@ def gemv_config_for(M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16)
             break
     block_k = 64 if dtype == torch.float32 else 128
     cfg = GemmConfig(16, block_n, block_k, 1, 4, 4)
+    if not aligned:
+        cfg = _unaligned(cfg, 32)
     return _clip(cfg, M, N, K)
 
 
@@ -240,17 +264,19 @@ def _gemm_kernel(
     b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        if EVEN_K:
-            a = tl.load(a_ptrs)
-            b = tl.load(b_ptrs)
-        else:
-            k_left = K - k * BLOCK_K
-            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
-            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+    # Full K blocks without masks (a mask on K defeats the cp.async pipeline), then
+    # one masked tail block when K % BLOCK_K != 0.
+    for _ in range(0, K // BLOCK_K):
+        a = tl.load(a_ptrs)
+        b = tl.load(b_ptrs)
         acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
+    if not EVEN_K:
+        k_left = K % BLOCK_K
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
 
     c = acc.to(c_ptr.dtype.element_ty)
     if USE_INT64:
@@ -298,19 +324,17 @@ def _gemv_kernel(
     b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        if EVEN_K:
-            a = tl.load(a_ptrs)
-            b = tl.load(b_ptrs, eviction_policy="evict_first")
-        else:
-            k_left = K - k * BLOCK_K
-            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
-            b = tl.load(
-                b_ptrs, mask=offs_k[:, None] < k_left, other=0.0, eviction_policy="evict_first"
-            )
+    for _ in range(0, K // BLOCK_K):
+        a = tl.load(a_ptrs)
+        b = tl.load(b_ptrs, eviction_policy="evict_first")
         acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
+    if not EVEN_K:
+        k_left = K % BLOCK_K
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0, eviction_policy="evict_first")
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
 
     c = acc.to(c_ptr.dtype.element_ty)
     if USE_INT64:
@@ -351,6 +375,18 @@ def _check(
     if out.dim() != 2 or out.shape[0] != M or out.shape[1] != N:
         raise ValueError(f"out must have shape [{M}, {N}], got {list(out.shape)}")
     return M, N, K, sa, sb
+
+
+def _is_aligned(t: torch.Tensor) -> bool:
+    """Whether Triton can prove 16-byte vectors for t: a unit stride, every other stride
+    (of a dimension longer than 1) a multiple of 16 (what Triton specialises on) and a
+    16-byte aligned base."""
+    strides = t.stride()
+    return (
+        t.data_ptr() % 16 == 0
+        and 1 in strides
+        and all(s == 1 or s % 16 == 0 or n == 1 for s, n in zip(strides, t.shape))
+    )
 
 
 def _extent(t: torch.Tensor) -> int:
@@ -404,7 +440,9 @@ def gemm_triton(
         return out
     if K == 0:
         return out.zero_()
-    cfg = config if config is not None else gemm_config_for(M, N, K, a.dtype)
+    if config is None:
+        config = gemm_config_for(M, N, K, a.dtype, _is_aligned(a) and _is_aligned(b))
+    cfg = config
     grid = (triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n),)
     _launch(_gemm_kernel, grid, a, b, out, M, N, K, sa, sb, cfg, {"GROUP_M": cfg.group_m})
     return out
@@ -431,7 +469,9 @@ def gemv_triton(
         return out
     if K == 0:
         return out.zero_()
-    cfg = config if config is not None else gemv_config_for(M, N, K, a.dtype)
+    if config is None:
+        config = gemv_config_for(M, N, K, a.dtype, _is_aligned(a) and _is_aligned(b))
+    cfg = config
     if cfg.block_m < M:
         raise ValueError(f"config.block_m = {cfg.block_m} < M = {M}")
     grid = (triton.cdiv(N, cfg.block_n),)

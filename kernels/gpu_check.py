@@ -26,6 +26,7 @@ if __package__ in (None, ""):
     # Run as a file: import the sibling modules directly (they need only torch/triton).
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from gemm import (  # type: ignore[no-redef]
+        _is_aligned,
         gemm_config_for,
         gemm_configs,
         gemm_reference,
@@ -40,6 +41,7 @@ if __package__ in (None, ""):
     )
 else:
     from .gemm import (
+        _is_aligned,
         gemm_config_for,
         gemm_configs,
         gemm_reference,
@@ -136,12 +138,13 @@ def check_silu() -> None:
                 traceback.print_exc()
 
 
-def _gemm_line(fn, label, M, N, K, trans_a, trans_b, dtype, cfg, decode=False) -> None:
+def _gemm_line(fn, label, M, N, K, trans_a, trans_b, dtype, config_for, decode=False) -> None:
     layout = ("T" if trans_a else "N") + ("T" if trans_b else "N")
     name = f"{label} {str(dtype)[6:]} {M}x{N}x{K} {layout}"
     try:
         a, b = _operands(M, N, K, trans_a, trans_b, dtype)
         out = torch.empty(M, N, device=DEVICE, dtype=dtype)
+        cfg = config_for(M, N, K, dtype, _is_aligned(a) and _is_aligned(b))
         fn(a, b, trans_a, trans_b, out)
         ref = gemm_reference(a.float(), b.float(), trans_a, trans_b)
         err = _check(name, out, ref, dtype)
@@ -169,12 +172,12 @@ def check_gemm() -> None:
     print("== GEMM (TFLOP/s = 2*M*N*K / t) ==")
     for dtype in DTYPES:
         for M, N, K, ta, tb in GEMM_SHAPES:
-            _gemm_line(gemm_triton, "gemm", M, N, K, ta, tb, dtype, gemm_config_for(M, N, K, dtype))
+            _gemm_line(gemm_triton, "gemm", M, N, K, ta, tb, dtype, gemm_config_for)
     print("== decode (TB/s = operand + output bytes / t) ==")
     for dtype in DTYPES:
         for M, N, K, ta, tb in DECODE_SHAPES:
-            _gemm_line(gemv_triton, "gemv", M, N, K, ta, tb, dtype, gemv_config_for(M, N, K, dtype), True)
-            _gemm_line(gemm_triton, "gemm", M, N, K, ta, tb, dtype, gemm_config_for(M, N, K, dtype), True)
+            _gemm_line(gemv_triton, "gemv", M, N, K, ta, tb, dtype, gemv_config_for, True)
+            _gemm_line(gemm_triton, "gemm", M, N, K, ta, tb, dtype, gemm_config_for, True)
 
 
 def check_sweep() -> None:

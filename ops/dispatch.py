@@ -21,7 +21,6 @@ and ask `key_for`, which selects without building; `kernel_for` refuses stated f
 from __future__ import annotations
 
 import abc
-import copy
 import enum
 import functools
 import inspect
@@ -40,7 +39,8 @@ from opspec.schema.expr import Expr, Name, free_names, walk
 from opspec.schema.parse import parse_expr
 
 from . import backend
-from .errors import BackendError, DispatchError, DispatchTableError, KernelContractError, OpNotAvailableError
+from .errors import (BackendError, DispatchError, DispatchTableError, KernelContractError,
+                     OpNotAvailableError)
 
 __all__ = ["CallSpec", "DeviceFacts", "DispatchTable", "Kernel", "KernelInterface"]
 
@@ -92,8 +92,8 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def _current_cuda_device() -> torch.device:
-    return torch.device("cuda", torch.cuda.current_device())
+def _current_cuda_index() -> int:
+    return torch.cuda.current_device()
 
 
 def _device_context(device: torch.device | None):
@@ -138,12 +138,14 @@ class CallSpec:
     def with_facts(self, facts: DeviceFacts | None = None, /, **values: Any) -> Self:
         """A copy stating device facts instead of deriving them (for `key_for` in tests).
 
-        Stated facts are not fields: the copy compares and hashes equal to `self`.
+        `values` update `facts` (or facts this call spec already states). Stated facts are
+        not fields: the copy compares and hashes equal to `self`.
         """
-        stated = replace(facts or _NO_FACTS, **values)
-        new = copy.copy(self)
-        object.__setattr__(new, "_stated_facts", stated)
-        return new
+        unknown = sorted(set(values) - set(FACT_NAMES))
+        if unknown:
+            raise KernelContractError(f"{unknown} are not device facts; they are {FACT_NAMES}")
+        base = facts or self.__dict__.get("_stated_facts") or _NO_FACTS
+        return _clone(self, _stated_facts=replace(base, **values))
 
     def stated_facts(self) -> list[str]:
         """Names of the device facts stated with `with_facts` (empty when derived)."""
@@ -292,20 +294,37 @@ class DispatchTable:
     def kernel_for(self, interface: str, call: CallSpec) -> Kernel:
         """The entry serving `call` at `interface`, selected and built on first sight."""
         if call.device is None and _cuda_available():
-            call = _on_device(call, _current_cuda_device())
+            return self._on_current_device(interface, call)
         try:
             return self._entries_by_call[(interface, call)]
         except (KeyError, TypeError):  # TypeError: an unhashable field; the miss path names it
             return self._miss(interface, call)
 
-    def key_for(self, interface: str, call: CallSpec) -> str:
+    def _on_current_device(self, interface: str, call: CallSpec) -> Kernel:
+        """`kernel_for` of a call spec without device, on the current CUDA device.
+
+        Its entry is also kept under `(interface, call, device index)`, so a hit costs one
+        device query and one lookup instead of a copy of the call spec with its device filled.
+        """
+        index = _current_cuda_index()
+        try:
+            return self._entries_by_call[(interface, call, index)]
+        except (KeyError, TypeError):
+            filled = _on_device(call, torch.device("cuda", index))
+            return self._miss(interface, filled, alias=(interface, call, index))
+
+    def key_for(self, interface: str, call: CallSpec, facts: DeviceFacts | None = None,
+                **values: Any) -> str:
         """The key `kernel_for` would select for `call`, building nothing.
 
-        Takes stated device facts (`call.with_facts(arch=90, sm_count=132)`), so selection
-        can be tested for devices this machine lacks.
+        Takes device facts, so selection can be tested for devices this machine lacks:
+        stated on the call (`call.with_facts(arch=90)`), or here, as a `DeviceFacts` and/or
+        by name (`key_for("gemm", call, arch=90, sm_count=132)`, same as `with_facts`).
         """
+        if facts is not None or values:
+            call = call.with_facts(facts, **values)
         if call.device is None and _cuda_available():
-            call = _on_device(call, _current_cuda_device())
+            call = _on_device(call, torch.device("cuda", _current_cuda_index()))
         self._check_call(interface, call, facts_stated_ok=True)
         return self._select(interface, call)
 
@@ -313,7 +332,9 @@ class DispatchTable:
         """Drop every entry (a selecting call failed); the next call selects and builds again."""
         with self._lock:
             # New dicts, not clear(): a concurrent hit may still read the old one.
-            self._entries_by_call: dict[tuple[str, CallSpec], Kernel] = {}
+            # Keys: (interface, call); and (interface, call, index) for a call spec without
+            # device on CUDA device `index` (see _on_current_device).
+            self._entries_by_call: dict[tuple, Kernel] = {}
             self._built_entries: dict[str, dict[tuple[type, Hashable], Kernel]] = {
                 name: {} for name in self.interfaces}
             self._build_devices: dict[int, torch.device | None] = {}
@@ -343,26 +364,32 @@ class DispatchTable:
 
     # -- the miss path ---------------------------------------------------------------------
 
-    def _miss(self, interface: str, call: CallSpec) -> Kernel:
+    def _miss(self, interface: str, call: CallSpec, alias: tuple | None = None) -> Kernel:
         self._check_call(interface, call, facts_stated_ok=False)
         with self._lock:
             # Another thread may have built it while this one waited for the lock.
             kernel = self._entries_by_call.get((interface, call))
-            if kernel is not None:
-                return kernel
-            cls = self.kernel_types[self._select(interface, call)]
-            identity, factory = cls.entry_for(call)
-            slot = (cls, identity)
-            try:
-                kernel = self._built_entries[interface].get(slot)
-            except TypeError as exc:
-                raise KernelContractError(f"{self.op_name}: {_qualname(cls)}.entry_for gives an "
-                                          f"unhashable identity: {exc}") from exc
             if kernel is None:
-                kernel = self._build(cls, factory, call.device)
-                self._built_entries[interface][slot] = kernel
-            self._entries_by_call[(interface, call)] = kernel
+                kernel = self._select_and_build(interface, call)
+                self._entries_by_call[(interface, call)] = kernel
+            if alias is not None:
+                self._entries_by_call[alias] = kernel
             return kernel
+
+    def _select_and_build(self, interface: str, call: CallSpec) -> Kernel:
+        """The entry of the implementation selected for `call`, shared by build identity."""
+        cls = self.kernel_types[self._select(interface, call)]
+        identity, factory = cls.entry_for(call)
+        slot = (cls, identity)
+        try:
+            kernel = self._built_entries[interface].get(slot)
+        except TypeError as exc:
+            raise KernelContractError(f"{self.op_name}: {_qualname(cls)}.entry_for gives an "
+                                      f"unhashable identity: {exc}") from exc
+        if kernel is None:
+            kernel = self._build(cls, factory, call.device)
+            self._built_entries[interface][slot] = kernel
+        return kernel
 
     def _build(self, cls: type[Kernel], factory: Callable[[], Kernel],
                device: torch.device | None) -> Kernel:
@@ -387,15 +414,15 @@ class DispatchTable:
         request = self._request(interface)
         where = f"{self.op_name}: kernel_for({interface!r})"
         if type(call) is not request:
-            raise KernelContractError(f"{where} takes a {request.__qualname__} call spec, "
-                                      f"got {type(call).__qualname__}")
+            raise KernelContractError(f"{where} takes a {request.__name__} call spec, "
+                                      f"got {type(call).__name__}")
         for f in fields(call):
             value = getattr(call, f.name)
             try:
                 hash(value)
             except TypeError as exc:
                 raise KernelContractError(
-                    f"{where}: {request.__qualname__} cannot key a dispatch cache: field "
+                    f"{where}: {request.__name__} cannot key a dispatch cache: field "
                     f"{f.name} is a {type(value).__qualname__} ({exc}); use a tuple") from exc
         if call.device is not None and not isinstance(call.device, torch.device):
             raise KernelContractError(f"{where}: device must be a torch.device or None, got "
@@ -440,9 +467,21 @@ class DispatchTable:
 
 
 def _on_device(call: CallSpec, device: torch.device) -> CallSpec:
-    # A copy keeps stated facts (replace() would drop them and let kernel_for accept them).
-    new = copy.copy(call)
-    object.__setattr__(new, "device", device)
+    # Keeps stated facts: replace() would drop them and let kernel_for accept them.
+    return _clone(call, device=device)
+
+
+def _clone(call: CallSpec, **changes: Any) -> Any:
+    """A copy of `call` with `changes` (fields or `_stated_facts`), keeping stated facts.
+
+    Not copy.copy: the state of a `slots=True` dataclass holds only its fields.
+    """
+    new = object.__new__(type(call))
+    for f in fields(call):
+        object.__setattr__(new, f.name, changes.pop(f.name, getattr(call, f.name)))
+    stated = changes.pop("_stated_facts", call.__dict__.get("_stated_facts"))
+    if stated is not None:
+        object.__setattr__(new, "_stated_facts", stated)
     return new
 
 
@@ -481,7 +520,7 @@ def _install(op: str, kernel_types: Mapping[str, type[Kernel]],
         owned = [name for name, i in interfaces.items() if issubclass(cls, i)]
         if not owned and interfaces and not issubclass(cls, KernelInterface):
             raise KernelContractError(f"{op}: key {key!r}: {_qualname(cls)} does not implement "
-                                      f"{' or '.join(i.__qualname__ for i in interfaces.values())}")
+                                      f"{' or '.join(i.__name__ for i in interfaces.values())}")
         if not owned:
             orphans.append(key)
             continue
@@ -504,10 +543,10 @@ def _check_interface(op: str, name: str, kernel_interface: Any) -> None:
         raise KernelContractError(f"{where} = {kernel_interface!r} is not a KernelInterface")
     request = getattr(kernel_interface, "request", None)
     if not (isinstance(request, type) and issubclass(request, CallSpec)):
-        raise KernelContractError(f"{where}: {kernel_interface.__qualname__}.request must be a "
+        raise KernelContractError(f"{where}: {kernel_interface.__name__}.request must be a "
                                   f"CallSpec subclass, got {request!r}")
     if kernel_interface.forward is KernelInterface.forward:
-        raise KernelContractError(f"{where}: {kernel_interface.__qualname__} declares no forward")
+        raise KernelContractError(f"{where}: {kernel_interface.__name__} declares no forward")
 
 
 def _check_kernel(op: str, key: str, cls: type[Kernel],
@@ -515,6 +554,11 @@ def _check_kernel(op: str, key: str, cls: type[Kernel],
     where = f"{op}: key {key!r}: {_qualname(cls)}"
     if cls.__abstractmethods__:
         raise KernelContractError(f"{where} leaves {sorted(cls.__abstractmethods__)} abstract")
+    # An interface whose forward is not marked abstract would otherwise lend it silently.
+    if any(cls.forward is base.__dict__.get("forward") for base in cls.__mro__
+           if issubclass(base, KernelInterface) and not issubclass(base, Kernel)):
+        raise KernelContractError(f"{where} does not define forward; it inherits "
+                                  f"{kernel_interface.__name__}'s contract")
     for name in ("entry_for", "refusal"):
         if not isinstance(inspect.getattr_static(cls, name), classmethod):
             raise KernelContractError(f"{where}: {name} must be a classmethod")
@@ -532,7 +576,7 @@ def _check_kernel(op: str, key: str, cls: type[Kernel],
                                   f"{cls.preferred_over!r}")
     if not _takes(cls.forward, kernel_interface.forward):
         raise KernelContractError(
-            f"{where}: forward does not take {kernel_interface.__qualname__}'s arguments: it "
+            f"{where}: forward does not take {kernel_interface.__name__}'s arguments: it "
             f"takes {inspect.signature(cls.forward)}, the interface "
             f"{inspect.signature(kernel_interface.forward)}")
     request = kernel_interface.request
@@ -541,7 +585,7 @@ def _check_kernel(op: str, key: str, cls: type[Kernel],
     unknown = [n for n in cls._applies_names if n not in known]
     if unknown:
         raise DispatchTableError(f"{where}: applies `{cls.applies}` names {unknown}, which "
-                                 f"{request.__qualname__} lacks; it has {sorted(known)}")
+                                 f"{request.__name__} lacks; it has {sorted(known)}")
 
 
 def _takes(impl: Callable[..., Any], contract: Callable[..., Any]) -> bool:

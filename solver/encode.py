@@ -12,7 +12,7 @@ How values are represented (one private `_Val` class per shape of value):
 - DType: the one shared enumeration sort `DType` (member sets are side conditions). A string
   literal meeting a dtype (`T == 'bfloat16'`, `coalesce_dtype(v, 'float32')`) becomes the
   enumeration constant; a non-literal string meeting a dtype is compared name by name.
-- float: an extended real, a pair (`isinf(x)`: 0 finite, 1 +inf, -1 -inf, 2 NaN; the Real
+- float: an IEEE-like real, a pair (`isinf(x)`: 0 finite, 1 +inf, -1 -inf, 2 NaN; the Real
   `x`, 0 unless finite), so `-inf < scale < inf`, `ord == inf` and `+ - *` with infinities
   and NaN are exact (rounding is not modelled: reals are exact). `Number` is `int | float`.
 - Seq[Int] / Seq[Bool] / Shape: a Z3 sequence. A Shape variable (`Seq[Dim]`) gets
@@ -26,27 +26,33 @@ How values are represented (one private `_Val` class per shape of value):
   code); other values: the uninterpreted sort `Opaque`.
 
 Exact encodings: `+ - *`, `//` and `%` with Python's floor semantics, comparisons (chains,
-`in`), conditionals, `and`/`or`/`not`, indexing and slicing, `len`, `present`, `ceil_div`,
-and `sum`/`max`/`min`/`all`/`prod` over a sequence whose length is known (a tuple, a fixed
-length) or bounded (a Shape: the fold is unrolled `MAX_RANK` times under `i < Length`).
+`in`), conditionals, `and`/`or`/`not`, indexing and slicing, `len`, `present`, `ceil_div`;
+`sum`/`max`/`min`/`all`/`prod` over a sequence of known length (a tuple, a fixed length),
+of bounded length (a Shape: unrolled `MAX_RANK` times under `i < Length`), or of unknown
+length (a recursive function Z3 unfolds on demand).
 
-Abstractions, each confirmed against the concrete semantics before a model counts:
+Primitives (`broadcast`, `reduced`, `pool.out`, ...) are uninterpreted functions, one per
+(primitive, argument shapes), shared by all encoders of a context, so two copies of the
+unknowns see the same function. Most also have a *fact* (`_FACTS`): their exact semantics
+and domain, asserted in `side` under the application's guard; `Encoder(exact=False)` leaves
+them bare. Every application is in `applications`.
 
-- every other primitive is an uninterpreted function per (primitive, argument shapes),
-  shared by all encoders (so two copies of the unknowns see the same function); its
-  applications are in `applications`;
-- a fold over a sequence of unknown length, a comparison or arithmetic the encoding cannot
-  express exactly (sequence ordering, arithmetic on possibly-infinite floats, opaque values)
-  is an uninterpreted function of the node's free names, confirmed with
-  `opspec.schema.evaluate`; those are listed in `abstracted` (primitive applications too).
+A node the encoding cannot express (a fold whose element reads other names over a sequence
+of unknown length, ordering of sequences of unknown length, floor division of floats,
+comparisons of opaque values) becomes an uninterpreted function of the node's free names,
+confirmed with `opspec.schema.evaluate`; such nodes and all applications are in
+`abstracted`.
 
-`refine(model)` evaluates each application that the model actually evaluates (its guard:
-the conditions of the enclosing `if`/`and`/`or`/chains hold) with the concrete primitive and
-returns lemmas that pin the function where the model was wrong, or exclude the arguments
-where the primitive raises (a model in which an expression raises is no model of its value).
-The domain conditions of exact encodings (index in range, divisor non-zero, `.value` of a
-present Maybe) are *not* enforced: they are listed in `domain` and `divisors` for the
-prover to ask about.
+CEGAR: `refine(model)` runs each application that the model evaluates (its guard, the
+conditions of the enclosing `if`/`and`/`or`/chains/lazy `all`, holds) with the concrete
+semantics, and returns lemmas that pin the function where the model was wrong, or exclude
+the arguments where it raises (a model in which an expression raises is no model of its
+value). `solve` loops check/refine and answers SAT only with a model every encoder confirmed.
+
+Domain conditions of the exact encodings (index in range, divisor non-zero, `.value` of a
+present Maybe, `ceil_div` divisor positive, `max` of a non-empty sequence) are *not*
+asserted: they are in `domain` (already under their guards) and `divisors`, for the prover
+to assert (queries about valid calls) or to ask about (can a divisor be zero?).
 """
 
 from __future__ import annotations
@@ -63,15 +69,15 @@ from ..schema.errors import OpspecError
 from ..schema.evaluate import evaluate
 from ..schema.expr import (Attr, BinOp, BoolOp, Call, Compare, Const, Expr, GenExp, IfExp,
                            Name, Slice, Subscript, TupleExpr, UnaryOp, free_names)
-from ..schema.kinds import (ADTK, BOOL, DIM, DTYPES, FLOAT, INT, SEQ_INT, BoolK, DTypeK, IntK, Kind,
-                            MaybeK, NoneK, SeqK, StrK, TensorK, UnionK, ValueK, join,
+from ..schema.kinds import (ADTK, BOOL, DIM, DTYPES, FLOAT, INT, SEQ_INT, BoolK, DTypeK, IntK,
+                            Kind, MaybeK, NoneK, SeqK, StrK, TensorK, UnionK, ValueK, join,
                             unwrap_maybe)
 from ..schema.primitives import PRIMITIVES, Param, Primitive
 from ..schema.printer import print_expr
 from ..schema.values import ADTValue, is_int, to_tuple
 from .z3env import Verdict, check, shared, str_code, str_decode
 
-__all__ = ["MAX_RANK", "Application", "EncodeError", "Encoder", "solve"]
+__all__ = ["MAX_RANK", "Application", "EncodeError", "Encoder", "Terms", "solve"]
 
 #: The largest rank a Shape may have (the bound of its length, and of unrolled folds).
 MAX_RANK = 8
@@ -96,6 +102,29 @@ class Application(NamedTuple):
     node: Expr
 
 
+class Terms(tuple):
+    """The terms of a value held by several (a Maybe: presence, payload; a float: isinf,
+    real; a union: tag, payloads; an ADT: constructor, fields). `==` and `!=` between two
+    `Terms` of the same shape are Z3 formulas of *value* equality: a payload counts only
+    where it is present, a union member only under its tag."""
+
+    def __new__(cls, terms: Sequence[z3.ExprRef], normalized: Sequence[z3.ExprRef]):
+        obj = super().__new__(cls, terms)
+        obj.normalized = tuple(normalized)
+        return obj
+
+    def __eq__(self, other: object) -> Any:
+        if not isinstance(other, Terms) or len(other.normalized) != len(self.normalized) or \
+                any(a.sort() != b.sort() for a, b in zip(self.normalized, other.normalized)):
+            raise EncodeError("comparing the terms of values of different shapes")
+        return _and([a == b for a, b in zip(self.normalized, other.normalized)])
+
+    def __ne__(self, other: object) -> Any:
+        return z3.Not(self.__eq__(other))
+
+    __hash__ = tuple.__hash__
+
+
 class _Unsupported(Exception):
     """A node the exact encoding cannot express; the caller abstracts it or gives up."""
 
@@ -117,7 +146,13 @@ def _or(xs: Sequence[z3.BoolRef]) -> z3.BoolRef:
     return z3.BoolVal(False) if not xs else xs[0] if len(xs) == 1 else z3.Or(*xs)
 
 
+#: The `cond` of `_Val.leaves` that asks for the terms themselves, none normalized.
+_RAW: Any = object()
+
+
 def _conj(a: z3.BoolRef | None, b: z3.BoolRef | None) -> z3.BoolRef | None:
+    if a is _RAW:
+        return a
     if a is None:
         return b
     return a if b is None else _and([a, b])
@@ -140,7 +175,7 @@ def _default(sort: z3.SortRef) -> z3.ExprRef:
 
 
 def _norm(term: z3.ExprRef, cond: z3.BoolRef | None) -> z3.ExprRef:
-    return term if cond is None else z3.If(cond, term, _default(term.sort()))
+    return term if cond is None or cond is _RAW else z3.If(cond, term, _default(term.sort()))
 
 
 def _seq_lit(values: Sequence[z3.ExprRef], elem: z3.SortRef) -> z3.SeqRef:
@@ -184,9 +219,11 @@ class _Val:
         raise NotImplementedError
 
     def raw(self) -> Any:
-        """The terms as `Encoder.var` hands them out: one term, or a tuple."""
-        leaves = self.leaves()
-        return leaves[0] if len(leaves) == 1 else tuple(leaves)
+        """The terms as `Encoder.var` and `Encoder.expr` hand them out: the term of a
+        one-term value, else `Terms`."""
+        if isinstance(self, _Leaf):
+            return self.t
+        return Terms(self.leaves(_RAW), self.leaves())
 
 
 @dataclass(frozen=True)
@@ -593,7 +630,8 @@ def _eq(a: _Val, b: _Val) -> z3.BoolRef:
     if isinstance(a, DTypeV) and isinstance(b, StrV):
         if b.literal is not None:  # a literal that is no dtype name
             return z3.BoolVal(False)
-        return _or([z3.And(a.t == c, b.t == str_code(n)) for n, c in shared().dtype_consts.items()])
+        return _or([z3.And(a.t == c, b.t == str_code(n))
+                    for n, c in shared().dtype_consts.items()])
     if isinstance(a, StrV) and isinstance(b, StrV):
         return a.t == b.t
     seqs = (SeqV, TupleV)
@@ -1176,7 +1214,8 @@ def _representable(v: _Val, t: DTypeV) -> z3.BoolRef | None:
         cases.append(z3.And(t.t == shared().dtype_consts[name], fits))
     out = _or(cases)
     if isinstance(v, IntV):  # a torch Scalar holds no int outside [-2**63, 2**64)
-        out = z3.If(z3.Or(v.t < -(2 ** 63), v.t >= 2 ** 64), t.t == shared().dtype_consts["bool"], out)
+        out = z3.If(z3.Or(v.t < -(2 ** 63), v.t >= 2 ** 64),
+                    t.t == shared().dtype_consts["bool"], out)
     return out
 
 
@@ -1258,8 +1297,10 @@ class Encoder:
         self.exact = exact
         self.adt_fields = dict(adt_fields)
         self.copy = copy
-        #: facts of the variables' kinds (Dim >= 0, enum membership, Shape bounds, ...)
-        self.side: list[z3.BoolRef] = []
+        # Facts of the variables' kinds (Dim >= 0, enum membership, Shape bounds, ...), and
+        # of primitive applications (kept apart: an abstraction rolls the latter back).
+        self._side: list[z3.BoolRef] = []
+        self._facts: list[z3.BoolRef] = []
         #: (printed divisor, its term) for every `//`, `%` and `ceil_div`
         self.divisors: list[tuple[str, z3.ArithRef]] = []
         #: (printed node, condition) that must hold for evaluation not to raise, each
@@ -1275,6 +1316,13 @@ class Encoder:
         self._scope: dict[str, _Val] = {}
         self._guard: z3.BoolRef | None = None
 
+    @property
+    def side(self) -> list[z3.BoolRef]:
+        """Side conditions to assert with the query: the facts of every variable's kind
+        (Dim >= 0, enum and dtype membership, Shape length and element bounds, float and
+        union representation), and each primitive's fact under its guard (`_FACTS`)."""
+        return self._side + self._facts
+
     # -- variables -------------------------------------------------------------------------
 
     def var(self, name: str) -> Any:
@@ -1287,13 +1335,33 @@ class Encoder:
         self._fixed[name] = n
         old = self._vars.get(name)
         if isinstance(old, SeqV):
-            self.side.append(z3.Length(old.t) == n)
+            self._side.append(z3.Length(old.t) == n)
             self._vars[name] = SeqV(old.t, old.kind, n, None)
 
     def same(self, other: "Encoder", name: str) -> z3.BoolRef:
         """`name` has the same value in this encoder's copy and in `other`'s."""
         mine, theirs = self._var(name).leaves(), other._var(name).leaves()
         return _and([x == y for x, y in zip(mine, theirs)])
+
+    def same_expr(self, other: "Encoder", e: Expr) -> z3.BoolRef:
+        """`e` has the same value in this encoder's copy and in `other`'s (any kind)."""
+        return self._equal(self._enc(e), other._enc(e), e)
+
+    def equal(self, a: Expr, b: Expr) -> z3.BoolRef:
+        """Python's `a == b` (any kinds: a dtype literal meets a DType, a tuple a Shape)."""
+        return self._equal(self._enc(a), self._enc(b), a)
+
+    def define(self, name: str, e: Expr) -> z3.BoolRef:
+        """The variable `name` (a let) equals the value of `e`, whatever its kind."""
+        return self._equal(self._var(name), self._enc(e), e)
+
+    def _equal(self, a: _Val, b: _Val, e: Expr) -> z3.BoolRef:
+        try:
+            return _eq(a, b)
+        except _Unsupported as exc:
+            if a.sig() == b.sig():  # opaque or ADT values: equal representations
+                return _and([x == y for x, y in zip(a.leaves(), b.leaves())])
+            raise EncodeError(f"{_show(e)}: {exc}") from None
 
     def assign(self, name: str, value: Any) -> z3.BoolRef:
         """`name` equals the plain Python `value` (an int, a dtype name, a tuple, None...)."""
@@ -1322,7 +1390,7 @@ class Encoder:
         representation meaningful (enum codes, tags, infinity flags) always; the facts of a
         variable's kind (Dim >= 0, Shape bounds) only with `facts` (for variables, not for
         primitive results, whose declared kind the encoder does not trust as a lemma)."""
-        side = self.side
+        side = self._side
         if isinstance(kind, IntK):
             t = leaf(name, z3.IntSort())
             if facts and kind.nonneg:
@@ -1383,13 +1451,13 @@ class Encoder:
         t = leaf(name, z3.SeqSort(sort))
         bound = None
         if length is not None:
-            self.side.append(z3.Length(t) == length)
+            self._side.append(z3.Length(t) == length)
         elif facts and elem == DIM:
             bound = MAX_RANK
-            self.side.append(z3.Length(t) <= MAX_RANK)
+            self._side.append(z3.Length(t) <= MAX_RANK)
         if facts and elem == DIM:
             for i in range(length if length is not None else MAX_RANK):
-                self.side.append(z3.Implies(i < z3.Length(t), t[i] >= 0))
+                self._side.append(z3.Implies(i < z3.Length(t), t[i] >= 0))
         return SeqV(t, kind, length, bound)
 
     def _adt(self, path: str, kind: ADTK) -> ADTV:
@@ -1411,9 +1479,17 @@ class Encoder:
     # -- expressions -----------------------------------------------------------------------
 
     def expr(self, e: Expr) -> Any:
-        """The Z3 term of an expression (a tuple of terms for a Maybe, float, ... value)."""
+        """The Z3 term of an expression: one term, or `Terms` for a value held by several
+        (a Maybe, a float, ...). A tuple of ints (or of bools) is a Z3 sequence, as a Shape
+        is, so that `Concat` and `==` with sequences work on it."""
         try:
-            return self._enc(e).raw()
+            val = self._enc(e)
+            if isinstance(val, TupleV):
+                try:
+                    return _as_seq(val).t
+                except _Unsupported:
+                    pass
+            return val.raw()
         except _Unsupported as exc:
             raise EncodeError(f"{_show(e)}: {exc}") from None
 
@@ -1441,13 +1517,15 @@ class Encoder:
 
     def _or_abstract(self, node: Expr, kind: Kind, encode: Callable[[], _Val]) -> _Val:
         """`encode()`, or, where it is unsupported, an abstraction of `node` of `kind`."""
-        marks = (len(self._apps), len(self.applications), len(self.abstracted),
-                 len(self.divisors), len(self.domain))
+        lists = (self._apps, self.applications, self.abstracted, self.divisors, self.domain,
+                 self._facts)
+        marks = [len(x) for x in lists]
         try:
             return encode()
         except _Unsupported:
-            del self._apps[marks[0]:], self.applications[marks[1]:]
-            del self.abstracted[marks[2]:], self.divisors[marks[3]:], self.domain[marks[4]:]
+            # What the attempt recorded belongs to terms that are not in the formula.
+            for x, n in zip(lists, marks):
+                del x[n:]
             return self._abstract(node, kind)
 
     # leaves
@@ -1612,10 +1690,11 @@ class Encoder:
                 raise EncodeError(f"{_show(e)}: a slice bound is not an int")
             bounds.append(v)
         lo, hi, step = bounds
-        consts = [None if b is None else (b.t.as_long() if z3.is_int_value(b.t) else ...)
-                  for b in bounds]
+        # Constant bounds (None where omitted); `dynamic` where a bound is an unknown.
+        dynamic = any(b is not None and not z3.is_int_value(b.t) for b in bounds)
+        consts = [None if b is None or dynamic else b.t.as_long() for b in bounds]
         known = _known_elems(seq)
-        if known is not None and all(c is not ... for c in consts):
+        if known is not None and not dynamic:
             if step is not None and consts[2] == 0:
                 raise EncodeError(f"{_show(e)}: slice step cannot be zero")
             picked = known[slice(*consts)]
@@ -1739,16 +1818,17 @@ class Encoder:
             raise _Unsupported(f"a fold over a {seq.sig()}")
         elem_sort = seq.elem_sort
         if isinstance(arg, GenExp):
-            if free_names(arg.elt) - {arg.var, "inf"}:
+            if free_names(arg.elt) - {arg.var} - ({"inf"} - set(self.kinds)):
                 raise _Unsupported("a generator over a sequence of unknown length that reads "
                                    "other names")
             x = z3.Const(f"{_show(arg)}.{arg.var}", elem_sort)
             x_val = BoolV(x, BOOL) if elem_sort == z3.BoolSort() else IntV(x, INT)
-            marks = (len(self._apps), len(self.divisors), len(self.domain))
+            marks = (len(self._apps), len(self.divisors), len(self.domain), len(self._facts))
             body = self._in_scope(arg.var, x_val, arg.elt)
-            if (len(self._apps), len(self.divisors), len(self.domain)) != marks:
+            if (len(self._apps), len(self.divisors), len(self.domain),
+                    len(self._facts)) != marks:
                 raise _Unsupported("a generator element with its own domain")
-            key = f"{f}({_show(arg)})"
+            key = f"{f}({_show(arg)}: {seq.sig()})"
         else:
             x = z3.Const(f"{f}.x", elem_sort)
             body = BoolV(x, BOOL) if elem_sort == z3.BoolSort() else IntV(x, INT)
@@ -1805,8 +1885,8 @@ class Encoder:
             except _Unsupported:
                 fact = None
             if fact is not None:
-                self.side.append(fact if self._guard is None else
-                                 z3.Implies(self._guard, fact))
+                self._facts.append(fact if self._guard is None else
+                                   z3.Implies(self._guard, fact))
         return self._record(prim.name, e, args, leaves, result, _call_primitive(prim))
 
     def _bind(self, prim: Primitive, e: Call) -> list[tuple[str | None, Param, _Val]]:
@@ -1856,8 +1936,8 @@ class Encoder:
             if isinstance(val, ADTV):
                 continue  # its constructor and fields are variables of their own
             try:
-                out[name] = to_tuple(val.py(model))
-            except _Unconfirmable:
+                out[name] = _plain(val.py(model))
+            except _Unconfirmable:  # an opaque value: Z3's name for it
                 out[name] = str(model.eval(val.leaves()[0], model_completion=True))
         return out
 
@@ -1896,6 +1976,15 @@ class Encoder:
             except _Unconfirmable as exc:
                 unconfirmable.append(f"{app.label}: {exc}")
         return lemmas, unconfirmable
+
+
+def _plain(value: Any) -> Any:
+    """Model values as plain data: tuples for sequences, a dict for an ADT value."""
+    if isinstance(value, ADTValue):
+        return {"kind": value.ctor, **{k: _plain(v) for k, v in value.fields}}
+    if isinstance(value, (tuple, list)):
+        return tuple(_plain(v) for v in value)
+    return value
 
 
 def _same(a: Any, b: Any) -> bool:

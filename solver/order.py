@@ -205,10 +205,13 @@ class _Planner:
                 if spec.tensors[n].role == role:
                     self.emit(P.PRESENCE, spec.tensors[n].path, target=n)
             self.settle(lets, rules)
-            # Tensors are visited by name, not in declaration order: the seed (§ 3) fixes
-            # the solving order independently of the order declarations are written in, so
-            # swapping two inputs must not change which one solves an index and which checks it.
-            todo = {n: _TensorState(n, shapes[n]) for n in sorted(present)
+            # Tensors are visited required-first, then by name, not in declaration order:
+            # the seed (§ 3) fixes the solving order independently of the order declarations
+            # are written in, so swapping two inputs must not change which one solves an
+            # index and which checks it. Required tensors first, so that an index is solved
+            # from the same tensor on every branch where that tensor exists.
+            order = sorted(present, key=lambda n: (spec.tensors[n].optional is not False, n))
+            todo = {n: _TensorState(n, shapes[n]) for n in order
                     if spec.tensors[n].role == role and n in shapes}
             progress = True
             while progress:
@@ -313,7 +316,11 @@ class _Planner:
                 if lin is None or lin[0] == Const(0):
                     continue
                 coeff, offset = lin
-                if isinstance(coeff, Const) and not (isinstance(coeff.value, int) and coeff.value > 0):
+                # Table 1, rule 2: `a` is a known positive integer *constant* (`e` need only
+                # be known). A known index as coefficient (`M * N` with M solved) used to be
+                # solved by division, but M = 0 leaves N undetermined: Z3 decides that axis.
+                if not (isinstance(coeff, Const) and isinstance(coeff.value, int)
+                        and not isinstance(coeff.value, bool) and coeff.value > 0):
                     continue
                 if not self.is_known(coeff) or not self.is_known(offset):
                     continue
@@ -401,6 +408,11 @@ class _Planner:
         for name, e in lets.items():
             if n in free_names(e):
                 return Unsolved(n, "no-input", spec.lets[name].path)
+        if spec.roofline is not None:
+            for part in ("flops", "bytes"):
+                e = getattr(spec.roofline, part)
+                if e is not None and n in reads(self.folder.expr(e)):
+                    return Unsolved(n, "no-input", f"roofline.{part}")
         return Unsolved(n, "no-input", f"signature.forall.{n}")
 
 

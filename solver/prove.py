@@ -121,12 +121,24 @@ class _Prover:
             self.report("family-cycle", spec.families[cyc[0]].path,
                         "type families refer to each other in a cycle: "
                         + " -> ".join(cyc + [cyc[0]]) + " (each applies the next)")
-        used = set()
-        for t in spec.tensors.values():
-            if isinstance(t.shape, FamilyApp):
-                used.add(t.shape.family)
-        for fam in spec.families.values():
-            used |= {c.shape.family for c in fam.cases if isinstance(c.shape, FamilyApp)}
+        # A family is used when a tensor applies it, or a used family's case does: reached
+        # from the tensors (a family applied only by an unused one was counted as used).
+        # A tensor that failed elaboration is missing here, and so would be the families it
+        # applies: then nothing is reported (it used to add a cascade of "used by no shape").
+        sig = self.loaded.spec.signature if self.loaded.spec is not None else None
+        declared = set() if sig is None else (
+            set(sig.inputs) | set(sig.outputs) | {n for n, p in sig.params.items() if p.is_tensor})
+        if declared - set(spec.tensors):
+            return
+        used: set[str] = set()
+        todo = [t.shape.family for t in spec.tensors.values() if isinstance(t.shape, FamilyApp)]
+        while todo:
+            name = todo.pop()
+            if name in used or name not in spec.families:
+                continue
+            used.add(name)
+            todo.extend(c.shape.family for c in spec.families[name].cases
+                        if isinstance(c.shape, FamilyApp))
         for name, fam in spec.families.items():
             if name not in used:
                 self.report("name", fam.path, f"type family {name} is used by no shape")
@@ -222,8 +234,8 @@ class _Prover:
             # turn this error into an `unknown` advisory.
             where = ("appears in no input that exists on it; an index that appears only in "
                      "outputs must be a parameter or a let") if u.reason == "outputs-only" else \
-                ("appears in no tensor that exists on it, only in refinements or lets, so no "
-                 "call can determine it")
+                ("appears in no tensor that exists on it, only in refinements, lets or the "
+                 "roofline, so no call can determine it")
             cex = {**shown, **(ans.counterexample or {})}
             self.report("unsolvable", u.decl, f"index `{u.name}` is used on this branch but "
                         + where, counterexample=cex or None, dedup=u.name,

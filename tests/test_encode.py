@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 from opspec.schema.errors import EvaluationError
 from opspec.schema.evaluate import evaluate
 from opspec.schema.expr import BinOp, Compare, Const, Name, Subscript, TupleExpr, UnaryOp
-from opspec.schema.kinds import (ADTK, BOOL, DIM, DTYPE, DTYPES, FLOAT, INT, SEQ_INT, SHAPE, DTypeK,
-                                 MaybeK, SeqK, StrK, UnionK, ValueK)
+from opspec.schema.kinds import (ADTK, BOOL, DIM, DTYPE, DTYPES, FLOAT, INT, SEQ_INT, SHAPE,
+                                 DTypeK, MaybeK, SeqK, StrK, UnionK, ValueK)
 from opspec.schema.parse import parse_expr
 from opspec.schema.primitives import PRIMITIVES
-from opspec.solver.encode import MAX_RANK, EncodeError, Encoder, solve
+from opspec.solver.encode import MAX_RANK, EncodeError, Encoder, Terms, solve
 from opspec.solver.z3env import (DEFAULT_RLIMIT, Verdict, check, fresh_context, make_solver,
                                  str_code, str_decode)
 
@@ -147,7 +147,8 @@ def test_sequence_reads_and_length():
 
 def test_sequence_equals_tuple_and_tuple_concatenation():
     assert sat({"S": SHAPE}, "S == (1, 1)")["S"] == (1, 1)
-    values = sat({"S": SHAPE, "T": SHAPE, "M": DIM}, "T == (M, S[0], S[1])", "len(S) == 2", "S[0] == 3", "M == 2", "S[1] == 4")
+    values = sat({"S": SHAPE, "T": SHAPE, "M": DIM}, "T == (M, S[0], S[1])", "len(S) == 2",
+                 "S[0] == 3", "M == 2", "S[1] == 4")
     assert values["T"] == (2, 3, 4)
     # A shape term `[M, *S]` as the prover builds it: Concat(Unit(M), S).
     enc = Encoder({"S": SHAPE, "M": DIM, "T": SHAPE})
@@ -502,6 +503,35 @@ def test_mhc_expansion_fact(q):
     agree({"Q": INT}, "mhc.expansion(Q)", {"Q": q})
 
 
+@FAST
+@given(st.integers(-2, 12), st.integers(-2, 5), st.one_of(st.none(),
+                                                          st.sampled_from(sorted(DTYPES))))
+def test_sequence_and_dtype_primitive_facts(total, count, v):
+    kinds = {"t": INT, "c": INT, "v": MaybeK(DTYPE), "T": DTYPE}
+    env = {"t": total, "c": count, "v": v, "T": "int8"}
+    agree(kinds, "balanced_sizes(t, c)", env)
+    agree(kinds, "repeat(t, c)", env)
+    agree(kinds, "coalesce_dtype(v, T)", env)
+    agree(kinds, "coalesce_dtype(v, 'float16')", env)
+
+
+def test_expression_equalities_of_any_kind():
+    kinds = {"v": MaybeK(DTYPE), "T": DTYPE, "S": SHAPE, "n": MaybeK(INT)}
+    e1, e2 = Encoder(kinds, copy="#1"), Encoder(kinds, copy="#2")
+    s = make_solver()
+    s.add(e1.equal(parse_expr("coalesce_dtype(v, T)"), Const("float16")))
+    s.add(e1.same_expr(e2, parse_expr("(S[0], 2)")), e2.equal(parse_expr("S"),
+                                                               parse_expr("(7, 1)")))
+    s.add(e1.same(e2, "n"), e2.expr(parse_expr("present(n)")))
+    # Reading S[0] of an empty S raises: the domain conditions exclude that.
+    s.add(*e1.side, *e2.side, *[c for _, c in e1.domain + e2.domain])
+    verdict, model, _ = solve(s, [e1, e2])
+    assert verdict is Verdict.SAT
+    v1, v2 = e1.values(model), e2.values(model)
+    assert (v1["v"] or v1["T"]) == "float16" and v1["S"][0] == 7
+    assert v1["n"] == v2["n"] is not None
+
+
 # ----------------------------------------------------------------------------- copies
 
 
@@ -528,6 +558,23 @@ def test_two_copies_prove_uniqueness():
         s.add(enc.expr(parse_expr("2 * N == X")), *enc.side)
     s.add(e1.same(e2, "X"), e1.var("N") != e2.var("N"))
     assert solve(s, [e1, e2])[0] is Verdict.UNSAT
+
+
+def test_terms_of_compound_values_compare_by_value():
+    kinds = {"d": MaybeK(DTypeK(frozenset({"float16", "bfloat16"}))), "f": FLOAT, "n": INT}
+    e1, e2 = Encoder(kinds, copy="#1"), Encoder(kinds, copy="#2")
+    d1, d2 = e1.var("d"), e2.var("d")
+    assert isinstance(d1, Terms) and [str(t) for t in d1] == ["present(d)#1", "d.value#1"]
+    s = make_solver()
+    # Equal values: both absent, whatever their (irrelevant) payloads.
+    s.add(d1 == d2, z3.Not(d1[0]), d1[1] != d2[1], e1.var("f") != e2.var("f"))
+    s.add(*e1.side, *e2.side)
+    assert solve(s, [e1, e2])[0] is Verdict.SAT
+    with pytest.raises(EncodeError):
+        _ = d1 == e1.var("f")
+    # A tuple of ints is a sequence term.
+    assert isinstance(e1.expr(parse_expr("(n, 2)")), z3.SeqRef)
+    assert isinstance(e1.expr(parse_expr("()")), z3.SeqRef)
 
 
 def test_copies_share_primitives_but_not_unknowns():

@@ -2,7 +2,8 @@
 
 TRITON_INTERPRET=1 must be set BEFORE triton (or any opspec.kernels module, whose
 ``@triton.jit`` decorators read it at import) is imported: this module sets it on its
-first lines, so these tests also need no GPU.  Only fp16 and fp32 are tested: the
+first lines, so these tests also need no GPU (and fail at collection, saying so, when
+triton was imported earlier without it).  Only fp16 and fp32 are tested: the
 interpreter's ``tl.dot`` returns wrong results for bf16 inputs (bf16 is checked on the
 GPU by ``python -m opspec.kernels.gpu_check``).  Sizes are kept small: the interpreter
 runs each program through numpy.
@@ -15,6 +16,16 @@ import os
 os.environ["TRITON_INTERPRET"] = "1"
 
 import pytest  # noqa: E402
+import triton.language as _tl  # noqa: E402
+
+# Triton reads TRITON_INTERPRET when it (and each @triton.jit) is first imported: if
+# another module imported triton earlier without it, these CPU tests cannot run.
+if type(_tl.cdiv).__name__ != "InterpretedFunction":
+    raise RuntimeError(
+        "triton was imported before TRITON_INTERPRET=1 was set; set it in the environment "
+        "or in a conftest.py to run the kernel tests on CPU"
+    )
+
 import torch  # noqa: E402
 
 from opspec.kernels.gemm import (  # noqa: E402
@@ -182,3 +193,17 @@ def test_config_table():
     gv = gemv_config_for(1, 14336, 4096, torch.bfloat16)
     assert gv.block_m == 16 and gv.block_n == 32 and 14336 // gv.block_n >= 264
     assert gemv_config_for(16, 4096, 4096, torch.bfloat16).block_n == 16
+    # Unaligned operands (no 16-element row alignment): smaller K step, N <= 128.
+    un = gemm_config_for(4096, 4096, 4095, torch.bfloat16, aligned=False)
+    assert un.block_k <= 32 and un.block_n <= 128
+    assert gemv_config_for(1, 14336, 4095, torch.bfloat16, aligned=False).block_k <= 32
+
+
+def test_alignment_detection():
+    from opspec.kernels.gemm import _is_aligned
+
+    assert _is_aligned(torch.empty(32, 64, dtype=torch.float16))
+    assert _is_aligned(torch.empty(64, 32, dtype=torch.float16).t())
+    assert not _is_aligned(torch.empty(32, 65, dtype=torch.float16))  # row stride 65
+    assert not _is_aligned(torch.empty(32, 64, dtype=torch.float16)[:, 1:])  # base + 2 bytes
+    assert not _is_aligned(torch.empty(32, 64, dtype=torch.float16)[:, ::2])  # no unit stride

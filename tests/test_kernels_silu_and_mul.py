@@ -2,7 +2,8 @@
 
 TRITON_INTERPRET=1 must be set BEFORE triton (or any opspec.kernels module, whose
 ``@triton.jit`` decorators read it at import) is imported: this module sets it on its
-first lines, so these tests also need no GPU.  Sizes are kept small: the interpreter
+first lines, so these tests also need no GPU (and fail at collection, saying so, when
+triton was imported earlier without it).  Sizes are kept small: the interpreter
 runs each program through numpy.
 """
 
@@ -13,6 +14,16 @@ import os
 os.environ["TRITON_INTERPRET"] = "1"
 
 import pytest  # noqa: E402
+import triton.language as _tl  # noqa: E402
+
+# Triton reads TRITON_INTERPRET when it (and each @triton.jit) is first imported: if
+# another module imported triton earlier without it, these CPU tests cannot run.
+if type(_tl.cdiv).__name__ != "InterpretedFunction":
+    raise RuntimeError(
+        "triton was imported before TRITON_INTERPRET=1 was set; set it in the environment "
+        "or in a conftest.py to run the kernel tests on CPU"
+    )
+
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
