@@ -307,7 +307,8 @@ class _Prover:
                                 f"({ans.reason})", severity=Severity.ADVISORY,
                                 counterexample=shown or None, dedup=("sign", print_expr(ax)))
         for path, divisor in self.divisors(res):
-            ans = q.satisfiable(self.rlimit, extra=lambda enc, d=divisor: enc.expr(d) <= 0)
+            ans = q.satisfiable(self.rlimit, extra=lambda enc, d=divisor: enc.expr(d) <= 0,
+                                unguarded=print_expr(divisor))
             if ans.verdict is Verdict.SAT:
                 cex = {**shown, **ans.counterexample}
                 if not isinstance(divisor, Name):

@@ -69,10 +69,7 @@ class BranchQueries:
         out: list[tuple[str, z3.BoolRef]] = []
         for name, e in self.res.lets.items():
             if name in self.kinds:
-                try:
-                    out.append((self.spec.lets[name].path, enc.var(name) == enc.expr(e)))
-                except Exception:  # an opaque let: leave it unconstrained
-                    pass
+                out.append((self.spec.lets[name].path, enc.define(name, e)))
         for path, e in self.invariants + self.res.rules:
             out.append((path, enc.expr(e)))
         tensors = self.inputs + (self.outputs if with_outputs else [])
@@ -99,14 +96,14 @@ class BranchQueries:
         eqs = []
         for n in self.spec.params:
             if n in self.kinds and _encodable_param(self.kinds[n]):
-                eqs.append(e1.var(n) == e2.var(n))
+                eqs.append(e1.same(e2, n))
         for n in self.inputs:
             sh = self.res.shapes[n]
             if all(not isinstance(a, Splat) for a in sh.axes):
                 eqs.extend(e1.expr(a) == e2.expr(a) for a in sh.axes)
             else:
                 eqs.append(self.actual_shape(e1, sh) == self.actual_shape(e2, sh))
-            eqs.append(e1.expr(self.res.dtypes[n]) == e2.expr(self.res.dtypes[n]))
+            eqs.append(e1.same_expr(e2, self.res.dtypes[n]))
         return eqs
 
     # -- questions --------------------------------------------------------------------------
@@ -122,13 +119,14 @@ class BranchQueries:
             for _, c in self.declarations(enc):
                 s.add(c)
         s.add(*self.same_call(e1, e2))
-        s.add(e1.var(index) != e2.var(index))
+        s.add(z3.Not(e1.same(e2, index)))
         # Prefer a call whose fixed input axes are all positive: `x.shape=(6,)` with M, N =
         # (2, 3) or (3, 2) says more than the degenerate `(0,)` with (0, 0) or (1, 0).
         prefer = [e1.expr(a) >= 1 for n in self.inputs for a in self.res.shapes[n].axes
                   if not isinstance(a, Splat)]
         for enc in (e1, e2):  # last: encoding the query may have created variables
             s.add(*enc.side)
+            s.add(*(c for _, c in enc.domain))  # both calls evaluate without raising
         verdict = Verdict.UNKNOWN
         if prefer:
             s.push()
@@ -149,7 +147,11 @@ class BranchQueries:
         return Answer(verdict, cex)
 
     def satisfiable(self, rlimit: int, extra: z3.BoolRef | None = None,
-                    with_outputs: bool = False, track: bool = False) -> Answer:
+                    with_outputs: bool = False, track: bool = False,
+                    unguarded: str | None = None) -> Answer:
+        """Is there a call passing every declaration (and `extra`)? Each declaration must
+        also evaluate without raising, except the nodes whose text contains `unguarded`
+        (the divisor a query asks about)."""
         enc = self.encoder()
         s = make_solver(rlimit)
         decls = self.declarations(enc, with_outputs=with_outputs)
@@ -164,6 +166,7 @@ class BranchQueries:
         if extra is not None:
             s.add(extra(enc) if callable(extra) else extra)
         s.add(*enc.side)  # last: encoding the query may have created variables
+        s.add(*(c for text, c in enc.domain if unguarded is None or unguarded not in text))
         verdict, model, reason = solve(s, [enc])
         if verdict is Verdict.UNSAT and track:
             core = tuple(sorted({trackers[str(c)] for c in s.unsat_core() if str(c) in trackers}))

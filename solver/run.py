@@ -26,7 +26,7 @@ from opspec.schema.diagnostics import Diagnostic, Severity
 from opspec.schema.elaborate import elaborate, elaborate_adts
 from opspec.schema.loader import LoadedSpec, Manifest
 from opspec.solver.prove import PROVEN, REFUTED, UNKNOWN, SpecResult, prove_spec, verdict_of
-from opspec.solver.z3env import DEFAULT_RLIMIT
+from opspec.solver.z3env import DEFAULT_RLIMIT, fresh_context
 
 
 @dataclass
@@ -123,6 +123,13 @@ def _types_raw(manifest: Manifest) -> Any:
 
 
 def _prove_one(loaded: LoadedSpec, manifest_types: Any, adt_defs: Any, rlimit: int) -> SpecResult:
+    # Each spec in a fresh Z3 context: models then depend on the spec alone, never on what
+    # was proven before it in the same process.
+    with fresh_context():
+        return _prove_in_context(loaded, adt_defs, rlimit)
+
+
+def _prove_in_context(loaded: LoadedSpec, adt_defs: Any, rlimit: int) -> SpecResult:
     adts, _ = elaborate_adts(adt_defs)
     start = time.perf_counter()
     spec, diags = elaborate(loaded, adts)

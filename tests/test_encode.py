@@ -24,7 +24,16 @@ from opspec.solver.z3env import (DEFAULT_RLIMIT, Verdict, check, fresh_context, 
 
 AXES = MaybeK(UnionK((INT, SEQ_INT)))
 FAST = settings(max_examples=60, deadline=None,
-                suppress_health_check=[HealthCheck.too_slow])
+                suppress_health_check=[HealthCheck.too_slow,
+                                       HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture(autouse=True)
+def _own_context():
+    """Each test in a fresh Z3 context: the models of later tests elsewhere must not depend
+    on the queries asked here."""
+    with fresh_context():
+        yield
 
 
 def query(kinds, *texts, exact=True, rlimit=DEFAULT_RLIMIT, assign=None, adt_fields=None,
