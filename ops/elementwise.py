@@ -1,0 +1,28 @@
+"""Elementwise ops."""
+
+from __future__ import annotations
+
+import torch
+
+from opspec.kernels.silu_and_mul_impl import (
+    SiluAndMulCall, SiluAndMulFwdInterface, SiluAndMulReferenceKernel, SiluAndMulTritonKernel,
+)
+from opspec.ops.op import DTYPE_NAMES, Op
+
+__all__ = ["SiluAndMulFwdOp"]
+
+
+class SiluAndMulFwdOp(Op):
+    """`silu(x[:, :N]) * x[:, N:]` for x of shape [M, 2N] (vLLM's silu_and_mul)."""
+
+    kernel_types = {"silu_and_mul_triton": SiluAndMulTritonKernel,
+                    "silu_and_mul_reference": SiluAndMulReferenceKernel}
+    interfaces = {"silu_and_mul": SiluAndMulFwdInterface}
+
+    def __init__(self, *, target=None):
+        super().__init__(target=target)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.empty((x.shape[0], x.shape[1] // 2), dtype=x.dtype, device=x.device)
+        call = SiluAndMulCall(DTYPE_NAMES[x.dtype], device=x.device)
+        return self.kernel_for("silu_and_mul", call).forward(x, out)

@@ -1,0 +1,34 @@
+"""GEMM ops."""
+
+from __future__ import annotations
+
+import torch
+
+from opspec.kernels.gemm_impl import (
+    GemmCall, GemmFwdInterface, GemmReferenceKernel, GemmTritonKernel, GemvTritonKernel,
+)
+from opspec.ops.op import DTYPE_NAMES, Op
+
+__all__ = ["GemmFwdOp"]
+
+
+class GemmFwdOp(Op):
+    """`c = op(a) @ op(b)` (torch.matmul of two 2-D operands), each operand stored as
+    written or transposed (`trans_a`, `trans_b`); float16 or bfloat16."""
+
+    kernel_types = {"gemm_triton": GemmTritonKernel, "gemv_triton": GemvTritonKernel,
+                    "gemm_reference": GemmReferenceKernel}
+    interfaces = {"gemm": GemmFwdInterface}
+
+    def __init__(self, trans_a: bool = False, trans_b: bool = False, *, target=None):
+        self.trans_a = trans_a
+        self.trans_b = trans_b
+        super().__init__(target=target)
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        M, K = (a.shape[1], a.shape[0]) if self.trans_a else (a.shape[0], a.shape[1])
+        N = b.shape[0] if self.trans_b else b.shape[1]
+        out = torch.empty((M, N), dtype=a.dtype, device=a.device)
+        call = GemmCall(M, N, K, DTYPE_NAMES[a.dtype], self.trans_a, self.trans_b,
+                        device=a.device)
+        return self.kernel_for("gemm", call).forward(a, b, out)
