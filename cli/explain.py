@@ -15,8 +15,19 @@ from opspec.schema.printer import print_expr, print_shape
 
 
 def explain_extras(op_name: str) -> list[str]:
-    """Hook for sections after the plan (the runtime will add the generated code here)."""
-    return []
+    """The generated code of a bundled op class, when the runtime can be imported."""
+    try:
+        import opspec.ops as ops
+    except ImportError:  # the prover alone runs without torch
+        return []
+    cls = getattr(ops, op_name, None)
+    if cls is None or not hasattr(cls, "generated_source"):
+        return []
+    lines = ["", "generated code:"]
+    lines += ["    " + line if line else "" for line in cls.generated_source().splitlines()]
+    if cls.compile_op_names:
+        lines += ["", "compile boundary: " + ", ".join(cls.compile_op_names)]
+    return lines
 
 
 def _groups(items: Iterable[tuple[str, str]]) -> list[tuple[list[str], str]]:

@@ -1,8 +1,32 @@
-"""The opspec runtime: the `Op` base class and the bundled operators."""
+"""The opspec runtime: the `Op` base class and the bundled operators.
 
-from opspec.ops.elementwise import SiluAndMulFwdOp
-from opspec.ops.gemm import GemmFwdOp
-from opspec.ops.op import Op
-from opspec.ops.records import SignatureCall
+Names are imported on first use, so that kernel modules can import `opspec.ops.dispatch`
+(the kernel interface contract) without importing every op class.
+"""
 
-__all__ = ["GemmFwdOp", "Op", "SignatureCall", "SiluAndMulFwdOp"]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "Op": "opspec.ops.op",
+    "SignatureCall": "opspec.ops.records",
+    "GemmFwdOp": "opspec.ops.gemm",
+    "SiluAndMulFwdOp": "opspec.ops.elementwise",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'opspec.ops' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

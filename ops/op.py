@@ -38,8 +38,7 @@ _instance_counter = itertools.count()
 _local = threading.local()
 
 
-def _is_compiling() -> bool:
-    return torch.compiler.is_compiling()
+_is_compiling = torch.compiler.is_compiling
 
 
 # -- errors raised by generated code ----------------------------------------------------------
@@ -314,10 +313,13 @@ class Op:
             if t is not None and device is not None and t.device != device and \
                     info.spec.ctensors[n].device != "cpu":
                 self._opspec_ctensors[n] = t.to(device)
+        # Sub-op calls are filed only under a composite (an op with delegate_types) running on
+        # this thread; other calls touch no call stack.
         stack = getattr(_local, "stack", None)
-        if stack is None:
+        if stack is None and self.delegate_types:
             stack = _local.stack = []
-        stack.append([])
+        if stack is not None:
+            stack.append([])
         try:
             if empty:
                 result = self._empty_result(inputs, out, code.outputs(self, ind), device, br, info)
@@ -327,7 +329,7 @@ class Op:
                 result = self.forward(*inputs)
             code.finish(self, result, *inputs, out, ind, device)
         finally:
-            subcalls = stack.pop()
+            subcalls = stack.pop() if stack is not None else ()
         self._opspec_last = (br, ind, inputs, out, result, device, subcalls)
         if stack:
             stack[-1].append((self, self._opspec_last))

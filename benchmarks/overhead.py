@@ -1,0 +1,128 @@
+"""Host overhead of an eager opspec call, side by side with what a caller could run instead.
+
+For tiny tensors (so the kernel itself costs nothing), the per-call wall time of:
+
+- `opspec`: the op, `op(x)` — generated checks, kernel lookup, launch, output checks;
+- `launcher`: allocating the output and calling the Triton launcher directly;
+- `custom_op`: the same launcher behind a `torch.library.custom_op`, called eagerly;
+- `torch`: the torch function the op follows.
+
+Each variant runs `--calls` times per round; rounds are interleaved and the median round is
+reported, with the device synchronised at the end of each round. Run:
+`python -m opspec.benchmarks.overhead` is not available (benchmarks are not packaged), so
+`python benchmarks/overhead.py [--device cuda] [--json PATH]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _time(fn, calls: int, device: torch.device) -> float:
+    _sync(device)
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    _sync(device)
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def variants(device: torch.device):
+    """The four variants per op. `launcher` calls the very kernel entry the op's dispatch
+    selects for this call (Triton on CUDA; on a CPU without Triton's interpreter, the
+    torch reference), so the difference is opspec's own cost."""
+    from opspec.kernels.gemm_impl import GemmCall
+    from opspec.kernels.silu_and_mul_impl import SiluAndMulCall
+    from opspec.ops import GemmFwdOp, SiluAndMulFwdOp
+
+    dt = torch.float16
+    x = torch.randn(4, 16, dtype=dt, device=device)
+    a = torch.randn(16, 16, dtype=dt, device=device)
+    b = torch.randn(16, 16, dtype=dt, device=device)
+
+    silu = SiluAndMulFwdOp()
+    silu_entry = silu.kernel_for("silu_and_mul", SiluAndMulCall("float16", device=device))
+
+    def silu_launcher():
+        out = torch.empty((x.shape[0], x.shape[1] // 2), dtype=x.dtype, device=x.device)
+        return silu_entry.forward(x, out)
+
+    @torch.library.custom_op("opspec_bench::silu_and_mul", mutates_args=())
+    def silu_custom(x: torch.Tensor) -> torch.Tensor:
+        out = torch.empty((x.shape[0], x.shape[1] // 2), dtype=x.dtype, device=x.device)
+        return silu_entry.forward(x, out)
+
+    gemm = GemmFwdOp()
+    gemm_entry = gemm.kernel_for("gemm", GemmCall(16, 16, 16, "float16", False, False,
+                                                  device=device))
+
+    def gemm_launcher():
+        out = torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
+        return gemm_entry.forward(a, b, out)
+
+    @torch.library.custom_op("opspec_bench::gemm", mutates_args=())
+    def gemm_custom(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        out = torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
+        return gemm_entry.forward(a, b, out)
+
+    return {
+        "SiluAndMulFwdOp": {
+            "opspec": lambda: silu(x),
+            "launcher": silu_launcher,
+            "custom_op": lambda: silu_custom(x),
+            "torch": lambda: F.silu(x[:, :8]) * x[:, 8:],
+        },
+        "GemmFwdOp": {
+            "opspec": lambda: gemm(a, b),
+            "launcher": gemm_launcher,
+            "custom_op": lambda: gemm_custom(a, b),
+            "torch": lambda: torch.matmul(a, b),
+        },
+    }, {"SiluAndMulFwdOp": type(silu_entry).__name__, "GemmFwdOp": type(gemm_entry).__name__}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    device = torch.device(args.device)
+    results = {}
+    table, kernels = variants(device)
+    for op, fns in table.items():
+        for fn in fns.values():  # warm up: compile kernels, fill caches
+            for _ in range(20):
+                fn()
+        samples = {k: [] for k in fns}
+        for _ in range(args.rounds):
+            for k, fn in fns.items():
+                samples[k].append(_time(fn, args.calls, device))
+        med = {k: statistics.median(v) for k, v in samples.items()}
+        results[op] = med
+        print(f"{op} on {device} ({kernels[op]}): " + ", ".join(f"{k} {v:.2f} us" for k, v in med.items())
+              + f"; opspec - launcher = {med['opspec'] - med['launcher']:+.2f} us")
+    meta = {"device": str(device), "torch": torch.__version__,
+            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
+            "calls": args.calls, "rounds": args.rounds}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"meta": meta, "results_us": results}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
