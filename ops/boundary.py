@@ -128,9 +128,10 @@ def _register(cls, eb: EffectBranch) -> None:
         inputs = args[:n_inputs]
         out = args[n_inputs] if has_out else None
         br = op._branch_for(tuple(inputs), out)
-        ind = br.code.call(op, *inputs, out, br.ind)[0]
+        # The call device is what the generated checks decided (seed § 4): the first input
+        # tensor may be a `device: cpu` one, which takes no part in it.
+        ind, device, _ = br.code.call(op, *inputs, out, br.ind)
         types = {t[0]: t for t in br.code.outputs(op, ind)}
-        device = next((t.device for t in inputs if isinstance(t, torch.Tensor)), None)
         from opspec.ops.op import DTYPES_BY_NAME
         res = [torch.empty(tuple(types[n][1]), dtype=DTYPES_BY_NAME[types[n][2]], device=device)
                for n in new]

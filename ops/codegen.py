@@ -234,7 +234,14 @@ class BranchGenerator:
             with w.indent():
                 self.fail(d, "str(_dev)", f"str({_tv(n)}.device)")
         if first is None:
-            w("_dev = _default_device()")
+            # Seed § 4: with no call-time tensor taking part, a construction-time tensor that
+            # does not declare `device: cpu` decides the call device, before the default.
+            held = [n for n, t in spec.ctensors.items()
+                    if n in self.branch.present and t.device != "cpu"]
+            if held:
+                w(f"_dev = op._opspec_ctensors[{held[0]!r}].device")
+            else:
+                w("_dev = _default_device()")
 
     def out_buffer(self) -> None:
         """A passed `out` has the output's shape, dtype and device (seed § 1, step 5)."""
@@ -287,7 +294,10 @@ class BranchGenerator:
                           f"{', '.join(outs)})")
             w(f"if type(_r) is not tuple or len(_r) != {len(outs)}:")
             with w.indent():
-                self.fail(d, f"'a tuple of {len(outs)} tensors'", "type(_r).__name__")
+                # Name the count received, not only its type: "got tuple" hid a wrong count.
+                self.fail(d, f"'a tuple of {len(outs)} tensors'",
+                          "('a tuple of ' + str(len(_r)) + ' values' if type(_r) is tuple "
+                          "else type(_r).__name__)")
             w(", ".join(f"_o{i}" for i in range(len(outs))) + " = _r")
         types = {o.name: o for o in b.outputs}
         ins = [n for n in self.call_inputs if n in b.present]
@@ -334,9 +344,9 @@ class BranchGenerator:
             if ins:
                 if not need_storage:
                     need_storage = True
-                    w("_ins = (" + ", ".join(f"{_tv(t)}.untyped_storage().data_ptr()" for t in ins)
-                      + ("," if len(ins) == 1 else "") + ")")
-                w(f"if {ov}.numel() and {ov}.untyped_storage().data_ptr() in _ins:")
+                    w("_ins = (" + ", ".join(_tv(t) for t in ins) + ("," if len(ins) == 1 else "")
+                      + ")")
+                w(f"if {ov}.numel() and _shares_storage({ov}, _ins):")
                 with w.indent():
                     self.fail(d, "'a tensor that shares no storage with the inputs'",
                               "'a tensor sharing storage with an input'")
@@ -412,7 +422,8 @@ class BranchGenerator:
                 w(f"_d = {d}")
                 w(f"if not {tv}.is_contiguous():")
                 with w.indent():
-                    self.fail(d, "'contiguous'", f"'strides ' + str({tv}.stride())")
+                    # The same text as the Decl's, so the message does not print it twice.
+                    self.fail(d, "'a contiguous tensor'", f"'strides ' + str({tv}.stride())")
             w(f"{sv} = {tv}.shape")
             return
         if s.kind == P.RANK:

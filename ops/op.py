@@ -86,7 +86,8 @@ def _namespace() -> dict[str, Any]:
     ns = codegen.base_namespace()
     ns.update({"_Tensor": torch.Tensor, "_DTYPE_NAMES": DTYPE_NAMES, "_OpspecError": OpspecError,
                "_check_failed": _check_failed, "_evaluation_failed": _evaluation_failed,
-               "_DTYPES": DTYPES_BY_NAME, "_numel": _numel, "_default_device": _default_device})
+               "_DTYPES": DTYPES_BY_NAME, "_numel": _numel, "_default_device": _default_device,
+               "_shares_storage": _shares_storage})
     return ns
 
 
@@ -277,6 +278,10 @@ class Op:
                 raise SignatureTypeError(f"{type(self).__name__}: {exc}") from None
             bound.apply_defaults()
             vals = [bound.arguments.get(name) for name in info.inputs]
+            if info.has_out:
+                # `out` follows the inputs in forward's parameter list, so a caller may pass it
+                # positionally; reading it only from the keywords silently dropped it.
+                out = bound.arguments.get("out")
             return tuple(vals), out
         return args, out
 
@@ -312,7 +317,10 @@ class Op:
         for n, t in self._opspec_ctensors.items():
             if t is not None and device is not None and t.device != device and \
                     info.spec.ctensors[n].device != "cpu":
+                # Seed § 4: copied to the call device and written back to the instance, so
+                # that forward, which reads its attribute, sees the copy (reference §8.4).
                 self._opspec_ctensors[n] = t.to(device)
+                setattr(self, n, self._opspec_ctensors[n])
         # Sub-op calls are filed only under a composite (an op with delegate_types) running on
         # this thread; other calls touch no call stack.
         stack = getattr(_local, "stack", None)
@@ -441,6 +449,13 @@ def _numel(shape) -> int:
 
 def _storage(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr()
+
+
+def _shares_storage(o: torch.Tensor, inputs: tuple) -> bool:
+    """Whether `o` shares storage with one of `inputs`. Storages are compared, not data
+    pointers: every meta tensor's data pointer is 0, so pointer equality called a new meta
+    output "sharing storage" with any meta input (a check-only call on meta tensors)."""
+    return any(torch._C._is_alias_of(o, t) for t in inputs)
 
 
 def _same(a: Any, b: Any) -> bool:

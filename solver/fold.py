@@ -180,6 +180,8 @@ class Folder:
         return e
 
     def _adt_of(self, base) -> ADTValue | None:
+        if isinstance(base, Attr) and base.attr == "value":
+            base = base.value  # a present Maybe ADT: `p.value.kind` folds like `p.kind`
         if isinstance(base, Name) and isinstance(self.combo.get(base.id), ADTValue):
             return self.combo[base.id]
         return None

@@ -212,12 +212,17 @@ class _Prover:
             ctor = self.spec.adts[v.adt].ctors[v.ctor]
             # The constructor and finite fields this combination fixes, for the encoder.
             path = self.spec.params[pname].path
-            out.append((path, Compare(Attr(Name(pname), "kind"), ("==",), (Const(v.ctor),))))
+            # A present Maybe ADT is read through its payload, `p.value` (reading `p.kind`
+            # of the Maybe itself crashed the encoder).
+            base: Expr = Name(pname)
+            if isinstance(self.spec.params[pname].kind, K.MaybeK):
+                base = Attr(base, "value")
+            out.append((path, Compare(Attr(base, "kind"), ("==",), (Const(v.ctor),))))
             for f, fv in v.fields:
-                out.append((path, Compare(Attr(Name(pname), f), ("==",), (Const(fv),))))
+                out.append((path, Compare(Attr(base, f), ("==",), (Const(fv),))))
             if ctor.invariant is None:
                 continue
-            subst = {f: Attr(Name(pname), f) for f in ctor.fields}
+            subst = {f: Attr(base, f) for f in ctor.fields}
             out.append((self.spec.params[pname].path,
                         folder.expr(folder.expr(ctor.invariant, subst))))
         return out
@@ -273,7 +278,8 @@ class _Prover:
         if ans.verdict is Verdict.UNSAT:
             core = ", ".join(ans.core) if ans.core else "the declarations"
             self.report("dead-branch", ans.core[0] if ans.core else "signature",
-                        f"no call can pass on this branch: {core} cannot all hold",
+                        f"no call can pass on this branch: {core} cannot "
+                        f"{'hold' if len(ans.core) == 1 else 'all hold'}",
                         severity=Severity.WARNING, counterexample=shown,
                         dedup=ans.core)
         elif ans.verdict is Verdict.UNKNOWN:

@@ -40,10 +40,14 @@ def _adt_fields(spec: ElaboratedSpec) -> dict[str, K.Kind]:
     for n, p in spec.params.items():
         k = K.unwrap_maybe(p.kind)
         if isinstance(k, K.ADTK) and k.name in spec.adts:
-            out[f"{n}.kind"] = K.StrK(frozenset(spec.adts[k.name].ctors))
+            # The encoder names a Maybe's payload `n.value`, so a Maybe ADT's fields are
+            # `n.value.<field>` (keyed `n.<field>` they were never found: `ol.value.kind`
+            # raised "the constructors of ol.value are unknown" and crashed the spec).
+            base = f"{n}.value" if isinstance(p.kind, K.MaybeK) else n
+            out[f"{base}.kind"] = K.StrK(frozenset(spec.adts[k.name].ctors))
             for c in spec.adts[k.name].ctors.values():
                 for f, fk in c.fields.items():
-                    out[f"{n}.{f}"] = fk
+                    out[f"{base}.{f}"] = fk
     return out
 
 
