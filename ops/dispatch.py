@@ -525,6 +525,9 @@ def _install(op: str, kernel_types: Mapping[str, type[Kernel]],
             orphans.append(key)
             continue
         if len(owned) > 1:
+            import abc as _a, sys as _s
+            for _n, _i in interfaces.items():
+                print("DEBUG", _n, _i, id(_i), _i in cls.__mro__, [id(w()) if w() else None for w in _a._get_dump(_i)[1]], id(cls), cls.__mro__, file=_s.stderr)
             raise KernelContractError(f"{op}: key {key!r}: {_qualname(cls)} implements more "
                                       f"than one of its kernel interfaces: {owned}")
         _check_kernel(op, key, cls, interfaces[owned[0]])

@@ -193,11 +193,13 @@ class _Prover:
             return res.branch
         invariants = self.invariants(combo, folder)
         queries = BranchQueries(spec, res, invariants)
-        unknowns = tuple(u.name for u in res.unsolved)
-        for u in res.unsolved:
-            self.unsolved(queries, u, shown, unknowns)
         # Combinations that fold to the same declarations ask Z3 the same questions.
         key = problem_key(res, invariants)
+        unknowns = tuple(u.name for u in res.unsolved)
+        for u in res.unsolved:
+            if (key, u.name) not in self._z3_cache:
+                self._z3_cache[(key, u.name)] = True
+                self.unsolved(queries, u, shown, unknowns)
         if key not in self._z3_cache:
             self._z3_cache[key] = True
             self.dead_branch(queries, shown, combo)

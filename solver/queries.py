@@ -154,8 +154,8 @@ class BranchQueries:
                     with_outputs: bool = False, track: bool = False,
                     unguarded: str | None = None) -> Answer:
         """Is there a call passing every declaration (and `extra`)? Each declaration must
-        also evaluate without raising, except the nodes whose text contains `unguarded`
-        (the divisor a query asks about)."""
+        also evaluate without raising, except the division by `unguarded` (the divisor a
+        query asks about: its own non-zero condition, or the `ceil_div` taking it)."""
         enc = self.encoder()
         s = make_solver(rlimit)
         decls = self.declarations(enc, with_outputs=with_outputs)
@@ -170,7 +170,7 @@ class BranchQueries:
         if extra is not None:
             s.add(extra(enc) if callable(extra) else extra)
         s.add(*enc.side)  # last: encoding the query may have created variables
-        s.add(*(c for text, c in enc.domain if unguarded is None or unguarded not in text))
+        s.add(*(c for text, c in enc.domain if not _guards(text, unguarded)))
         verdict, model, reason = solve(s, [enc])
         if verdict is Verdict.UNSAT and track:
             core = tuple(sorted({trackers[str(c)] for c in s.unsat_core() if str(c) in trackers}))
@@ -265,6 +265,13 @@ def row_env(spec: ElaboratedSpec, row, combo: dict[str, Any]) -> dict[str, Any] 
     for case in (row.dtype_cases or [{}])[:1]:
         env.update(case)
     return env
+
+
+def _guards(text: str, divisor: str | None) -> bool:
+    """Whether a domain condition (keyed by its node's text) is the one of `divisor`."""
+    if divisor is None:
+        return False
+    return text == divisor or (text.startswith("ceil_div(") and text.endswith(f", {divisor})"))
 
 
 def _encodable_param(k: K.Kind) -> bool:

@@ -309,7 +309,10 @@ def test_signature_in_mathematical_form() -> None:
         "Tensor[T, Mat[trans_a, M, K]] → Tensor[T, Mat[trans_b, K, N]] → Tensor[T, [M, N]]",
         "  Mat[t: Bool, R: Dim, C: Dim] = match t { false → [R, C]; true → [C, R] }",
     ]
-    assert explain_extras("GemmFwdOp") == []
+    extras = explain_extras("GemmFwdOp")
+    assert "generated code:" in extras
+    assert any(line.strip().startswith("def call_GemmFwdOp") for line in extras)
+    assert extras[-1] == "compile boundary: opspec::gemm_fwd_op"
 
 
 # -- prove and explain over a fake prover (the CLI's own paths) -----------------------------

@@ -803,6 +803,51 @@ def test_no_dead_branch_when_a_workload_row_is_a_witness(tmp_path):
     assert p.spec().verdict == PROVEN and not p.diags(), p.rendered()
 
 
+def test_dead_branch_of_a_maybe_adt_whose_invariant_cannot_hold(tmp_path):
+    # A present Maybe ADT is read through its payload: the prover used to ask the encoder
+    # for `tile.kind` (not `tile.value.kind`) and crashed on every such spec.
+    p = prove(tmp_path, toy('''
+        forall: {M: Dim, T: "DType[float16]"}
+        params:
+          tile: {type: "Tile | None", default: null}
+        inputs:
+          x: {dtype: T, shape: "[M]"}
+        outputs:
+          y: {dtype: T, shape: "[M]"}
+        '''), types='''
+        adts:
+          Tile:
+            sum:
+              fixed:
+                fields: {size: Dim}
+                invariant: "size > 4 and size < 2"
+              free:
+                fields: {}
+        ''')
+    d = expect(p, "dead-branch", path="signature.params.tile", line=p.line("tile: {"),
+               severity=WARNING, verdict=PROVEN)
+    assert d.counterexample == {"present(tile)": True, "tile": "{fixed: {}}"}
+    assert "signature.params.tile cannot hold" in d.message
+    # The branches where tile is absent or `free` are alive.
+    assert len(p.spec().plan.branches) == 3
+
+
+def test_maybe_adt_parameter_with_a_satisfiable_invariant_is_proven(tmp_path):
+    p = prove(tmp_path, toy('''
+        forall: {M: Dim, T: "DType[float16]"}
+        params:
+          ol: {type: "Layout | None", default: null}
+        inputs:
+          x: {dtype: T, shape: "[M]"}
+        outputs:
+          y: {dtype: T, shape: "[M]"}
+        shape_rules:
+        - "not present(ol) or ol.value.kind == 'masked' or M > 0"
+        '''), types=LAYOUT)
+    assert p.spec().verdict == PROVEN and not p.diags(), p.rendered()
+    assert len(p.spec().plan.branches) == 4  # absent, contiguous tight/aligned, masked
+
+
 # ----------------------------------------------------------------------------- unknown
 
 _OK = toy('''
@@ -1161,47 +1206,3 @@ def test_no_unused_family_cascade_from_a_broken_tensor(tmp_path):
     assert [(d.check, d.path) for d in p.diags()] == [("name", "signature.inputs.a.dtype")]
     assert p.spec().verdict == REFUTED
 
-
-def test_dead_branch_of_a_maybe_adt_whose_invariant_cannot_hold(tmp_path):
-    # A present Maybe ADT is read through its payload: the prover used to ask the encoder
-    # for `tile.kind` (not `tile.value.kind`) and crashed on every such spec.
-    p = prove(tmp_path, toy('''
-        forall: {M: Dim, T: "DType[float16]"}
-        params:
-          tile: {type: "Tile | None", default: null}
-        inputs:
-          x: {dtype: T, shape: "[M]"}
-        outputs:
-          y: {dtype: T, shape: "[M]"}
-        '''), types='''
-        adts:
-          Tile:
-            sum:
-              fixed:
-                fields: {size: Dim}
-                invariant: "size > 4 and size < 2"
-              free:
-                fields: {}
-        ''')
-    d = expect(p, "dead-branch", path="signature.params.tile", line=p.line("tile: {"),
-               severity=WARNING, verdict=PROVEN)
-    assert d.counterexample == {"present(tile)": True, "tile": "{fixed: {}}"}
-    assert "signature.params.tile cannot hold" in d.message
-    # The branches where tile is absent or `free` are alive.
-    assert len(p.spec().plan.branches) == 3
-
-
-def test_maybe_adt_parameter_with_a_satisfiable_invariant_is_proven(tmp_path):
-    p = prove(tmp_path, toy('''
-        forall: {M: Dim, T: "DType[float16]"}
-        params:
-          ol: {type: "Layout | None", default: null}
-        inputs:
-          x: {dtype: T, shape: "[M]"}
-        outputs:
-          y: {dtype: T, shape: "[M]"}
-        shape_rules:
-        - "not present(ol) or ol.value.kind == 'masked' or M > 0"
-        '''), types=LAYOUT)
-    assert p.spec().verdict == PROVEN and not p.diags(), p.rendered()
-    assert len(p.spec().plan.branches) == 4  # absent, contiguous tight/aligned, masked
