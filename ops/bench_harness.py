@@ -30,7 +30,7 @@ import math
 import platform
 import statistics
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
@@ -49,6 +49,7 @@ __all__ = [
     "measure_ceilings",
     "run_bench",
     "select_cases",
+    "tiny_case",
 ]
 
 FORMAT = "opspec-bench/1"
@@ -449,12 +450,16 @@ def bench_case(op_cls: type, case, settings: Settings, timer, ceilings: Mapping[
 
     # The op first: its output fixes the dtype every baseline must return.
     try:
-        out = op(*[t for t in inputs])
+        out = op(*inputs)
     except Exception as exc:
         row["impls"][IMPL] = {"status": "error", "reason": f"{type(exc).__name__}: {exc}"}
         row["error"] = row["impls"][IMPL]["reason"]
         return row
-    flops, nbytes = op.eval_roofline()
+    try:
+        flops, nbytes = op.eval_roofline()  # the only source of flops and bytes
+    except Exception as exc:
+        row["error"] = f"eval_roofline() raises {type(exc).__name__}: {exc}"
+        return row
     row["flops"], row["bytes"] = int(flops), int(nbytes)
     out_dtype = out.dtype if isinstance(out, torch.Tensor) else None
     del out

@@ -507,12 +507,23 @@ def _narrow_literal(target: Expr, lits: frozenset[str], positive: bool, scope: S
                             if m is not enum or rest)
             return Facts({target.id: members[0] if len(members) == 1 else K.UnionK(members)})
         return NO_FACTS
-    if isinstance(target, Attr) and target.attr == "kind" and isinstance(target.value, Name):
-        name = target.value.id
+    if isinstance(target, Attr) and target.attr == "kind":
+        # `layout.kind == 'c'`, or `layout.value.kind == 'c'` for a Maybe ADT parameter
+        base = target.value
+        maybe = isinstance(base, Attr) and base.attr == "value"
+        if maybe:
+            base = base.value
+        if not isinstance(base, Name):
+            return NO_FACTS
+        name = base.id
         sym = scope.symbols.get(name)
         k = scope.narrowed.get(name, sym.kind if sym else None)
-        if isinstance(k, K.ADTK) and k.name in scope.adts:
-            possible = k.ctors if k.ctors is not None else frozenset(scope.adts[k.name].ctors)
+        inner = K.unwrap_maybe(k) if maybe else k
+        if isinstance(inner, K.ADTK) and inner.name in scope.adts:
+            possible = inner.ctors if inner.ctors is not None else \
+                frozenset(scope.adts[inner.name].ctors)
             keep = possible & lits if positive else possible - lits
-            return Facts({name: K.ADTK(k.name, frozenset(keep))})
+            narrowed = K.ADTK(inner.name, frozenset(keep))
+            return Facts({name: K.MaybeK(narrowed) if maybe and isinstance(k, K.MaybeK)
+                          else narrowed})
     return NO_FACTS

@@ -1504,3 +1504,40 @@ def test_no_module_executes_text():
         if hits:
             found[rel] = hits
     assert found == {}
+
+
+# ----------------------------------------------------------------------------- Maybe ADT narrowing
+
+MAYBE_ADT_TYPES = """
+adts:
+  Layout:
+    sum:
+      contiguous: {fields: {alignment: Dim}}
+      masked: {fields: {max_m: Dim}}
+"""
+
+
+@pytest.mark.parametrize("rule, ok", [
+    ("not present(ol) or (ol.value.kind == 'masked' and ol.value.max_m > 0)", True),
+    ("present(ol) and ol.value.kind != 'contiguous' and ol.value.max_m > 0", True),
+    ("not present(ol) or ol.value.max_m > 0", False),
+])
+def test_maybe_adt_constructor_narrows_field_reads(tmp_path, rule, ok):
+    text = toy(f"""
+        forall: {{M: Dim}}
+        params:
+          ol: {{type: "Layout | None", default: null}}
+        inputs:
+          x: {{dtype: float32, shape: "[M]"}}
+        outputs:
+          y: {{dtype: float32, shape: "[M]"}}
+        shape_rules:
+        - "{rule}"
+    """)
+    _, diags = load_one(tmp_path, text, types=MAYBE_ADT_TYPES)
+    if ok:
+        assert diags == []
+    else:
+        (d,) = diags
+        assert d.check == "kind" and d.path == "signature.shape_rules.0"
+        assert "max_m" in d.message and "contiguous" in d.message
