@@ -1,4 +1,4 @@
-"""The `opspec` command: load, prove, schema, explain.
+"""The `opspec` command: load, prove, schema, explain, bench.
 
 Exit status: 0 when no diagnostic is an error, 1 when one is, 2 for a usage error or an
 input that cannot be read. The prover is imported only by the commands that prove, so
@@ -19,8 +19,10 @@ from typing import Sequence
 from opspec import __version__
 from opspec.schema.errors import SpecError
 from opspec.schema.loader import Manifest, load_paths
+from opspec.schema.settings import cache_root, caching_enabled
 
 from . import report as R
+from .bench import add_parser as add_bench_parser, cmd_bench
 from .checks import checks_epilog
 from .progress import ProgressBar
 
@@ -93,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("paths", nargs="*", metavar="PATH",
                          help="where to find OP (default: the bundled manifest)")
     explain.add_argument("--no-cache", action="store_true", help="do not use the proof cache")
+
+    add_bench_parser(sub)
     return parser
 
 
@@ -109,13 +113,17 @@ def _check_paths(paths: Sequence[str]) -> None:
             raise UsageError(f"no .yaml files in {given} (nor in {given}/spec)")
 
 
-def _load(paths: Sequence[str]) -> Manifest:
+def _load(paths: Sequence[str], *, use_cache: bool = False) -> Manifest:
     if not paths:
         from opspec.manifest import MANIFEST_DIR
         paths = [str(MANIFEST_DIR)]
     _check_paths(paths)
+    cache = None
+    if use_cache and caching_enabled():
+        from opspec.schema.loader import ParseCache
+        cache = ParseCache(cache_root() / "parse")
     try:
-        return load_paths(list(paths), strict=True)
+        return load_paths(list(paths), strict=True, parse_cache=cache)
     except SpecError as exc:
         raise UsageError(str(exc)) from None
 
@@ -134,23 +142,24 @@ def _emit(text: str, output: str | None) -> None:
 
 def cmd_load(args: argparse.Namespace) -> int:
     start = time.perf_counter()
-    manifest = _load(args.paths)
+    manifest = _load(args.paths, use_cache=not args.no_cache)
     rep = R.load_report(manifest, time.perf_counter() - start)
     _emit(R.render(rep, args.format), None)
     return R.exit_code(rep)
 
 
 def _prove(manifest: Manifest, ops: Sequence[str] | None, *, jobs: int, use_cache: bool,
-           progress=None):
+           progress=None, plans: bool = False):
     """Run the prover (imported here: `load` and `schema` do without z3)."""
     from opspec.solver.run import ProofCache, default_cache_dir, prove_manifest
 
-    cache = ProofCache(default_cache_dir()) if use_cache else None
-    return prove_manifest(manifest, ops=ops, jobs=jobs, cache=cache, progress=progress)
+    cache = ProofCache(default_cache_dir()) if use_cache and caching_enabled() else None
+    return prove_manifest(manifest, ops=ops, jobs=jobs, cache=cache, progress=progress,
+                          plans=plans)
 
 
 def cmd_prove(args: argparse.Namespace) -> int:
-    manifest = _load(args.paths)
+    manifest = _load(args.paths, use_cache=not args.no_cache)
     bar = ProgressBar(sys.stderr)
     try:
         rep = _prove(manifest, args.ops, jobs=args.jobs or os.cpu_count() or 1,
@@ -177,11 +186,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     from .explain import explain_lines
 
-    manifest = _load(args.paths)
+    manifest = _load(args.paths, use_cache=not args.no_cache)
     if args.op not in manifest.specs:
         close = difflib.get_close_matches(args.op, list(manifest.specs), n=1)
         raise UsageError(f"no spec named {args.op}" + (f"; did you mean {close[0]}?" if close else ""))
-    rep = _prove(manifest, [args.op], jobs=1, use_cache=not args.no_cache)
+    rep = _prove(manifest, [args.op], jobs=1, use_cache=not args.no_cache, plans=True)
     result = rep.specs[0] if rep.specs else None
     adts, _ = elaborate_adts(manifest.adts)
     spec, _ = elaborate(manifest.specs[args.op], adts)
@@ -192,7 +201,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return R.exit_code(rep)
 
 
-COMMANDS = {"load": cmd_load, "prove": cmd_prove, "schema": cmd_schema, "explain": cmd_explain}
+COMMANDS = {"load": cmd_load, "prove": cmd_prove, "schema": cmd_schema, "explain": cmd_explain,
+            "bench": cmd_bench}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -68,7 +68,9 @@ def _check_failed(op: "Op", decls, d: int, expected: Any, got: Any, loc) -> Opsp
         src = dict(decl.solved_from).get(decl.expected)
         exp = f"{decl.expected} = {exp}" + (f" (from {src})" if src else "")
     msg = f"{name}: {decl.what}: expected {exp}, got {_show(got)}{_bound(loc)}{_where(op, decl.path)}"
-    if expected == "'a torch.Tensor'" or decl.expected == "a torch.Tensor":
+    # The generated code passes the value of the literal 'a torch.Tensor' (no quotes): a
+    # non-tensor `out` or output is a type error like a non-tensor input.
+    if expected == "a torch.Tensor" or decl.expected == "a torch.Tensor":
         return SignatureTypeError(msg)
     return SignatureError(msg)
 

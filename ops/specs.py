@@ -16,6 +16,7 @@ from pathlib import Path
 
 from opspec.schema.elaborate import ElaboratedSpec, elaborate, elaborate_adts
 from opspec.schema.loader import LoadedSpec, Manifest, load_paths
+from opspec.schema.settings import caching_enabled
 from opspec.solver.plan import Plan
 
 _lock = threading.Lock()
@@ -80,8 +81,8 @@ def plan_for(entry: SpecEntry) -> Plan:
     from opspec.solver.run import ProofCache, default_cache_dir, prove_manifest
 
     report = prove_manifest(_single(entry.manifest, entry.loaded),
-                            cache=None if os.environ.get("OPSPEC_NO_CACHE") else
-                            ProofCache(default_cache_dir()))
+                            cache=ProofCache(default_cache_dir()) if caching_enabled() else None,
+                            plans=True)
     result = report.specs[0]
     plan = result.plan
     if plan is None:

@@ -540,6 +540,7 @@ class _Load:
         self.adts: dict[str, ADTDef] = {}
         self.prefixes: list[str] = []
         self.adt_sources: dict[str, tuple[SourceMap, tuple]] = {}
+        self.parse_cache: ParseCache | None = None
 
     def file_diag(self, file: str, message: str, check: str = "parse",
                   pos: Pos | None = None, severity: Severity = Severity.ERROR) -> None:
@@ -561,11 +562,18 @@ class _Load:
         except UnicodeDecodeError as exc:
             self.file_diag(file, f"the file is not UTF-8: {exc.reason} at byte {exc.start}")
             return None
+        if self.parse_cache is not None:
+            hit = self.parse_cache.get(text, file)
+            if hit is not None:
+                return hit
         try:
-            return load_yaml(text, file)
+            got = load_yaml(text, file)
         except YamlError as exc:
             self.diags.append(exc.diagnostic)
             return None
+        if self.parse_cache is not None:
+            self.parse_cache.put(text, file, got)
+        return got
 
     def family_file(self, path: Path) -> None:
         got = self.read(path)
@@ -667,7 +675,50 @@ def _expand(path: Path) -> tuple[list[Path], list[Path]]:
     return families, types
 
 
-def load_paths(paths: Sequence[str | Path], *, strict: bool = True) -> Manifest:
+class ParseCache:
+    """Parsed YAML (plain data and positions) on disk, keyed by the file's text, its name
+    and the reader's own source; writes go to a temporary file and are renamed. The YAML
+    reader is the slowest step of an unchanged re-run, so the CLI keeps one."""
+
+    def __init__(self, root: str | Path):
+        import hashlib
+
+        self.root = Path(root)
+        reader = Path(__file__).with_name("yaml_source.py").read_bytes()
+        self._salt = hashlib.sha256(reader).hexdigest()[:16]
+
+    def _path(self, text: str, file: str) -> Path:
+        import hashlib
+
+        key = hashlib.sha256(f"{self._salt}\0{file}\0{text}".encode()).hexdigest()
+        return self.root / f"{key}.pickle"
+
+    def get(self, text: str, file: str) -> tuple[Any, SourceMap] | None:
+        import pickle
+
+        try:
+            with open(self._path(text, file), "rb") as f:
+                return pickle.load(f)
+        except (OSError, pickle.PickleError, EOFError, AttributeError, ImportError):
+            return None
+
+    def put(self, text: str, file: str, value: tuple[Any, SourceMap]) -> None:
+        import os
+        import pickle
+        import tempfile
+
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.root, suffix=".tmp")
+            with os.fdopen(fd, "wb") as f:
+                pickle.dump(value, f)
+            os.replace(tmp, self._path(text, file))
+        except OSError:
+            pass  # a cache that cannot be written only costs time
+
+
+def load_paths(paths: Sequence[str | Path], *, strict: bool = True,
+               parse_cache: ParseCache | None = None) -> Manifest:
     """Load family files, types files and manifest folders into one `Manifest`.
 
     A folder is a manifest folder: either it has a `spec/` subfolder of family files (and
@@ -677,6 +728,7 @@ def load_paths(paths: Sequence[str | Path], *, strict: bool = True) -> Manifest:
     raises and reports everything as diagnostics.
     """
     state = _Load(strict)
+    state.parse_cache = parse_cache
     root = None
     try:
         if isinstance(paths, (str, Path)):

@@ -25,6 +25,7 @@ from opspec import __version__
 from opspec.schema.diagnostics import Diagnostic, Severity
 from opspec.schema.elaborate import elaborate, elaborate_adts
 from opspec.schema.loader import LoadedSpec, Manifest
+from opspec.schema.settings import cache_root
 from opspec.solver.prove import PROVEN, REFUTED, UNKNOWN, SpecResult, prove_spec, verdict_of
 from opspec.solver.z3env import DEFAULT_RLIMIT, fresh_context
 
@@ -60,36 +61,52 @@ class ProofReport:
 
 
 class ProofCache:
-    """Results on disk, one file per key; writes go to a temporary file and are renamed."""
+    """Results on disk, one file per key; writes go to a temporary file and are renamed.
+
+    A result and its Plan are kept apart (`<key>.pickle`, `<key>.plan.pickle`): a re-run of
+    `opspec prove` reads only verdicts and diagnostics; the runtime and `explain` read plans.
+    """
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
 
-    def get(self, key: str) -> SpecResult | None:
-        p = self.root / f"{key}.pickle"
+    def _read(self, name: str) -> Any:
         try:
-            with open(p, "rb") as f:
+            with open(self.root / name, "rb") as f:
                 return pickle.load(f)
         except (OSError, pickle.PickleError, EOFError, AttributeError, ImportError):
             return None
 
-    def put(self, key: str, result: SpecResult) -> None:
+    def _write(self, name: str, value: Any) -> None:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.root, suffix=".tmp")
             with os.fdopen(fd, "wb") as f:
-                pickle.dump(result, f)
-            os.replace(tmp, self.root / f"{key}.pickle")
+                pickle.dump(value, f)
+            os.replace(tmp, self.root / name)
         except OSError:
             pass  # a cache that cannot be written only costs time
 
+    def get(self, key: str, *, plan: bool = False) -> SpecResult | None:
+        result = self._read(f"{key}.pickle")
+        if result is None or not plan:
+            return result
+        p = self._read(f"{key}.plan.pickle")
+        if p is None:
+            return None
+        result.plan = p
+        return result
+
+    def put(self, key: str, result: SpecResult) -> None:
+        from dataclasses import replace
+
+        if result.plan is not None:
+            self._write(f"{key}.plan.pickle", replace(result.plan, spec=None))
+        self._write(f"{key}.pickle", replace(result, plan=None))
+
 
 def default_cache_dir() -> Path:
-    env = os.environ.get("OPSPEC_CACHE_DIR")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "opspec" / "proofs"
+    return cache_root() / "proofs"
 
 
 def _code_fingerprint() -> str:
@@ -145,7 +162,10 @@ def _prove_in_context(loaded: LoadedSpec, adt_defs: Any, rlimit: int) -> SpecRes
 
 def prove_manifest(manifest: Manifest, *, ops: Iterable[str] | None = None, jobs: int = 1,
                    cache: ProofCache | None = None, rlimit: int = DEFAULT_RLIMIT,
-                   progress: Callable[[int, int, SpecResult], None] | None = None) -> ProofReport:
+                   progress: Callable[[int, int, SpecResult], None] | None = None,
+                   plans: bool = False) -> ProofReport:
+    """Prove the specs of a manifest; `plans=True` when the caller reads each result's
+    Plan (a cached result without its plan is then proven again)."""
     start = time.perf_counter()
     report = ProofReport()
     report.diagnostics.extend(manifest.diagnostics)
@@ -175,7 +195,7 @@ def prove_manifest(manifest: Manifest, *, ops: Iterable[str] | None = None, jobs
     for s in specs:
         key = cache_key(s, types_raw, rlimit)
         keys[s.name] = key
-        hit = cache.get(key) if cache else None
+        hit = cache.get(key, plan=plans) if cache else None
         if hit is not None:
             hit.cached = True
             results[s.name] = hit
