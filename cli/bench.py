@@ -95,6 +95,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     settings = H.Settings.for_device(device, quick=args.quick, baselines=baselines,
                                      case_filter=args.cases, max_elems=args.max_elems)
+    if not any(H.select_cases(op, settings) for op in ops):  # before measuring anything
+        raise _usage("no case matched"
+                     + (f" --cases {args.cases!r}" if args.cases else "")
+                     + (f" --max-elems {args.max_elems}" if args.max_elems is not None else ""))
     bar = ProgressBar(sys.stderr)
 
     def progress(done: int, total: int, label: str) -> None:
@@ -104,16 +108,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
         result = H.run_bench(ops, settings, progress=progress if bar.enabled else None)
     finally:
         bar.close()
-    if not result["rows"]:
-        sys.stderr.write("opspec bench: no case matched"
-                         + (f" --cases {args.cases!r}" if args.cases else "")
-                         + (f" --max-elems {args.max_elems}" if args.max_elems else "") + "\n")
     meta = result["meta"]
     c = meta["ceilings"]
     sys.stdout.write(f"{meta.get('gpu') or meta['device']}: torch {meta['torch']}, Triton "
                      f"{meta.get('triton') or '-'}; timing {meta['timing']}; ceilings "
-                     f"{c['bandwidth_tbps']:.2f} TB/s, {c['compute_tflops']:.1f} TFLOP/s\n")
+                     f"{R._num(c['bandwidth_tbps'])} TB/s, {R._num(c['compute_tflops'])} "
+                     "TFLOP/s\n")
     sys.stdout.write(R.text_table(result) + "\n")
+    for name, why in (meta.get("unavailable_baselines") or {}).items():
+        sys.stderr.write(f"opspec bench: baseline {name} not run: {why}\n")
     if args.json:
         R.write_json(result, args.json)
         sys.stderr.write(f"wrote {args.json}\n")

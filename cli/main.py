@@ -142,7 +142,7 @@ def _emit(text: str, output: str | None) -> None:
 
 def cmd_load(args: argparse.Namespace) -> int:
     start = time.perf_counter()
-    manifest = _load(args.paths, use_cache=not args.no_cache)
+    manifest = _load(args.paths)
     rep = R.load_report(manifest, time.perf_counter() - start)
     _emit(R.render(rep, args.format), None)
     return R.exit_code(rep)

@@ -119,12 +119,12 @@ def register_kernel_type(op: str, key: str, kernel_type: type) -> None:
     an instance of the op is constructed ("reuse keys it has"), together with the rest of the
     contract (the class implements one of the op's kernel interfaces, and so on).
     """
-    from .dispatch import Kernel  # dispatch imports this module; import on use
+    from .dispatch import Kernel, inherits  # dispatch imports this module; import on use
 
     if not (isinstance(op, str) and op and isinstance(key, str) and key):
         raise BackendError(f"register_kernel_type takes an op class name and a key, "
                            f"got {op!r} and {key!r}")
-    if not (isinstance(kernel_type, type) and issubclass(kernel_type, Kernel)):
+    if not inherits(kernel_type, Kernel):
         raise BackendError(f"register_kernel_type({op!r}, {key!r}): {kernel_type!r} is not a "
                            f"Kernel subclass")
     with _STATE.lock:

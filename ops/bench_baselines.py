@@ -32,6 +32,7 @@ __all__ = [
     "BASELINES",
     "BaselineUnavailable",
     "DEFAULT_TOLERANCES",
+    "DESCRIPTIONS",
     "REFERENCES",
     "REFERENCE_DTYPE",
     "TOLERANCES",
@@ -167,6 +168,20 @@ BASELINES: dict[str, dict[str, Factory]] = {
         "eager": _eager(_silu_and_mul_fn),
         "compile": compiled(_silu_and_mul_fn),
         "vllm": _vllm_silu_and_mul,
+    },
+}
+
+
+#: One line per baseline, for the reports (what exactly was timed).
+DESCRIPTIONS: dict[str, dict[str, str]] = {
+    "GemmFwdOp": {
+        "eager": "torch.matmul on the stored layouts (cuBLAS on CUDA)",
+        "compile": "torch.compile(fullgraph=True) of the same function (default mode)",
+    },
+    "SiluAndMulFwdOp": {
+        "eager": "F.silu(x[:, :N]) * x[:, N:] in the input dtype",
+        "compile": "torch.compile(fullgraph=True) of the same function (default mode)",
+        "vllm": "vLLM's CUDA kernel torch.ops._C.silu_and_mul, where installed",
     },
 }
 

@@ -36,6 +36,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import torch
 
 from opspec.ops import bench_baselines as BB
+from opspec.schema.primitives import WORKLOAD_SEED
 
 __all__ = [
     "FORMAT",
@@ -78,13 +79,16 @@ class Settings:
     copy_bytes: int = 1024 * _MIB  # bandwidth ceiling: bytes copied (read + written = twice)
     matmul_n: int = 8192           # compute ceiling: an n x n x n matrix product
     ceiling_iters: int = 20
+    ceiling_warmup_s: float = 0.3  # the matrix product runs this long before the ceilings
+    check_seeds: tuple[int, ...] = (WORKLOAD_SEED + 1,)  # the op is also checked on these inputs
 
     @classmethod
     def for_device(cls, device: str, *, quick: bool = False, **overrides: Any) -> "Settings":
         kind = torch.device(device).type
         kw: dict[str, Any] = {"device": device, "quick": quick}
         if kind != "cuda":
-            kw.update(copy_bytes=64 * _MIB, matmul_n=1024, ceiling_iters=10, flush_bytes=0)
+            kw.update(copy_bytes=64 * _MIB, matmul_n=1024, ceiling_iters=10, flush_bytes=0,
+                      ceiling_warmup_s=0.0)
         if quick:
             kw.update(pairs=1, warmup_ms=5.0, pass_ms=10.0, min_iters=5, max_iters=50,
                       ceiling_iters=5)
@@ -167,7 +171,21 @@ def measure_ceilings(timer, settings: Settings) -> dict[str, Any]:
     device = torch.device(settings.device)
     iters = max(3, settings.ceiling_iters)
     on_cuda = device.type == "cuda"
+    n = settings.matmul_n
+    dtype = torch.bfloat16 if on_cuda else torch.float32
     # Random data, never zeros: zeros can run faster than real data.
+    gen = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(n, n, generator=gen, device=device, dtype=torch.float32).to(dtype)
+    b = torch.randn(n, n, generator=gen, device=device, dtype=torch.float32).to(dtype)
+    c = torch.empty(n, n, dtype=dtype, device=device)
+    mm = lambda: torch.matmul(a, b, out=c)  # noqa: E731
+    # Warm up with the matrix product: an idle GPU's clocks take a moment to rise.
+    t0 = time.perf_counter()
+    while True:
+        timer.samples(mm, 3, flush=False)
+        if time.perf_counter() - t0 >= settings.ceiling_warmup_s:
+            break
+
     if on_cuda:
         src = torch.empty(settings.copy_bytes, dtype=torch.uint8, device=device).random_()
     else:
@@ -177,18 +195,10 @@ def measure_ceilings(timer, settings: Settings) -> dict[str, Any]:
     copy = lambda: dst.copy_(src)  # noqa: E731
     timer.samples(copy, 3, flush=False)
     t_copy = statistics.median(timer.samples(copy, iters, flush=False))
-    del src, dst
+    src = dst = None  # free them (the lambda holds the names)
 
-    n = settings.matmul_n
-    dtype = torch.bfloat16 if on_cuda else torch.float32
-    gen = torch.Generator(device="cpu").manual_seed(0)
-    a = torch.randn(n, n, generator=gen, dtype=torch.float32).to(device=device, dtype=dtype)
-    b = torch.randn(n, n, generator=gen, dtype=torch.float32).to(device=device, dtype=dtype)
-    c = torch.empty(n, n, dtype=dtype, device=device)
-    mm = lambda: torch.matmul(a, b, out=c)  # noqa: E731
-    timer.samples(mm, 3, flush=False)
     t_mm = statistics.median(timer.samples(mm, iters, flush=False))
-    del a, b, c
+    a = b = c = None
     return {
         "bandwidth_tbps": 2 * nbytes / t_copy / 1e12,
         "compute_tflops": 2 * n ** 3 / t_mm / 1e12,
@@ -483,6 +493,21 @@ def bench_case(op_cls: type, case, settings: Settings, timer, ceilings: Mapping[
         row["impls"][name] = _verify(fn, inputs, ref, out_dtype or ref.dtype, tol)
     del ref
     mine = row["impls"][IMPL]
+    # Fresh inputs for the op alone: it must compute the same function on any valid input.
+    for seed in settings.check_seeds if mine["status"] == "ok" else ():
+        try:
+            other = case.inputs(device, seed=seed)
+            ref2 = reference(op, *[BB.upcast(t) for t in other])
+        except Exception as exc:
+            row["error"] = f"cannot check seed {seed}: {type(exc).__name__}: {exc}"
+            return row
+        again = _verify(op, other, ref2, out_dtype or ref2.dtype, tol)
+        del other, ref2
+        if again["status"] != "ok":
+            mine.update(again)
+            mine["reason"] = f"on inputs of seed {seed}: {again['reason']}"
+            break
+    row["checked_seeds"] = [WORKLOAD_SEED, *settings.check_seeds]
     row["max_error"], row["rel_error"] = mine["max_error"], mine["rel_error"]
     row["verified"] = mine["status"] == "ok"
     if not row["verified"]:
@@ -507,7 +532,9 @@ def bench_case(op_cls: type, case, settings: Settings, timer, ceilings: Mapping[
         row["times_us"][name] = t["median_us"]
     t_op = row["times_us"][IMPL]
     row.update(_rates(flops, nbytes, t_op, ceilings))
-    for name in baselines:
+    for name in fns:  # the baselines built here (an unavailable one has no column)
+        if name == IMPL:
+            continue
         t = row["times_us"].get(name)
         row["speedup"][name] = t / t_op if t is not None and t_op > 0 else None
     failed = [n for n, r in row["impls"].items() if r["status"] in ("wrong", "error")]
@@ -562,8 +589,15 @@ def run_bench(ops: Iterable[type] | Mapping[str, type] | None = None,
             progress(len(plan), len(plan), "done")
     finally:
         timer.close()
-    names = sorted({n for r in rows for n in r["impls"] if n != IMPL})
+    names = sorted({n for r in rows for n, v in r["impls"].items()
+                    if n != IMPL and v.get("status") != "unavailable"})
     meta["baselines"] = names
+    meta["unavailable_baselines"] = {
+        n: v.get("reason") for r in rows for n, v in r["impls"].items()
+        if v.get("status") == "unavailable" and n not in names}
+    meta["baseline_descriptions"] = {
+        c.__name__: {n: d for n, d in BB.DESCRIPTIONS.get(c.__name__, {}).items() if n in names}
+        for c in op_classes}
     meta["ops"] = [c.__name__ for c in op_classes]
     failures = [{"op": r["op"], "case": r["case"], "status": r["status"], "error": r["error"]}
                 for r in rows if r["status"] != "ok"]

@@ -157,6 +157,15 @@ def _err(v: Any) -> str:
     return _f(v, "{:.2g}")
 
 
+#: Efficiency above this is physically suspect (reference §6: "anomaly").
+ANOMALY = 1.05
+
+
+def _anomaly(r: Mapping[str, Any]) -> str:
+    e = r.get("efficiency")
+    return " (!)" if e is not None and e > ANOMALY else ""
+
+
 def _status(r: Mapping[str, Any]) -> str:
     st = r.get("status", "?")
     return "ok" if st == "ok" else st.upper()
@@ -191,11 +200,11 @@ def _ceiling_text(meta: Mapping[str, Any]) -> list[str]:
     bw, cp = c.get("bandwidth") or {}, c.get("compute") or {}
     out = []
     if c.get("bandwidth_tbps") is not None:
-        out.append(f"bandwidth {c['bandwidth_tbps']:.2f} TB/s ({bw.get('method', 'copy')}"
+        out.append(f"bandwidth {_num(c['bandwidth_tbps'])} TB/s ({bw.get('method', 'copy')}"
                    + (f", {bw['bytes_copied'] / 2**20:.0f} MiB copied, bytes read + written"
                       if bw.get("bytes_copied") else "") + ")")
     if c.get("compute_tflops") is not None:
-        out.append(f"compute {c['compute_tflops']:.1f} TFLOP/s ({cp.get('method', 'matmul')})")
+        out.append(f"compute {_num(c['compute_tflops'])} TFLOP/s ({cp.get('method', 'matmul')})")
     if c.get("given"):
         out.append("(ceilings given, not measured)")
     return out
@@ -221,7 +230,10 @@ def results_markdown(result: Mapping[str, Any], plot: str | None = None,
           "- **ceilings** (measured in the same run): " + ("; ".join(_ceiling_text(meta)) or "–"),
           "- SOL time = max(bytes / bandwidth, flops / compute), flops and bytes from "
           "`op.eval_roofline()`; efficiency = SOL time / measured time; speedup = baseline time "
-          f"/ {IMPL} time (> 1: {IMPL} is faster).", ""]
+          f"/ {IMPL} time (> 1: {IMPL} is faster)."]
+    for name, why in (meta.get("unavailable_baselines") or {}).items():
+        L.append(f"- baseline `{name}` not run: {why}")
+    L.append("")
     if plot:
         L += [f"![efficiency and speedup per case]({plot})", ""]
 
@@ -236,9 +248,14 @@ def results_markdown(result: Mapping[str, Any], plot: str | None = None,
                  + " | ".join(_x(s["geomean_speedup"][n]) for n in names) + " |")
     L.append("")
 
+    descriptions = meta.get("baseline_descriptions") or {}
     for op in _ops(result):
         rows = [r for r in result["rows"] if r["op"] == op]
-        L += [f"## {op}", "",
+        L += [f"## {op}", ""]
+        desc = descriptions.get(op) or {}
+        if desc:
+            L += ["Baselines: " + "; ".join(f"`{n}` = {d}" for n, d in desc.items()) + ".", ""]
+        L += [
               "| case | verified | max error | rel error | "
               + f"{IMPL} µs | " + " | ".join(f"{n} µs" for n in names)
               + " | TFLOP/s | TB/s | SOL µs | bound | efficiency | "
@@ -253,7 +270,7 @@ def results_markdown(result: Mapping[str, Any], plot: str | None = None,
                      + " | ".join(_us(t.get(n)) for n in names)
                      + f" | {_num(r.get('tflops'))} | {_num(r.get('tbps'))} | "
                      f"{_us(r.get('sol_us'))} | {r.get('bound') or '–'} | "
-                     f"{_pct(r.get('efficiency'))} | "
+                     f"{_pct(r.get('efficiency'))}{_anomaly(r)} | "
                      + " | ".join(_x(r.get("speedup", {}).get(n)) for n in names) + " |")
         s = summ[op]
         L.append("")
@@ -265,6 +282,9 @@ def results_markdown(result: Mapping[str, Any], plot: str | None = None,
                      f"({_us(w['times_us'].get(IMPL))} µs against {_us(w.get('sol_us'))} µs, "
                      f"{w.get('bound') or '?'}-bound)"
                      + ("".join(f", {_x(w.get('speedup', {}).get(n))} vs {n}" for n in names)) + ".")
+        if any(_anomaly(r) for r in rows):
+            L.append(f"(!) efficiency above {ANOMALY:.0%}: faster than the measured ceilings "
+                     "allow, so the roofline formula or a ceiling is suspect.")
         fails = [r for r in rows if r.get("status") != "ok"]
         for r in fails:
             L.append(f"- **{r.get('status', '?').upper()}** `{r['case']}`: {r.get('error') or ''}")
@@ -306,9 +326,14 @@ def plot_png(result: Mapping[str, Any], path: str | os.PathLike) -> None:
     for y, e, r in zip(ys, eff, rows):
         if r.get("efficiency") is not None:
             ax_e.text(e + 1, y, f"{e:.0f}%", va="center", fontsize=8)
+    for y, r in zip(ys, rows):
+        if r.get("efficiency") is None:
+            why = "not timed" if r.get("status") == "ok" else f"{r.get('status', '?')}: not timed"
+            ax_e.text(1, y, why, va="center", fontsize=8, color="#c92a2a")
     ax_e.axvline(100, color="black", lw=0.8, ls="--")
     ax_e.set_xlim(0, max(110, max(eff, default=0) + 12))
-    ax_e.set_xlabel("efficiency: SOL time / measured time (%)")
+    ax_e.set_xlabel("efficiency: SOL time / measured time (%)\n"
+                    "green >= 80%, orange >= 50%, red < 50%")
     ax_e.set_yticks(ys)
     ax_e.set_yticklabels(labels, fontsize=8)
     ax_e.set_title(f"{IMPL}: share of the speed of light")
@@ -326,10 +351,14 @@ def plot_png(result: Mapping[str, Any], path: str | os.PathLike) -> None:
                   color=palette[j % len(palette)])
         for y, s in zip(ys, sp):
             if s:
-                ax_s.text(s, y + off, f" {s:.2f}×", va="center", fontsize=7)
+                ax_s.text(s, y + off, " " + _x(s), va="center", fontsize=7)
     ax_s.axvline(1.0, color="black", lw=0.8, ls="--")
-    top = max(all_s, default=1.0)
-    ax_s.set_xlim(0, max(1.5, top * 1.2))
+    top, low = max(all_s, default=1.0), min(all_s, default=1.0)
+    if top / low > 20:  # widely spread ratios: a log axis keeps the small ones visible
+        ax_s.set_xscale("log")
+        ax_s.set_xlim(low / 1.5, top * 2)
+    else:
+        ax_s.set_xlim(0, max(1.5, top * 1.2))
     ax_s.set_xlabel(f"speedup: baseline time / {IMPL} time (> 1: {IMPL} faster)")
     ax_s.set_title("speedup over each baseline")
     if names:

@@ -169,6 +169,12 @@ class Op:
         info = cls.__dict__.get("_opspec_info")
         if info is None:
             if cls._opspec_entry is None:
+                from opspec.ops.specs import resolve_manifest_path, spec_problems
+                problems = spec_problems(cls)
+                if problems:  # the spec is there but has errors: say which, not "no spec"
+                    raise OpspecError(f"{cls.__name__}: its spec in "
+                                      f"{resolve_manifest_path(cls) or 'the bundled manifest'} "
+                                      "has errors:\n  " + "\n  ".join(problems))
                 raise OpspecError(f"{cls.__name__} has no spec in its manifest; an op class is "
                                   "named like its spec (see `Op.manifest`)")
             info = _ClassInfo(cls, cls._opspec_entry)

@@ -62,10 +62,27 @@ def find_spec(cls: type) -> SpecEntry | None:
     if loaded is None or loaded.spec is None:
         return None
     adts, _ = elaborate_adts(m.adts)
-    spec, _diags = elaborate(loaded, adts)
-    if spec is None:
+    spec, diags = elaborate(loaded, adts)
+    if spec is None or any(d.is_error for d in diags):
+        # Elaboration drops a declaration it cannot read (an input with an unknown name in
+        # its shape vanished from `inputs`): running such a spec failed later with a
+        # NameError in generated code. The class imports; construction reports the errors.
         return None
     return SpecEntry(loaded, spec, m)
+
+
+def spec_problems(cls: type) -> list[str]:
+    """The errors that keep the spec named like `cls` from being used, rendered; empty
+    when its manifest has no such spec."""
+    m = manifest_at(resolve_manifest_path(cls))
+    name = cls.__name__
+    out = [d.render() for d in m.diagnostics if d.op == name and d.is_error]
+    loaded = m.specs.get(name)
+    if loaded is not None and loaded.spec is not None:
+        adts, _ = elaborate_adts(m.adts)
+        _, diags = elaborate(loaded, adts)
+        out += [d.render() for d in diags if d.is_error]
+    return out
 
 
 _plans: dict[tuple[str, str], Plan] = {}

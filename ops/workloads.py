@@ -26,6 +26,9 @@ from opspec.schema.values import ADTValue, to_tuple
 from opspec.solver.order import linear
 
 
+_DTYPE_CONSTANTS = {n: n for n in K.DTYPES}
+
+
 class WorkloadError(OpspecError, ValueError):
     """A workload row cannot be instantiated."""
 
@@ -175,7 +178,9 @@ def instantiate(case: Case, device: torch.device, seed: int = WORKLOAD_SEED) -> 
             continue
         try:
             shape = _axes(shapes[n], env)
-            dtype = getattr(torch, evaluate(dtypes[n], env))
+            # A constant dtype (`dtype: int64`) is a name the environment must bind: dtype
+            # values are their names, as in generated code.
+            dtype = getattr(torch, evaluate(dtypes[n], {**_DTYPE_CONSTANTS, **env}))
         except Exception as exc:
             raise WorkloadError(f"{case.op}: case {case.id}: input `{n}` cannot be built: "
                                 f"{exc}") from exc
