@@ -49,14 +49,19 @@ def write_json(result: Mapping[str, Any], path: str | os.PathLike) -> None:
     p = Path(path)
     if p.parent and not p.parent.exists():
         p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(result, indent=2, sort_keys=False, allow_nan=False,
-                            default=_default) + "\n", encoding="utf-8")
+    p.write_text(json.dumps(_clean(result), indent=2, allow_nan=False, default=str) + "\n",
+                 encoding="utf-8")
 
 
-def _default(v: Any) -> Any:
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return str(v)
+def _clean(v: Any) -> Any:
+    """NaN and infinities as null (strict JSON); containers walked."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, Mapping):
+        return {str(k): _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    return v
 
 
 def load_json(path: str | os.PathLike) -> dict[str, Any]:

@@ -21,6 +21,11 @@ from opspec.schema import kinds as K
 from opspec.schema.errors import OpspecError, SignatureError, SignatureTypeError
 from opspec.schema.values import ADTValue
 from opspec.ops import codegen
+from opspec.ops.backend import (
+    BUILTIN, TensorSpec, kernel_builder, load_backends, registered_kernel_types,
+    registered_targets, select_target,
+)
+from opspec.ops.errors import BackendError
 from opspec.ops.records import SignatureCall, TensorRecord
 from opspec.ops.specs import SpecEntry, find_spec, plan_for
 
@@ -39,6 +44,7 @@ _local = threading.local()
 
 
 _is_compiling = torch.compiler.is_compiling
+_UNRESOLVED = object()
 
 
 # -- errors raised by generated code ----------------------------------------------------------
@@ -198,11 +204,58 @@ class Op:
         self._opspec_key = f"{type(self).__name__}#{next(_instance_counter)}"
         _INSTANCES[self._opspec_key] = self
         self._opspec_last: tuple | None = None
+        load_backends()  # entry-point backends join before any table or target is built
         self._opspec_dispatch = None
-        if self.kernel_types or self.interfaces:
+        if self.kernel_types or self.interfaces or registered_kernel_types(type(self).__name__):
             from opspec.ops.dispatch import DispatchTable
             self._opspec_dispatch = DispatchTable(type(self).__name__, self.kernel_types,
                                                   self.interfaces)
+        self._reset_binding()
+
+    # -- binding: the target serving this instance (reference §9.5, §9.9) ---------------------
+
+    def _reset_binding(self) -> None:
+        """Back to unselected: the next call that runs an implementation selects again."""
+        self._opspec_serving = _UNRESOLVED
+        self._opspec_builder = None
+        self._opspec_target_kernels: dict[tuple, Any] = {}
+        if self._opspec_dispatch is not None:
+            self._opspec_dispatch.reset()
+
+    @property
+    def serving_target(self) -> Any:
+        """None before selection; `BUILTIN` for the in-tree kernels; else the target's name."""
+        return None if self._opspec_serving is _UNRESOLVED else self._opspec_serving
+
+    def _select_target(self, device) -> None:
+        name = type(self).__name__
+        target = select_target(name, self.target, device)
+        if target is BUILTIN:
+            self._opspec_serving = BUILTIN
+            return
+        builder = kernel_builder(name, target)
+        if builder is None:
+            from opspec.ops.errors import OpNotAvailableError
+            raise OpNotAvailableError(
+                f"target {target!r} registers no kernel builder for {name}; targets that do: "
+                f"{registered_targets(name)}. There is no fall back to the in-tree "
+                "implementation: those kernels do not run on this target's devices.")
+        self._opspec_serving = target
+        self._opspec_builder = builder
+
+    def _target_kernel(self, inputs: tuple, device) -> Any:
+        key = (device,) + tuple(None if t is None else (t.dtype, tuple(t.shape)) for t in inputs)
+        k = self._opspec_target_kernels.get(key)
+        if k is None:
+            specs = [None if t is None else TensorSpec(t.device, t.dtype, tuple(t.shape))
+                     for t in inputs]
+            k = self._opspec_builder(*specs, **{n: getattr(self, n) for n in
+                                                type(self)._opspec_param_names})
+            if not callable(k):
+                raise BackendError(f"{type(self).__name__}: the kernel built by target "
+                                   f"{self._opspec_serving!r} is not callable")
+            self._opspec_target_kernels[key] = k
+        return k
 
     def _check_param(self, name: str, p) -> Any:
         if not hasattr(self, name):
@@ -336,14 +389,29 @@ class Op:
             stack = _local.stack = []
         if stack is not None:
             stack.append([])
+        selecting = False
         try:
-            if empty:
+            if empty:  # no implementation runs, and the call does not fix the target
                 result = self._empty_result(inputs, out, code.outputs(self, ind), device, br, info)
-            elif info.has_out:
-                result = self.forward(*inputs, out=out)
             else:
-                result = self.forward(*inputs)
+                if self._opspec_serving is _UNRESOLVED:
+                    selecting = True
+                    self._select_target(device)
+                if self._opspec_serving is not BUILTIN:
+                    kernel = self._target_kernel(inputs, device)
+                    # unwritten inputs reach a target contiguous (reference §9.9)
+                    args = [t if t is None or t.is_contiguous() or n in br.written
+                            else t.contiguous() for n, t in zip(info.inputs, inputs)]
+                    result = kernel(*args, **({"out": out} if out is not None else {}))
+                elif info.has_out:
+                    result = self.forward(*inputs, out=out)
+                else:
+                    result = self.forward(*inputs)
             code.finish(self, result, *inputs, out, ind, device)
+        except Exception:
+            if selecting:
+                self._reset_binding()  # a failed selecting call leaves nothing selected
+            raise
         finally:
             subcalls = stack.pop() if stack is not None else ()
         self._opspec_last = (br, ind, inputs, out, result, device, subcalls)
