@@ -5,9 +5,9 @@ For each workload case (`opspec.ops.workloads.cases`) of each op:
 1. The inputs come from the spec (`Case.inputs(device)`).
 2. Correctness first: the op and every baseline run once and are compared with the op's
    reference (`bench_baselines.REFERENCES`, on inputs upcast to float64) under the output
-   dtype's `Tolerance`; an implementation that also changed its inputs fails. A wrong or
-   raising implementation is recorded as such and never timed; when the op itself fails,
-   nothing in its row is timed.
+   dtype's `Tolerance`; an implementation that also changed its inputs fails, and the op is
+   checked again on fresh inputs (`check_seeds`). A wrong or raising implementation is
+   recorded as such and never timed; when the op itself fails, nothing in its row is timed.
 3. `op.eval_roofline()` after that call gives the (flops, bytes) of the case; this module
    has no formula of its own for any op.
 4. Timing, in one process: each implementation is warmed up, then timed in passes ordered

@@ -483,3 +483,9 @@ def test_compile_baseline_is_verified_and_timed():
     assert row["impls"]["compile"]["status"] == "ok", row["impls"]["compile"]
     assert set(row["times_us"]) == {"opspec", "eager", "compile"}
     assert H.exit_code(res) == 0
+
+
+def test_json_writer_keeps_json_strict(tmp_path):
+    path = tmp_path / "r.json"
+    R.write_json({"a": float("nan"), "b": [1.0, float("inf")]}, path)
+    assert json.loads(path.read_text()) == {"a": None, "b": [1.0, None]}
