@@ -166,11 +166,31 @@ def cmd_prove(args: argparse.Namespace) -> int:
                      use_cache=not args.no_cache, progress=bar if bar.enabled else None)
     finally:
         bar.close()
+    _code_checks(rep, manifest)
     structured = args.format in ("sarif", "junit")
     _emit(R.render(rep, args.format, stats=args.stats and not structured), args.output)
     if args.stats and structured:
         sys.stderr.write(R.stats_table(rep) + "\n")
     return R.exit_code(rep)
+
+
+def _code_checks(report, manifest: Manifest) -> None:
+    """Check implemented bundled ops' code against their specs (this needs torch, so it is
+    imported only when the manifest holds bundled specs); note skipped specs otherwise."""
+    from opspec.manifest import MANIFEST_DIR
+
+    root = Path(MANIFEST_DIR).resolve()
+    if any(Path(s.file).resolve().is_relative_to(root) for s in manifest.specs.values()):
+        try:
+            from opspec.ops.codecheck import apply_code_checks
+        except ImportError as exc:  # the prover alone runs without torch
+            for r in report.specs:
+                r.code_checks = f"skipped: the runtime cannot be imported ({exc})"
+            return
+        apply_code_checks(report, manifest)
+        return
+    for r in report.specs:
+        r.code_checks = "skipped: no op class is bound to this manifest"
 
 
 def cmd_schema(args: argparse.Namespace) -> int:

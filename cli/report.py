@@ -120,7 +120,24 @@ def render_text(report: Any) -> str:
     if diags:
         lines += [""] * bool(lines) + diagnostics_text(diags)
     lines += [""] * bool(lines) + [summary_line(report)]
+    code = code_line(report)
+    if code:
+        lines.append(code)
     return "\n".join(lines)
+
+
+def code_line(report: Any) -> str:
+    """How many specs had their op's code checked, and why the others did not."""
+    states = [getattr(s, "code_checks", "") for s in report.specs]
+    if not any(states):
+        return ""
+    run = sum(st == "checked" for st in states)
+    why: dict[str, int] = {}
+    for st in states:
+        if st.startswith("skipped: "):
+            why[st[len("skipped: "):]] = why.get(st[len("skipped: "):], 0) + 1
+    parts = [f"{n} skipped ({w})" for w, n in sorted(why.items())]
+    return f"code checks: {run} run" + ("; " + "; ".join(parts) if parts else "")
 
 
 def spec_lines(specs: Iterable[Any]) -> list[str]:
@@ -256,7 +273,7 @@ def stats_table(report: Any, top: int = 20) -> str:
 
 def spec_json(s: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"op": s.op, "file": s.file, "status": s.status, "verdict": s.verdict}
-    for key in ("combinations", "seconds", "cached"):
+    for key in ("combinations", "seconds", "cached", "code_checks"):
         if hasattr(s, key):
             v = getattr(s, key)
             out[key] = round(v, 4) if isinstance(v, float) else v

@@ -49,6 +49,8 @@ class SpecResult:
     seconds: float = 0.0
     combinations: int = 0
     cached: bool = False
+    #: "checked", or "skipped: <why>" — whether the op's code was checked against the spec
+    code_checks: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {"op": self.op, "file": self.file, "status": self.status, "verdict": self.verdict,

@@ -184,3 +184,22 @@ def test_user_op_with_a_written_input_compiles(U):
     assert "opspec.toy_rt_inplace_fwd_op_writes_x" in _targets(graphs)
     assert torch.equal(x, torch.ones(4))            # the caller's x was written
     assert torch.equal(r, torch.ones(4))
+
+
+def test_user_op_checks_evaluate_on_symints(U):
+    """With dynamic shapes the generated checks (a let, a refinement, the `out` buffer) run
+    on SymInts: one graph serves both calls, and a violating call fails while tracing."""
+    torch._dynamo.reset()
+    op = U.RtAffineFwdOp()
+    graphs = []
+    fn = torch.compile(lambda x, b, out: op(x, b, out=out), fullgraph=True, dynamic=True,
+                       backend=lambda gm, ex: graphs.append(gm) or gm.forward)
+    for M, N in ((8, 3), (16, 5)):
+        x, bias, out = torch.randn(M, N), torch.randn(N), torch.empty(M, 2 * N)
+        assert fn(x, bias, out) is out
+        torch.testing.assert_close(out, torch.cat([x, x], 1) + torch.cat([bias, bias]))
+    assert len(graphs) == 1
+    assert "opspec.toy_rt_affine_fwd_op_out" in _targets(graphs)
+    with pytest.raises(Exception) as ei:
+        fn(torch.randn(7, 5), torch.randn(5), torch.empty(7, 10))
+    assert "RtAffineFwdOp: refinement `M % 8 == 0`" in str(ei.value)
