@@ -152,6 +152,23 @@ def test_gemm_no_violating_call_passes(ta, tb):
     assert accepted == 27
 
 
+def test_gemm_no_violating_dtype_pair_passes():
+    """Every pair of dtypes: accepted exactly when both are the same member of T's set; a
+    rejection names a's dtype when a is outside the set, else b's."""
+    op = GemmFwdOp()
+    for da, db in itertools.product(ALL_DTYPES, ALL_DTYPES):
+        a, b = torch.ones(2, 3).to(da), torch.ones(3, 4).to(db)
+        ok = da == db and da in (torch.float16, torch.bfloat16)
+        try:
+            op.check_call(a, b)
+        except SignatureError as e:
+            assert not ok, (da, db)
+            which = "a" if da not in (torch.float16, torch.bfloat16) else "b"
+            assert f"[signature.inputs.{which}.dtype at " in str(e), (da, db, str(e))
+            continue
+        assert ok, (da, db)
+
+
 @pytest.mark.parametrize("ta, tb", LAYOUTS)
 @pytest.mark.parametrize("M, N, K", [(3, 5, 7), (17, 9, 33)])
 def test_gemm_valid_calls_agree_with_torch(ta, tb, M, N, K):
