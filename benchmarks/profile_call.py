@@ -1,0 +1,69 @@
+"""Where the host time of one eager opspec call goes: each piece timed on its own.
+
+`python benchmarks/profile_call.py [--device cuda]`: the SiluAndMul call on a tiny tensor,
+split into the pieces `_run_call` performs, each timed in a loop of `--calls` iterations
+(median of `--rounds`), so the overhead of `op(x)` over the kernel launch can be read off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--calls", type=int, default=5000)
+    ap.add_argument("--rounds", type=int, default=7)
+    args = ap.parse_args(argv)
+    from opspec.kernels.silu_and_mul_impl import SiluAndMulCall
+    from opspec.ops import SiluAndMulFwdOp
+
+    dev = torch.device(args.device)
+    op = SiluAndMulFwdOp()
+    x = torch.randn(4, 16, dtype=torch.float16, device=dev)
+    y = op(x)
+    br = op._branch_for((x,), None)
+    ind, d, _ = br.code.call(op, x, None, br.ind)
+    call = SiluAndMulCall("float16", device=dev)
+    entry = op.kernel_for("silu_and_mul", call)
+    out = torch.empty((4, 8), dtype=x.dtype, device=dev)
+    pieces = {
+        "op(x)": lambda: op(x),
+        "torch.compiler.is_compiling()": torch.compiler.is_compiling,
+        "_branch_for": lambda: op._branch_for((x,), None),
+        "generated call checks": lambda: br.code.call(op, x, None, br.ind),
+        "forward (alloc + call spec + kernel_for + launch)": lambda: op.forward(x),
+        "torch.empty (output)": lambda: torch.empty((4, 8), dtype=x.dtype, device=dev),
+        "SiluAndMulCall(...)": lambda: SiluAndMulCall("float16", device=x.device),
+        "kernel_for (hit)": lambda: op.kernel_for("silu_and_mul", call),
+        "entry.forward (launch)": lambda: entry.forward(x, out),
+        "generated output checks": lambda: br.code.finish(op, y, x, None, ind, d),
+        "x.device": lambda: x.device,
+    }
+    for name, fn in pieces.items():
+        for _ in range(50):
+            fn()
+    res = {}
+    for name, fn in pieces.items():
+        samples = []
+        for _ in range(args.rounds):
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(args.calls):
+                fn()
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            samples.append((time.perf_counter() - t0) / args.calls * 1e6)
+        res[name] = statistics.median(samples)
+        print(f"{name:52s} {res[name]:8.2f} us")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
