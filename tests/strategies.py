@@ -125,10 +125,10 @@ CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 
 def corpus_strings():
     """(where, text, is_shape) for every expression-bearing string of the spec files."""
-    import yaml
+    from opspec.schema.yaml_source import load_yaml  # the project's own reader, no PyYAML
 
     for path in sorted((CORPUS / "tileops" / "spec").glob("*.yaml")):
-        for op, entry in (yaml.safe_load(path.read_text()) or {}).items():
+        for op, entry in (load_yaml(path.read_text(), str(path))[0] or {}).items():
             if not isinstance(entry, dict):
                 continue
             where = f"{path.name}:{op}"
