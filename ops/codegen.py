@@ -190,21 +190,23 @@ class BranchGenerator:
         w(f"def {oname}(op, ind):")
         with w.indent():
             w('"""The output types: (name, shape, dtype name) of each output on this branch."""')
-            self.bind_params(b.call, outputs=True)
-            for n in sorted(self.solved_names()):
-                w(f"{_lv(n)} = ind[{n!r}]")
+            self.bind_call_state(b.call)
             w("return " + self.output_types())
         w()
         xname = f"finish_{tag}"
         w(f"def {xname}(op, _r, {args + ', ' if args else ''}t_out, ind, _dev):")
         with w.indent():
             w('"""Checks of what forward returned (seed § 1, step 7)."""')
-            self.bind_params(b.call, outputs=True)
-            for n in sorted(self.solved_names()):
-                w(f"{_lv(n)} = ind[{n!r}]")
+            self.bind_call_state(b.call)
             self.output_checks()
             w("return _r")
         return w.source(), cname, fname, oname, xname
+
+    def bind_call_state(self, steps) -> None:
+        """Bind the parameters and every index and let a finished call check solved."""
+        self.bind_params(steps, outputs=True)
+        for n in sorted(self.solved_names()):
+            self.w(f"{_lv(n)} = ind[{n!r}]")
 
     def output_types(self) -> str:
         outs = []
