@@ -33,6 +33,7 @@ from opspec.solver.discriminants import (
 from opspec.solver.fold import FamilyCycle, Folder
 from opspec.solver.order import BranchResult, obviously_dim, plan_branch
 from opspec.solver.queries import BranchQueries
+from opspec.solver.spec_checks import SPEC_CHECKS
 from opspec.solver.z3env import DEFAULT_RLIMIT, Verdict
 
 PROVEN, REFUTED, UNKNOWN = "proven", "refuted", "unknown"
@@ -100,7 +101,14 @@ class _Prover:
         for combo in combinations(ds):
             combos += 1
             branches.append(self.check_combo(combo))
-        plan = P.Plan(spec.name, spec.file, "", tuple(d.key for d in ds), tuple(branches))
+        plan = P.Plan(spec.name, spec.file, "", tuple(d.key for d in ds), tuple(branches), spec)
+        if not spec.broken:
+            # Whole-spec passes over the proven plan (workloads, effects, SymInt safety).
+            for check in SPEC_CHECKS:
+                for d in check(spec, self.loaded, plan):
+                    self.report(d.check, d.path or "", d.message, severity=d.severity,
+                                counterexample=dict(d.counterexample) if d.counterexample else None,
+                                hint=d.hint)
         return self.diags, plan, combos
 
     # -- static checks -----------------------------------------------------------------------

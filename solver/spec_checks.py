@@ -1,0 +1,14 @@
+"""The whole-spec passes the prover runs after it has planned every combination.
+
+Each pass is a function `check(spec, loaded, plan) -> list[Diagnostic]` over the elaborated
+spec, its loaded form (for positions) and the proven Plan; the prover files the diagnostics
+under the spec. Passes are listed here, in the order they run.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+SpecCheck = Callable[..., list]
+
+SPEC_CHECKS: list[SpecCheck] = []
