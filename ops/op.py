@@ -414,6 +414,14 @@ class Op:
             raise
         finally:
             subcalls = stack.pop() if stack is not None else ()
+        if subcalls and self.delegate_types:
+            held = {id(d) for d in self.__dict__.get("_opspec_delegates", {}).values()}
+            stray = [type(sub).__name__ for sub, _ in subcalls if id(sub) not in held]
+            if stray:
+                # Stages are complete or the call fails: rooflines that read stages are never
+                # silently wrong (reference §7).
+                raise SignatureError(f"{type(self).__name__}: sub-op calls of {stray} are not held "
+                                     "through delegate_for; hold every sub-op with delegate_for")
         self._opspec_last = (br, ind, inputs, out, result, device, subcalls)
         if stack:
             stack[-1].append((self, self._opspec_last))
@@ -483,6 +491,42 @@ class Op:
         return SignatureCall(type(self).__name__, indices, br.branch.combo, device, tensors,
                              traffic, tuple(br.written), out is not None, metadata,
                              {k: tuple(v) for k, v in stages.items()})
+
+    # -- composites: sub-ops held by stage (reference §7) ---------------------------------------
+
+    def delegate_for(self, stage: str, identity: Any, given: "Op | None" = None, /,
+                     **params: Any) -> "Op":
+        """The sub-op of `stage` built as `identity` — the only way a composite holds one.
+
+        One `(stage, identity)` is built once (`delegate_types[stage](**params)`, inheriting
+        this op's `target`) or injected (`given`, which keeps its own target); asking again
+        returns the held instance. A sub-op's completed calls are filed under its stage in
+        this op's `last_call.stages`."""
+        if stage not in self.delegate_types:
+            raise SignatureError(f"{type(self).__name__}: no stage {stage!r} in delegate_types "
+                                 f"{list(self.delegate_types)}")
+        held = self.__dict__.setdefault("_opspec_delegates", {})
+        key = (stage, identity)
+        sub = held.get(key)
+        if sub is not None:
+            return sub
+        if given is not None:
+            for k, other in held.items():
+                if other is given:
+                    raise SignatureError(f"{type(self).__name__}: this {type(given).__name__} is "
+                                         f"already held as {k}; hold each sub-op once")
+            sub = given
+        else:
+            sub = self.delegate_types[stage](**params, target=self.target)
+        sub._opspec_stage = stage
+        held[key] = sub
+        return sub
+
+    def held_delegates(self) -> list["Op"]:
+        """The sub-ops held, in stage order."""
+        held = self.__dict__.get("_opspec_delegates", {})
+        order = list(self.delegate_types)
+        return [sub for (stage, _), sub in sorted(held.items(), key=lambda kv: order.index(kv[0][0]))]
 
     def eval_roofline(self) -> tuple[int, int]:
         from opspec.ops.roofline import eval_roofline
