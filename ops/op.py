@@ -132,7 +132,7 @@ class _ClassInfo:
 class _Branch:
     """One call-time branch of one instance: its generated code and construction indices."""
 
-    __slots__ = ("branch", "code", "ind", "error", "written", "present", "alias", "out_name")
+    __slots__ = ("branch", "code", "ind", "error", "written", "present")
 
     def __init__(self, branch, code, ind, error):
         self.branch = branch
@@ -288,7 +288,6 @@ class Op:
     def _select_branches(self, info: _ClassInfo) -> dict[tuple, _Branch]:
         fixed = self._construction_combo(info)
         branches: dict[tuple, _Branch] = {}
-        excluded = []
         for b in info.plan.branches:
             combo = dict(b.combo)
             if any(not _same(combo.get(k), v) for k, v in fixed.items()):
@@ -297,7 +296,6 @@ class Op:
             if info.has_out:
                 key += (bool(combo.get("present(out)")),)
             if b.excluded_by is not None:
-                excluded.append(b.excluded_by)
                 branches[key] = _Branch(b, None, None, SignatureError(
                     f"{type(self).__name__}: this combination of arguments is excluded by "
                     f"`{_decl_text(info, b.excluded_by)}`{_where(self, b.excluded_by)}"))
