@@ -55,6 +55,10 @@ CHECK_DOCS: dict[str, tuple[str, str]] = {
                       'outputs: {y: {shape: "[N - 4]"}}   # no rule N >= 4'),
     "divisor": ("a divisor can be <= 0 for a call that passes every other check",
                 'params: {g: {type: int}}  let: {C_g: "C // g"}   # no rule g > 0'),
+    "dispatch": ("two implementations of a kernel interface serve one call without "
+                 "preferred_over, or none serves a call the spec accepts",
+                 'gemv: applies "M <= 16", gemm: applies "M >= 8", no preferred_over   '
+                 '# M = 8: ambiguous'),
 }
 
 

@@ -24,6 +24,7 @@ from opspec.schema.settings import cache_root, caching_enabled
 from . import report as R
 from .bench import add_parser as add_bench_parser, cmd_bench
 from .checks import checks_epilog
+from .diff import add_parser as add_diff_parser, cmd_diff
 from .progress import ProgressBar
 
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
@@ -97,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--no-cache", action="store_true", help="do not use the proof cache")
 
     add_bench_parser(sub)
+    add_diff_parser(sub)
     return parser
 
 
@@ -222,7 +224,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"load": cmd_load, "prove": cmd_prove, "schema": cmd_schema, "explain": cmd_explain,
-            "bench": cmd_bench}
+            "bench": cmd_bench, "diff": cmd_diff}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

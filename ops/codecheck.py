@@ -129,5 +129,7 @@ def apply_code_checks(report: Any, manifest: Any) -> None:
             spec, _ = elaborate(loaded, adts)
             if spec is not None:
                 r.diagnostics.extend(check_class(cls, spec, loaded.pos))
+                from opspec.ops.dispatch_proof import dispatch_checks
+                r.diagnostics.extend(dispatch_checks(cls, spec, loaded.pos(())))
         r.code_checks = "checked"
         r.verdict = verdict_of(r.diagnostics)

@@ -41,6 +41,9 @@ for _n in K.DTYPES:
 _INSTANCES: "weakref.WeakValueDictionary[str, Op]" = weakref.WeakValueDictionary()
 _instance_counter = itertools.count()
 _local = threading.local()
+#: Held while a class's `_ClassInfo` is made (its first use): threads that construct the
+#: first instances at once used to each make one, lowering (and proving) it once per thread.
+_info_lock = threading.RLock()
 
 
 _is_compiling = torch.compiler.is_compiling
@@ -173,7 +176,12 @@ class Op:
     @classmethod
     def _info(cls) -> _ClassInfo:
         info = cls.__dict__.get("_opspec_info")
-        if info is None:
+        if info is not None:
+            return info
+        with _info_lock:
+            info = cls.__dict__.get("_opspec_info")  # another thread may have made it
+            if info is not None:
+                return info
             if cls._opspec_entry is None:
                 from opspec.ops.specs import resolve_manifest_path, spec_problems
                 problems = spec_problems(cls)

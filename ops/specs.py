@@ -86,6 +86,10 @@ def spec_problems(cls: type) -> list[str]:
 
 
 _plans: dict[tuple[str, str], Plan] = {}
+#: Held while a plan is proven: threads that first use one class at once used to prove its
+#: spec once each, and proofs must not run side by side in one process (`fresh_context`
+#: swaps z3's process-wide default context). Not `_lock`: loading a manifest needs that one.
+_plan_lock = threading.RLock()
 
 
 def plan_for(entry: SpecEntry) -> Plan:
@@ -95,6 +99,15 @@ def plan_for(entry: SpecEntry) -> Plan:
         p = _plans.get(key)
     if p is not None:
         return p
+    with _plan_lock:
+        with _lock:
+            p = _plans.get(key)  # proven by another thread while this one waited
+        if p is not None:
+            return p
+        return _prove_plan(entry, key)
+
+
+def _prove_plan(entry: SpecEntry, key: tuple[str, str]) -> Plan:
     from opspec.solver.run import ProofCache, default_cache_dir, prove_manifest
 
     report = prove_manifest(_single(entry.manifest, entry.loaded),

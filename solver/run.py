@@ -9,11 +9,13 @@ covers the spec's content, the types file, the opspec version and the z3 version
 from __future__ import annotations
 
 import concurrent.futures as cf
+from concurrent.futures.process import BrokenProcessPool
 import hashlib
 import json
 import os
 import pickle
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,11 +141,33 @@ def _types_raw(manifest: Manifest) -> Any:
     return manifest.types.model_dump(mode="json")
 
 
+#: Held while a spec is proven. `fresh_context` swaps z3py's process-wide default context,
+#: so two threads proving at once (prove_manifest called from threads, or op classes first
+#: used from several threads) made terms in each other's contexts: wrong verdicts or a
+#: segfault. One proof at a time per process; processes (`jobs`) still run side by side.
+_PROVING = threading.Lock()
+
+
+def _fresh_lock_after_fork() -> None:
+    # A worker forked while another thread of the parent was proving inherits the lock held.
+    global _PROVING
+    _PROVING = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_fresh_lock_after_fork)
+
+
 def _prove_one(loaded: LoadedSpec, manifest_types: Any, adt_defs: Any, rlimit: int) -> SpecResult:
     # Each spec in a fresh Z3 context: models then depend on the spec alone, never on what
     # was proven before it in the same process.
-    with fresh_context():
-        return _prove_in_context(loaded, adt_defs, rlimit)
+    try:
+        with _PROVING, fresh_context():
+            return _prove_in_context(loaded, adt_defs, rlimit)
+    except Exception as exc:
+        # Reported here, in the worker: an exception that cannot be pickled back to the
+        # parent (one whose __init__ takes other arguments than its args) broke the whole
+        # process pool, and was then reported as a dead worker.
+        return _crashed(loaded, exc)
 
 
 def _prove_in_context(loaded: LoadedSpec, adt_defs: Any, rlimit: int) -> SpecResult:
@@ -218,15 +242,14 @@ def prove_manifest(manifest: Manifest, *, ops: Iterable[str] | None = None, jobs
             progress(done, total, r)
 
     if jobs > 1 and len(todo) > 1:
-        with cf.ProcessPoolExecutor(max_workers=jobs) as pool:
-            futs = {pool.submit(_prove_one, s, types_raw, manifest.adts, rlimit): s for s in todo}
-            for fut in cf.as_completed(futs):
-                s = futs[fut]
-                try:
-                    r = fut.result()
-                except Exception as exc:  # a worker crash belongs to its spec, not the run
-                    r = _crashed(s, exc)
-                finish(s, r)
+        args = (types_raw, manifest.adts, rlimit)
+        # A worker that dies (os._exit, a signal, the OOM killer) breaks the whole pool:
+        # every spec still pending got BrokenProcessPool and was reported as crashed, not
+        # only the one whose worker died. Those are proven again, each in a pool of its own,
+        # so that only a spec whose own worker dies is reported, and it takes no other down.
+        suspects = _pooled(todo, args, jobs, finish)
+        if suspects:
+            _isolated(suspects, args, jobs, finish)
     else:
         for s in todo:
             try:
@@ -246,7 +269,60 @@ def prove_manifest(manifest: Manifest, *, ops: Iterable[str] | None = None, jobs
     return report
 
 
+def _pooled(todo: list[LoadedSpec], args: tuple, jobs: int,
+            finish: Callable[[LoadedSpec, SpecResult], None]) -> list[LoadedSpec]:
+    """Prove `todo` in one pool of `jobs` workers; return the specs the pool lost when a
+    worker died (in `todo`'s order), unfinished."""
+    lost: set[str] = set()
+    with cf.ProcessPoolExecutor(max_workers=jobs) as pool:
+        futs: dict[cf.Future, LoadedSpec] = {}
+        for s in todo:
+            try:
+                futs[pool.submit(_prove_one, s, *args)] = s
+            except BrokenProcessPool:  # a worker died while specs were still being handed out
+                lost.add(s.name)
+        for fut in cf.as_completed(futs):
+            s = futs[fut]
+            try:
+                r = fut.result()
+            except BrokenProcessPool:
+                lost.add(s.name)
+                continue
+            except Exception as exc:  # a worker crash belongs to its spec, not the run
+                r = _crashed(s, exc)
+            finish(s, r)
+    return [s for s in todo if s.name in lost]
+
+
+def _isolated(todo: list[LoadedSpec], args: tuple, jobs: int,
+              finish: Callable[[LoadedSpec, SpecResult], None]) -> None:
+    """Prove each spec of `todo` in a single-worker pool of its own, `jobs` at a time: a
+    worker that dies now died of its own spec, which is reported as crashed."""
+    pending = list(todo)
+    running: dict[cf.Future, tuple[LoadedSpec, cf.ProcessPoolExecutor]] = {}
+    try:
+        while pending or running:
+            while pending and len(running) < jobs:
+                s = pending.pop(0)
+                pool = cf.ProcessPoolExecutor(max_workers=1)
+                running[pool.submit(_prove_one, s, *args)] = (s, pool)
+            done, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
+            for fut in sorted(done, key=lambda f: todo.index(running[f][0])):
+                s, pool = running.pop(fut)
+                pool.shutdown(wait=True)
+                try:
+                    r = fut.result()
+                except Exception as exc:  # BrokenProcessPool here names this spec's worker
+                    r = _crashed(s, exc)
+                finish(s, r)
+    finally:
+        for _, pool in running.values():
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
 def _crashed(s: LoadedSpec, exc: BaseException) -> SpecResult:
-    d = Diagnostic("unknown", f"the prover crashed on this spec: {type(exc).__name__}: {exc}",
+    what = (f"its worker process died ({exc})" if isinstance(exc, BrokenProcessPool)
+            else f"{type(exc).__name__}: {exc}")
+    d = Diagnostic("unknown", f"the prover crashed on this spec: {what}",
                    op=s.name, pos=s.pos(()), severity=Severity.ERROR)
     return SpecResult(s.name, s.file, s.spec.status if s.spec else "?", REFUTED, [d])

@@ -12,3 +12,6 @@ from typing import Callable
 SpecCheck = Callable[..., list]
 
 SPEC_CHECKS: list[SpecCheck] = []
+
+from opspec.solver.workload_check import check_workloads  # noqa: E402  (check id `workload`)
+SPEC_CHECKS.append(check_workloads)
