@@ -387,6 +387,11 @@ def _context() -> Iterator[None]:
         z3.z3._main_ctx = saved
 
 
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
 @dataclass
 class _Group:
     path: str
@@ -829,7 +834,8 @@ def valid_calls(op_cls: type, /, *, fixed: Mapping[str, Any] | None = None,
                          f"{setup.where}")
 
     @st.composite
-    def draw(data) -> Call:
+    def draw(draw_) -> Call:
+        data = _Data(draw_)
         live = _live_branches(setup)
         if not live:
             raise ValueError(f"{op_cls.__name__}: no branch admits a call with axes <= "
@@ -845,6 +851,16 @@ def valid_calls(op_cls: type, /, *, fixed: Mapping[str, Any] | None = None,
         return _build(setup, bi, vals, seed)
 
     return draw()
+
+
+class _Data:
+    """`draw(strategy, label)` over the draw function of `st.composite`."""
+
+    def __init__(self, draw: Callable):
+        self._draw = draw
+
+    def draw(self, strategy: st.SearchStrategy, label: str | None = None) -> Any:
+        return self._draw(strategy)
 
 
 def _live_branches(setup: _Setup) -> list[_BranchInfo]:
@@ -947,9 +963,11 @@ def _affine_coeff(spec, ax: Expr) -> tuple[int, Expr] | None:
     return lin[0].value, lin[1]
 
 
-def _violation(setup: _Setup, bi: _BranchInfo, kind: str, path: str, data) -> tuple | None:
-    """(values, blame) of a call breaking `path`, or None when none was found."""
-    with _context():
+def _violation(setup: _Setup, bi: _BranchInfo, kind: str, path: str, data,
+               fresh: bool = True) -> tuple | None:
+    """(values, blame, detail) of a call breaking `path`, or None when none was found.
+    `fresh`: in a fresh Z3 context (else in the current one)."""
+    with (_context() if fresh else _nothing()):
         e = _Encoding(setup, bi)
         hard, extras = _broken(e, kind, path)
         s = e.solver([], extra=hard + e.bounds() + _fixed_constraints(e))
@@ -1021,7 +1039,7 @@ def _viable(setup: _Setup, bi: _BranchInfo) -> list[tuple[str, str]]:
             return got
     with _context():
         targets = _targets(_Encoding(setup, bi))
-    ok = [t for t in targets if _violation(setup, bi, t[0], t[1], None) is not None]
+        ok = [t for t in targets if _violation(setup, bi, t[0], t[1], None, fresh=False)]
     with setup.lock:
         setup.viable[bi.key] = ok
     return ok
@@ -1106,7 +1124,8 @@ def violating_calls(op_cls: type, declaration: str | Iterable[str] | None = None
         return items
 
     @st.composite
-    def draw(data) -> Call:
+    def draw(draw_) -> Call:
+        data = _Data(draw_)
         items = menu()
         kind, path, what = data.draw(st.sampled_from(items), label="violation")
         if kind == PARAM:

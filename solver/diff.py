@@ -478,17 +478,23 @@ class _Side:
         self.checks: list[_Check] = []
         self.solved: set[str] = set()
         self.outputs: dict[str, ShapeList] = {}
+        # A dtype name written bare (`dtype: float32`) is the literal 'float32' to the encoder.
+        self._folder = Folder(spec, dict(res.branch.combo))
+        self._dtypes = {n: Const(n) for n in K.DTYPES if n not in spec.symbols}
+
+    def lit(self, e: Expr) -> Expr:
+        return self._folder.expr(e, self._dtypes)
 
     def check(self, decl: str, what: str, e: Expr) -> None:
         mark = len(self.enc.domain)
-        cond = self.enc.expr(e)
+        cond = self.enc.expr(self.lit(e))
         dom = [c for _, c in self.enc.domain[mark:]]
         self.checks.append(_Check(decl, what, z3.And(*dom, cond) if dom else cond,
                                   len(self.checks)))
 
     def define(self, decl: str, what: str, name: str, e: Expr) -> None:
         mark = len(self.enc.domain)
-        self.defs.append(self.enc.equal(Name(name), e))
+        self.defs.append(self.enc.equal(Name(name), self.lit(e)))
         dom = [c for _, c in self.enc.domain[mark:]]
         if dom:
             self.checks.append(_Check(decl, what + " cannot be evaluated", z3.And(*dom),
@@ -546,7 +552,9 @@ class _Side:
             self.define(st.decl, f"{role} `{t}`: dtype {n}", n, Name(_dtype_var(t)))
             members = spec.forall[n].members if isinstance(spec.forall.get(n), K.DTypeK) else None
             if members:
-                self.check(st.decl, f"{role} `{t}`: dtype {n} must be one of "
+                # The set is declared with the index: point there (the runtime's message
+                # names the tensor, as `what` does).
+                self.check(f"signature.forall.{n}", f"{role} `{t}`: dtype {n} must be one of "
                            f"{' | '.join(sorted(members))}",
                            self._in_dtypes(Name(_dtype_var(t)), members))
             return
@@ -625,13 +633,13 @@ class _Side:
         parts = []
         for ax in o.shape.axes:
             if isinstance(ax, Splat):
-                parts.append(enc.expr(ax.value))
+                parts.append(enc.expr(self.lit(ax.value)))
             else:
-                parts.append(z3.Unit(enc.expr(ax)))
+                parts.append(z3.Unit(enc.expr(self.lit(ax))))
         seq = (z3.Empty(z3.SeqSort(z3.IntSort())) if not parts else
                parts[0] if len(parts) == 1 else z3.Concat(*parts))
         self.defs.append(enc.var(_out_shape_var(o.name)) == seq)
-        self.defs.append(enc.equal(Name(_out_dtype_var(o.name)), o.dtype))
+        self.defs.append(enc.equal(Name(_out_dtype_var(o.name)), self.lit(o.dtype)))
         dom = [c for _, c in enc.domain[mark:]]
         if dom:
             self.checks.append(_Check(o.decl, f"output `{o.name}`: its type "

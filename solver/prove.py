@@ -32,11 +32,85 @@ from opspec.solver.discriminants import (
 )
 from opspec.solver.fold import FamilyCycle, Folder
 from opspec.solver.order import BranchResult, obviously_dim, plan_branch
-from opspec.solver.queries import BranchQueries
+from opspec.solver.queries import Answer, BranchQueries
 from opspec.solver.spec_checks import SPEC_CHECKS
 from opspec.solver.z3env import DEFAULT_RLIMIT, Verdict
 
 PROVEN, REFUTED, UNKNOWN = "proven", "refuted", "unknown"
+
+#: Hard caps on the work of one spec, so that no spec text makes the prover run unbounded
+#: (40 optional inputs are 2**40 combinations; a nonlinear rule read on every combination
+#: spends a whole rlimit per question). Past a cap the rest is not checked and one `unknown`
+#: advisory says so: the verdict is then `unknown`, never `proven`.
+#: - at most COMBOS_HARD_LIMIT combinations are enumerated (the stored corpus's largest spec
+#:   has 2048; 4096 combinations that each ask Z3 one cheap question take about 40 s);
+#: - the Z3 questions of one spec may spend Z3_BUDGET_FACTOR rlimits in all, each question
+#:   charged its own resource units plus 1/QUESTION_FEE_DIVISOR of an rlimit for its fixed
+#:   cost: at most 8192 cheap questions, or about 64 undecided ones (about 20 s).
+COMBOS_HARD_LIMIT = 4096
+Z3_BUDGET_FACTOR = 64
+QUESTION_FEE_DIVISOR = 128
+
+
+def _rlimit_spent() -> int:
+    """Z3's deterministic resource units spent so far in the current context (the statistic
+    is per context; an empty check adds 2 units)."""
+    s = z3.Solver()
+    s.check()
+    stats = s.statistics()
+    return stats.get_key_value("rlimit count") if "rlimit count" in stats.keys() else 0
+
+
+class _Budget:
+    """The Z3 work left to one spec (see Z3_BUDGET_FACTOR)."""
+
+    def __init__(self, rlimit: int):
+        self.left = Z3_BUDGET_FACTOR * rlimit
+        self.fee = max(1, rlimit // QUESTION_FEE_DIVISOR)
+        self.questions = 0
+        self._mark: int | None = None
+
+    @property
+    def spent_out(self) -> bool:
+        return self.left <= 0
+
+    def charge(self) -> None:
+        now = _rlimit_spent()
+        if self._mark is not None:
+            self.left -= now - self._mark
+        self._mark = now
+        self.left -= self.fee
+        self.questions += 1
+
+
+class _BudgetedQueries:
+    """A branch's queries that stop asking Z3 once the spec's budget is spent: a question
+    asked after that is undecided, with the reason."""
+
+    REASON = "the Z3 budget of this spec is spent"
+
+    def __init__(self, queries: BranchQueries, budget: _Budget):
+        self._q = queries
+        self._budget = budget
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._q, name)
+
+    def _ask(self, fn, *args, **kwargs) -> Answer:
+        if self._budget.spent_out:
+            return Answer(Verdict.UNKNOWN, reason=self.REASON)
+        if self._budget._mark is None:
+            self._budget._mark = _rlimit_spent()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self._budget.charge()
+
+    def two_solutions(self, *args, **kwargs) -> Answer:
+        return self._ask(self._q.two_solutions, *args, **kwargs)
+
+    def satisfiable(self, *args, **kwargs) -> Answer:
+        return self._ask(self._q.satisfiable, *args, **kwargs)
 
 
 @dataclass
@@ -76,6 +150,8 @@ class _Prover:
         self.diags: list[Diagnostic] = []
         self._seen: set[tuple] = set()
         self._z3_cache: dict[tuple, Any] = {}
+        self.budget = _Budget(rlimit)
+        self.unasked = 0  # combinations whose Z3 questions the spent budget left unasked
 
     def report(self, check: str, path: str, message: str, *, severity=Severity.ERROR,
                counterexample: dict | None = None, hint: str | None = None, dedup=None) -> None:
@@ -99,8 +175,26 @@ class _Prover:
         branches = []
         combos = 0
         for combo in combinations(ds):
+            if combos == COMBOS_HARD_LIMIT:
+                # A hard cap (see COMBOS_HARD_LIMIT): enumerating 2**40 combinations never
+                # ends. The plan holds only the combinations checked.
+                self.report("unknown", "signature", f"{n} combinations of discriminant values "
+                            f"exceed the hard cap of {COMBOS_HARD_LIMIT}: only the first "
+                            f"{COMBOS_HARD_LIMIT} were checked, and calls on the others have "
+                            "no branch", severity=Severity.ADVISORY, dedup="combos-hard-cap",
+                            hint="make fewer parameters discriminants (a Bool, enum, Maybe or "
+                                 "optional tensor each doubles the count or more)")
+                break
             combos += 1
             branches.append(self.check_combo(combo))
+        if self.unasked:
+            self.report("unknown", "signature", f"the Z3 budget of this spec "
+                        f"({Z3_BUDGET_FACTOR} x rlimit resource units) was spent after "
+                        f"{self.budget.questions} questions; the questions of {self.unasked} "
+                        f"of {combos} combinations were not asked", severity=Severity.ADVISORY,
+                        dedup="z3-budget",
+                        hint="look for nonlinear refinements or axes (a product of two "
+                             "unknowns), and for combinations that each ask new questions")
         plan = P.Plan(spec.name, spec.file, "", tuple(d.key for d in ds), tuple(branches), spec)
         if not spec.broken:
             # Whole-spec passes over the proven plan (workloads, effects, SymInt safety).
@@ -201,8 +295,11 @@ class _Prover:
             # Declarations that failed to load or elaborate are left out; solving and Z3
             # questions over what remains would only echo those errors.
             return res.branch
+        if self.budget.spent_out:
+            self.unasked += 1
+            return res.branch
         invariants = self.invariants(combo, folder)
-        queries = BranchQueries(spec, res, invariants)
+        queries = _BudgetedQueries(BranchQueries(spec, res, invariants), self.budget)
         # Combinations that fold to the same declarations ask Z3 the same questions.
         key = problem_key(res, invariants)
         unknowns = tuple(u.name for u in res.unsolved)

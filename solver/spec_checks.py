@@ -15,3 +15,5 @@ SPEC_CHECKS: list[SpecCheck] = []
 
 from opspec.solver.workload_check import check_workloads  # noqa: E402  (check id `workload`)
 SPEC_CHECKS.append(check_workloads)
+from opspec.solver.effect_check import check_effects  # noqa: E402  (check id `effect`)
+SPEC_CHECKS.append(check_effects)
