@@ -176,6 +176,7 @@ class BranchGenerator:
             w("_d = -1")
             w("try:")
             with w.indent():
+                self.absent_inputs()
                 for s in b.call:
                     self.step(s, construction=False)
                 self.dtype_combos()
@@ -201,6 +202,22 @@ class BranchGenerator:
             self.output_checks()
             w("return _r")
         return w.source(), cname, fname, oname, xname
+
+    def absent_inputs(self) -> None:
+        """An input that does not exist on this branch (its `optional` expression is false
+        for these parameters) must not be passed: a tensor there would reach no check."""
+        w, spec = self.w, self.spec
+        for n in self.call_inputs:
+            t = spec.inputs[n]
+            if n in self.branch.present or t.optional is True:
+                continue  # `optional: true` inputs select the branch by their presence
+            cond = t.optional if t.optional is not False else None
+            what = f"input {n}" + (f" (optional: {print_expr(cond)}, false here)" if cond else "")
+            d = self.decl(t.path + ".optional", what, "None")
+            w(f"_d = {d}")
+            w(f"if {_tv(n)} is not None:")
+            with w.indent():
+                self.fail(d, "None", "'a tensor'")
 
     def bind_call_state(self, steps) -> None:
         """Bind the parameters and every index and let a finished call check solved."""

@@ -18,7 +18,9 @@ from typing import Any, ClassVar, Mapping
 import torch
 
 from opspec.schema import kinds as K
-from opspec.schema.errors import OpspecError, SignatureError, SignatureTypeError
+from opspec.schema.errors import (
+    NoCallError, OpspecError, SignatureError, SignatureTypeError, SpecError,
+)
 from opspec.schema.values import ADTValue
 from opspec.ops import codegen
 from opspec.ops.backend import (
@@ -169,7 +171,10 @@ class Op:
             cls._opspec_param_names = tuple(spec.params)
             if spec.inputs and spec.composition is None and "compile_op_names" not in cls.__dict__:
                 from opspec.ops.boundary import install_boundary
-                install_boundary(cls)
+                try:
+                    install_boundary(cls)
+                except SpecError:
+                    pass  # a refuted spec: the class still imports; constructing it raises
         else:
             cls._opspec_param_names = ()
 
@@ -186,10 +191,10 @@ class Op:
                 from opspec.ops.specs import resolve_manifest_path, spec_problems
                 problems = spec_problems(cls)
                 if problems:  # the spec is there but has errors: say which, not "no spec"
-                    raise OpspecError(f"{cls.__name__}: its spec in "
+                    raise SpecError(f"{cls.__name__}: its spec in "
                                       f"{resolve_manifest_path(cls) or 'the bundled manifest'} "
                                       "has errors:\n  " + "\n  ".join(problems))
-                raise OpspecError(f"{cls.__name__} has no spec in its manifest; an op class is "
+                raise SpecError(f"{cls.__name__} has no spec in its manifest; an op class is "
                                   "named like its spec (see `Op.manifest`)")
             info = _ClassInfo(cls, cls._opspec_entry)
             cls._opspec_info = info
@@ -319,7 +324,12 @@ class Op:
         if not live:
             errs = [br.error for br in branches.values() if br.error is not None]
             if errs:
-                raise errs[0]
+                # Name the reason most branches share: a rule that excludes these parameters
+                # on every branch, not one that only some call-time presence would break.
+                counts: dict[str, int] = {}
+                for e in errs:
+                    counts[str(e)] = counts.get(str(e), 0) + 1
+                raise max(errs, key=lambda e: counts[str(e)])
             raise SignatureError(f"{type(self).__name__}: no branch of the signature accepts these "
                                  f"parameters ({fixed})")
         return branches
@@ -457,7 +467,7 @@ class Op:
     @property
     def last_call(self) -> SignatureCall:
         if self._opspec_last is None:
-            raise RuntimeError(f"{type(self).__name__} has completed no call yet")
+            raise NoCallError(f"{type(self).__name__} has completed no call yet")
         return self._record(*self._opspec_last)
 
     def _record(self, br, ind, inputs, out, result, device, subcalls) -> SignatureCall:

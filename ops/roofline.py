@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 
-from opspec.schema.errors import OpspecError
+from opspec.schema.errors import SpecError
 from opspec.schema.evaluate import BYTES_KEY, evaluate
 
 
@@ -31,7 +31,7 @@ def eval_roofline(op) -> tuple[int, int]:
     spec = info.spec
     r = spec.roofline
     if r is None:
-        raise OpspecError(f"{type(op).__name__}: its spec declares no roofline")
+        raise SpecError(f"{type(op).__name__}: its spec declares no roofline")
     if r.func is not None:
         fn = resolve_func(r.func, info.entry.manifest.types.python_prefixes)
         flops, nbytes = fn(call)
@@ -50,13 +50,13 @@ def resolve_func(path: str, prefixes) -> object:
     """Import `module.function`, only inside an allowlisted package prefix."""
     if not any(path == p.rstrip(".") or path.startswith(p if p.endswith(".") else p + ".")
                for p in prefixes):
-        raise OpspecError(f"roofline func `{path}` is outside the manifest's python_prefixes "
+        raise SpecError(f"roofline func `{path}` is outside the manifest's python_prefixes "
                           f"{list(prefixes)}; opspec imports nothing else a spec names")
     module, _, attr = path.rpartition(".")
     if not module or not attr.isidentifier() or attr.startswith("_"):
-        raise OpspecError(f"roofline func `{path}` is not `package.module.function`")
+        raise SpecError(f"roofline func `{path}` is not `package.module.function`")
     mod = importlib.import_module(module)
     fn = getattr(mod, attr, None)
     if not callable(fn):
-        raise OpspecError(f"roofline func `{path}` is not a function")
+        raise SpecError(f"roofline func `{path}` is not a function")
     return fn

@@ -107,6 +107,12 @@ def plan_for(entry: SpecEntry) -> Plan:
         return _prove_plan(entry, key)
 
 
+#: Errors that leave no sound plan to lower; the others (workload rows, effects, SymInt
+#: safety, code) are reported by `opspec prove` but do not stop the runtime.
+_UNSOUND = frozenset({"parse", "name", "kind", "language", "rejected-form", "family-gap",
+                      "family-overlap", "family-cycle", "unsolvable", "ambiguous", "let-cycle"})
+
+
 def _prove_plan(entry: SpecEntry, key: tuple[str, str]) -> Plan:
     from opspec.solver.run import ProofCache, default_cache_dir, prove_manifest
 
@@ -114,6 +120,13 @@ def _prove_plan(entry: SpecEntry, key: tuple[str, str]) -> Plan:
                             cache=ProofCache(default_cache_dir()) if caching_enabled() else None,
                             plans=True)
     result = report.specs[0]
+    errors = [d.render() for d in result.diagnostics if d.is_error and d.check in _UNSOUND]
+    if errors:
+        # A refuted spec has no sound plan to lower (an unsolvable index has no code that
+        # computes it): constructing its op is refused, naming the prover's errors.
+        from opspec.schema.errors import SpecError
+        raise SpecError(f"{entry.loaded.name}: its spec is refuted by the prover; fix it (see "
+                        "`opspec prove`):\n  " + "\n  ".join(errors))
     plan = result.plan
     if plan is None:
         from opspec.solver.prove import prove_spec

@@ -21,6 +21,8 @@ from opspec.schema import kinds as K
 from opspec.schema.errors import OpspecError, SignatureError
 from opspec.schema.evaluate import evaluate, evaluate_requires
 from opspec.schema.expr import Name, ShapeList, Splat
+from opspec.schema.parse import parse_expr
+from opspec.schema.printer import print_expr
 from opspec.schema.primitives import WORKLOAD_SEED
 from opspec.schema.values import ADTValue, to_tuple
 from opspec.solver.order import linear
@@ -63,7 +65,7 @@ def cases(op_cls_or_spec: Any) -> list[Case]:
     out: list[Case] = []
     dtype_params = [n for n, p in spec.params.items() if isinstance(K.unwrap_maybe(p.kind), K.DTypeK)]
     for r, row in enumerate(spec.workloads):
-        values = {k: to_tuple(v) for k, v in row.values.items()}
+        values = {k: _row_value(spec, k, v) for k, v in row.values.items()}
         params = {}
         for n, p in spec.params.items():
             if n in values:
@@ -74,6 +76,18 @@ def cases(op_cls_or_spec: Any) -> list[Case]:
             out.append(Case(spec.name, "-".join(parts), row.label, params, values, dict(dc),
                             tuple(row.some), r, spec, plan))
     return out
+
+
+def _row_value(spec, name: str, v: Any) -> Any:
+    """A row value as the language sees it: a sequence written as a value primitive call
+    (`"repeat(512, 8)"`) is evaluated; lists become tuples."""
+    kind = spec.forall.get(name) or (spec.params[name].kind if name in spec.params else None)
+    if isinstance(v, str) and isinstance(K.unwrap_maybe(kind), K.SeqK):
+        try:
+            return to_tuple(evaluate(parse_expr(v), {}))
+        except Exception as exc:
+            raise WorkloadError(f"{spec.name}: workload value {name}: `{v}` raises {exc}") from exc
+    return to_tuple(v)
 
 
 def _param_value(v: Any, kind: K.Kind) -> Any:
@@ -157,7 +171,7 @@ def instantiate(case: Case, device: torch.device, seed: int = WORKLOAD_SEED) -> 
             vals = evaluate(t.values, env, rng=rng)
         except Exception as exc:
             raise WorkloadError(f"{case.op}: case {case.id}: the generator of `{n}` "
-                                f"(`{t.values}`) raises {exc}") from exc
+                                f"(`{print_expr(t.values)}`) raises {exc}") from exc
         generated[n] = vals
         _unify_generated(case, n, shapes[n], vals, env)
     _settle_lets(spec, env)
@@ -170,7 +184,7 @@ def instantiate(case: Case, device: torch.device, seed: int = WORKLOAD_SEED) -> 
                                     f"{exc}") from exc
             if ok is not True:
                 raise WorkloadError(f"{case.op}: case {case.id}: the generated `{n}` breaks its "
-                                    f"`requires` {r}")
+                                    f"`requires` {print_expr(r)}")
     out = []
     for n in spec.inputs:
         if n not in shapes:

@@ -38,5 +38,9 @@ class SignatureError(OpspecError, ValueError):
     """A call or a construction violates a declaration of the op's signature."""
 
 
+class NoCallError(OpspecError, RuntimeError):
+    """A call record was asked for before any call completed."""
+
+
 class SignatureTypeError(OpspecError, TypeError):
     """A call passes an argument of the wrong Python type (not a tensor, a wrong param type)."""

@@ -70,7 +70,8 @@ class Step:
             return f"{self.target}.dtype == {e}"
         if self.kind == RANK:
             extra = "".join(f" + len({print_expr(s)})" for s in self.splats)
-            return f"{self.target}.dim() == {self.rank}{extra}"
+            # axis == -1 marks a minimum: an unknown splat takes the remaining axes
+            return f"{self.target}.dim() {'>=' if self.axis == -1 else '=='} {self.rank}{extra}"
         if self.kind == LET:
             return f"{self.target} = {e}"
         if self.kind in (RULE, DOMAIN, NONNEG):

@@ -52,15 +52,6 @@ Z3_BUDGET_FACTOR = 64
 QUESTION_FEE_DIVISOR = 128
 
 
-def _rlimit_spent() -> int:
-    """Z3's deterministic resource units spent so far in the current context (the statistic
-    is per context; an empty check adds 2 units)."""
-    s = z3.Solver()
-    s.check()
-    stats = s.statistics()
-    return stats.get_key_value("rlimit count") if "rlimit count" in stats.keys() else 0
-
-
 class _Budget:
     """The Z3 work left to one spec (see Z3_BUDGET_FACTOR)."""
 
@@ -68,18 +59,28 @@ class _Budget:
         self.left = Z3_BUDGET_FACTOR * rlimit
         self.fee = max(1, rlimit // QUESTION_FEE_DIVISOR)
         self.questions = 0
-        self._mark: int | None = None
+        self._probe: z3.Solver | None = None
+        self._mark = 0
+
+    def _spent(self) -> int:
+        """Z3's resource units spent so far in the current context: the statistic is per
+        context, and an idle solver's statistics read it (in microseconds)."""
+        stats = self._probe.statistics()
+        return stats.get_key_value("rlimit count") if "rlimit count" in stats.keys() else 0
 
     @property
     def spent_out(self) -> bool:
         return self.left <= 0
 
+    def start(self) -> None:
+        if self._probe is None:  # made in the context the questions are asked in
+            self._probe = z3.Solver()
+            self._mark = self._spent()
+
     def charge(self) -> None:
-        now = _rlimit_spent()
-        if self._mark is not None:
-            self.left -= now - self._mark
+        now = self._spent()
+        self.left -= now - self._mark + self.fee
         self._mark = now
-        self.left -= self.fee
         self.questions += 1
 
 
@@ -99,8 +100,7 @@ class _BudgetedQueries:
     def _ask(self, fn, *args, **kwargs) -> Answer:
         if self._budget.spent_out:
             return Answer(Verdict.UNKNOWN, reason=self.REASON)
-        if self._budget._mark is None:
-            self._budget._mark = _rlimit_spent()
+        self._budget.start()
         try:
             return fn(*args, **kwargs)
         finally:

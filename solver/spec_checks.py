@@ -17,3 +17,5 @@ from opspec.solver.workload_check import check_workloads  # noqa: E402  (check i
 SPEC_CHECKS.append(check_workloads)
 from opspec.solver.effect_check import check_effects  # noqa: E402  (check id `effect`)
 SPEC_CHECKS.append(check_effects)
+from opspec.solver.symint_check import check_symint  # noqa: E402  (check id `symint`)
+SPEC_CHECKS.append(check_symint)

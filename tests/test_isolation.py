@@ -27,8 +27,10 @@ from opspec.solver.run import ProofCache, prove_manifest
 
 def _spec(op: str, signature: str) -> str:
     body = "".join(f"    {line}\n" for line in signature.strip("\n").splitlines())
+    row = ROWS[signature]
     return (f"{op}:\n  family: toy\n  status: spec-only\n  signature:\n{body}"
-            f"  workloads:\n  - {{label: small}}\n  roofline: {{flops: \"1\"}}\n")
+            f"  workloads:\n  - {{{row}, dtype_cases: [{{T: float16}}], label: small}}\n"
+            f"  roofline: {{flops: \"1\"}}\n")
 
 
 GOOD = """\
@@ -59,6 +61,9 @@ outputs:
 shape_rules:
 - "not f or (x * x * x + y * y * y == z * z * z and x > 0 and y > 0 and z > 0)"
 """
+
+#: The workload row of each signature (every index and parameter it uses).
+ROWS = {GOOD: "M: 4", AMBIGUOUS: "M: 2, N: 3", CUBIC: "x: 1, y: 1, z: 1, f: false"}
 
 #: The expected verdict of each spec of the manifest, and its checks (diagnostic ids).
 EXPECTED = {

@@ -801,3 +801,45 @@ def test_a_spec_with_errors_imports_but_construction_lists_the_errors(tmp_path):
     with pytest.raises(OpspecError) as ei:
         mod.RtNoRooflineFwdOp()
     assert "missing required field `roofline`" in str(ei.value)
+
+
+# -- refused plans, absent inputs, errors' types -------------------------------------------------
+
+def test_an_op_whose_spec_is_refuted_is_not_constructed(tmp_path):
+    import textwrap
+
+    from opspec.ops import Op
+    from opspec.schema.errors import SpecError
+
+    (tmp_path / "toy.yaml").write_text(textwrap.dedent("""
+        RefutedFwdOp:
+          family: toy
+          status: spec-only
+          signature:
+            forall: {M: Dim, N: Dim, T: "DType[float32]"}
+            inputs:
+              x: {dtype: T, shape: "[M]"}
+            outputs:
+              y: {dtype: T, shape: "[N]"}
+          workloads:
+          - {M: 2, N: 2, dtype_cases: [{T: float32}], label: t}
+          roofline: {flops: "M"}
+    """))
+
+    class RefutedFwdOp(Op):
+        manifest = str(tmp_path / "toy.yaml")
+
+        def forward(self, x):
+            return x
+
+    with pytest.raises(SpecError, match=r"RefutedFwdOp: its spec is refuted.*unsolvable.*`N`"):
+        RefutedFwdOp()
+
+
+def test_last_call_before_any_call_is_an_opspec_error():
+    from opspec.ops import SiluAndMulFwdOp
+    from opspec.schema.errors import NoCallError, OpspecError
+
+    with pytest.raises(NoCallError) as info:
+        SiluAndMulFwdOp().last_call
+    assert isinstance(info.value, OpspecError) and isinstance(info.value, RuntimeError)
