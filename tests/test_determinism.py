@@ -33,7 +33,7 @@ AmbiguousFwdOp:
     outputs:
       y: {dtype: T, shape: "[M, N]"}
   workloads:
-  - {label: small}
+  - {M: 2, N: 3, dtype_cases: [{T: float16}], label: small}
   roofline: {flops: "1"}
 NegativeFwdOp:
   family: toy
@@ -45,7 +45,7 @@ NegativeFwdOp:
     outputs:
       y: {dtype: T, shape: "[M - N, K - 1, ceil_div(M, 2) - 2]"}
   workloads:
-  - {label: small}
+  - {M: 4, N: 2, K: 3, dtype_cases: [{T: float16}], label: small}
   roofline: {flops: "1"}
 DeadFwdOp:
   family: toy
@@ -64,7 +64,7 @@ DeadFwdOp:
     - "M < 2"
     - "mode != 'slow' or M > 8"
   workloads:
-  - {label: small}
+  - {M: 1, big: false, mode: fast, dtype_cases: [{T: float16}], label: small}
   roofline: {flops: "1"}
 GapFwdOp:
   family: toy
@@ -92,7 +92,7 @@ GapFwdOp:
     outputs:
       c: {dtype: T, shape: "[M, K]"}
   workloads:
-  - {label: small}
+  - {M: 2, K: 3, m: a, dtype_cases: [{T: float16}], label: small}
   roofline: {flops: "1"}
 LayoutFwdOp:
   family: toy
@@ -108,7 +108,7 @@ LayoutFwdOp:
     shape_rules:
     - "layout.kind == 'masked' or layout.alignment == 0"
   workloads:
-  - {label: small}
+  - {M: 2, N: 3, layout: {masked: {max_m: 4}}, dtype_cases: [{T: float16}], label: small}
   roofline: {flops: "1"}
 CubicFwdOp:
   family: toy
@@ -124,7 +124,7 @@ CubicFwdOp:
     shape_rules:
     - "not f or (x * x * x + y * y * y == z * z * z and x > 0 and y > 0 and z > 0)"
   workloads:
-  - {label: small}
+  - {x: 1, y: 1, z: 1, f: false, dtype_cases: [{T: float16}], label: small}
   roofline: {flops: "1"}
 """
 
