@@ -13,6 +13,7 @@ allowlisted package prefixes.
 from __future__ import annotations
 
 import importlib
+import keyword
 
 from opspec.schema.errors import SpecError
 from opspec.schema.evaluate import BYTES_KEY, evaluate
@@ -53,9 +54,18 @@ def resolve_func(path: str, prefixes) -> object:
         raise SpecError(f"roofline func `{path}` is outside the manifest's python_prefixes "
                           f"{list(prefixes)}; opspec imports nothing else a spec names")
     module, _, attr = path.rpartition(".")
-    if not module or not attr.isidentifier() or attr.startswith("_"):
-        raise SpecError(f"roofline func `{path}` is not `package.module.function`")
-    mod = importlib.import_module(module)
+    # Every dotted part is a public identifier: `opspec..x` used to reach import_module as
+    # `opspec.` (a ModuleNotFoundError, not this error), and a private part such as
+    # `opspec.cli.__main__.main` imported a module that runs the CLI on import.
+    parts = path.split(".")
+    if not module or not all(p.isidentifier() and not keyword.iskeyword(p)
+                             and not p.startswith("_") for p in parts):
+        raise SpecError(f"roofline func `{path}` is not `package.module.function` (public "
+                        "identifiers only)")
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as exc:
+        raise SpecError(f"roofline func `{path}`: cannot import `{module}`: {exc}") from None
     fn = getattr(mod, attr, None)
     if not callable(fn):
         raise SpecError(f"roofline func `{path}` is not a function")

@@ -19,8 +19,12 @@ exactly one declaration: a Z3 model of "every declaration holds except that one,
 false" (a rank, an axis, an exact division, a dtype, a dtype outside its set, a refinement,
 the `out` buffer, ...), or, for parameters, domain restrictions and `contiguous: true`, a
 valid call changed in one place. Every drawn call is confirmed with Z3 on its concrete
-tensors: a violating call is one that no choice of indices makes valid, and `Call.blame`
-lists each declaration whose failure alone explains it (see `Call`).
+tensors: no choice of indices makes a violating call valid. A violating call breaks its
+declaration only where the proven solving order *checks* (never where it *solves* an index:
+changing `a`'s K in a GEMM would make the runtime read another K and blame `b`), so under
+the indices the runtime solves, that declaration is the only false one and the error must
+name it; `Call.blame` adds, for information, every declaration whose failure alone would
+explain the rejection.
 
 Hypothesis stays in charge of the randomness: the branch, the targets Z3 is steered towards
 (each index and parameter gets a drawn value it takes when the declarations allow it) and
@@ -74,9 +78,10 @@ _RETRIES = 6
 RANK, AXIS, DIVISIBILITY, DTYPE, DTYPE_SET = "rank", "axis", "divisibility", "dtype", "dtype-set"
 REFINEMENT, INVARIANT, DOMAIN, PARAM = "refinement", "invariant", "domain", "param"
 OUT_SHAPE, OUT_DTYPE, OUTPUT_AXIS, DTYPE_COMBO = "out-shape", "out-dtype", "output-axis", "dtype-combo"
-CONTIGUOUS = "contiguous"
+CONTIGUOUS, MISSING, ABSENT = "contiguous", "missing", "absent"
 VIOLATION_KINDS = (RANK, AXIS, DIVISIBILITY, DTYPE, DTYPE_SET, REFINEMENT, INVARIANT, DOMAIN,
-                   PARAM, OUT_SHAPE, OUT_DTYPE, OUTPUT_AXIS, DTYPE_COMBO, CONTIGUOUS)
+                   PARAM, OUT_SHAPE, OUT_DTYPE, OUTPUT_AXIS, DTYPE_COMBO, CONTIGUOUS, MISSING,
+                   ABSENT)
 
 
 class SilentPass(AssertionError):
@@ -94,12 +99,13 @@ class Call:
     for an optional input not passed); `out`: the `out` buffer, or None; `indices`: the
     values of the indices and lets (for a valid call, what `check_call` returns).
 
-    A violating call also has `violates` (the declaration path it was drawn to break),
-    `kind` (one of `VIOLATION_KINDS`), `blame` (every declaration whose failure alone
-    explains the rejection; it always holds `violates`, and more only where the spec itself
-    cannot say which declaration is wrong: `a: [M, K]` and `b: [K, N]` that disagree on K
-    break `a.shape` or `b.shape`, and the solving order picks which one the error names)
-    and `detail` (what was changed, in words).
+    A violating call also has `violates` (the declaration path it breaks, which the
+    runtime's error must name), `kind` (one of `VIOLATION_KINDS`), `detail` (what was
+    changed, in words) and `blame`: every declaration whose failure alone explains the
+    rejection. `blame` always holds `violates`; it holds more where the spec itself cannot
+    say which declaration is wrong (`a: [M, K]` and `b: [K, N]` that disagree on K break
+    `a.shape` or `b.shape`; the solving order reads K from `a`, so the runtime names `b`,
+    and the strategy broke `b`).
     """
 
     op: type
@@ -110,12 +116,24 @@ class Call:
     combo: tuple = ()
     violates: str | None = None
     kind: str = "valid"
-    blame: frozenset = frozenset()
     detail: str = ""
+    #: a frozenset, or a function computing it on first use (Z3 queries: one per declaration)
+    _blame: Any = field(default=frozenset(), init=False, repr=False, compare=False)
 
     @property
     def valid(self) -> bool:
         return self.violates is None
+
+    @property
+    def blame(self) -> frozenset:
+        """Every declaration whose failure alone explains the rejection (see the class)."""
+        if callable(self._blame):
+            object.__setattr__(self, "_blame", frozenset(self._blame()))
+        return self._blame
+
+    def _with_blame(self, blame: Any) -> "Call":
+        object.__setattr__(self, "_blame", blame)
+        return self
 
     @property
     def unique(self) -> bool:
@@ -197,19 +215,22 @@ def names_declaration(message: str, path: str) -> bool:
 
 
 def assert_rejected(call: Call) -> OpspecError:
-    """Construct and call; assert a signature error that names a declaration of
-    `call.blame` and that no tensor of the call was written. Returns the error; raises
-    `SilentPass` when the call is accepted."""
+    """Construct and call; assert a signature error that names `call.violates` and that no
+    tensor of the call was written. Returns the error; raises `SilentPass` when the
+    signature checks let the call through (it is accepted, or fails past them)."""
     snap = call.snapshot()
     try:
         call.run()
     except (SignatureError, SignatureTypeError) as exc:
         err = exc
+    except Exception as exc:  # noqa: BLE001 - not a check of the signature: it let it through
+        raise SilentPass(f"the signature checks let through a call that breaks "
+                         f"{call.violates}; then {type(exc).__name__}: {exc}\n{call!r}") from exc
     else:
         raise SilentPass(f"accepted a call that breaks {call.violates}: {call!r}")
     msg = str(err)
-    assert any(names_declaration(msg, p) for p in call.blame), \
-        f"the error names none of {sorted(call.blame)}: {msg}\n{call!r}"
+    assert names_declaration(msg, call.violates), \
+        f"the error does not name {call.violates}: {msg}\n{call!r}"
     written = call.changed(snap)
     assert not written, f"a rejected call wrote {written}: {call!r}"
     return err
@@ -607,7 +628,7 @@ def _soft_targets(data, e: _Encoding, extra: Iterable[tuple[str, Any]] = ()) -> 
         k = K.unwrap_maybe(setup.kinds[n])
         try:
             if isinstance(k, K.IntK):
-                out.append(enc.assign(n, data.draw(st.integers(0, m), label=n)))
+                out.append(enc.assign(n, data.draw(_sizes(m), label=n)))
             elif isinstance(k, K.DTypeK):
                 choices = sorted(k.members) if k.members else list(MAKEABLE_DTYPES)
                 out.append(enc.assign(n, data.draw(st.sampled_from(choices), label=n)))
@@ -622,16 +643,26 @@ def _soft_targets(data, e: _Encoding, extra: Iterable[tuple[str, Any]] = ()) -> 
         except EncodeError:
             continue
     for kind, target in extra:
-        if kind == "axes":
+        if kind == "length":
+            seq, ranks = target
+            if ranks:
+                out.append(z3.Length(seq) == data.draw(st.sampled_from(ranks)))
+        elif kind == "axes":
             seq, length = target
             for i in range(length):
-                out.append(z3.Implies(i < z3.Length(seq), seq[i] == data.draw(st.integers(0, m))))
+                out.append(z3.Implies(i < z3.Length(seq), seq[i] == data.draw(_sizes(m))))
         elif kind == "dtype":
             out.append(target == shared().dtype_consts[
                 data.draw(st.sampled_from(MAKEABLE_DTYPES))])
         elif kind == "bool":
             out.append(target)
     return out
+
+
+def _sizes(m: int) -> st.SearchStrategy[int]:
+    """An axis length or integer to aim at: 1..m uniformly, shrinking to 1, and 0 (an empty
+    tensor) as often as any other value."""
+    return st.sampled_from([*range(1, m + 1), 0])
 
 
 def _greedy(s: z3.Solver, enc: Encoder, targets: list) -> z3.ModelRef | None:
@@ -698,8 +729,19 @@ def _blame(e: _Encoding, pins: list) -> frozenset[str]:
     return frozenset(out)
 
 
+def _lazy_blame(setup: _Setup, bi: _BranchInfo, vals: Mapping[str, Any], path: str) -> Callable:
+    def blame() -> frozenset[str]:
+        with _context():
+            e = _Encoding(setup, bi)
+            out = _blame(e, _pins(e, vals))
+        if path not in out:  # the model of the violation says otherwise: a bug here
+            raise AssertionError(f"{path} does not explain its own violation: {vals}")
+        return out
+    return blame
+
+
 def _build(setup: _Setup, bi: _BranchInfo, vals: Mapping[str, Any], seed: int, *,
-           violates: str | None = None, kind: str = "valid", blame: frozenset = frozenset(),
+           violates: str | None = None, kind: str = "valid", blame: Any = frozenset(),
            detail: str = "") -> Call:
     from opspec.ops.op import DTYPES_BY_NAME
     spec = setup.spec
@@ -716,16 +758,16 @@ def _build(setup: _Setup, bi: _BranchInfo, vals: Mapping[str, Any], seed: int, *
             made[n] = _random(shape, dtype, dev, gen)
     params: dict[str, Any] = {}
     for n, p in spec.params.items():
-        if n in spec.ctensors:
-            params[n] = made.get(n)
-            continue
-        params[n] = _param_value(setup, bi, n, p, vals)
+        if n not in spec.ctensors:
+            params[n] = _param_value(setup, bi, n, p, vals)
+    for n in spec.ctensors:  # construction-time tensors are constructor arguments too
+        params[n] = made.get(n)
     inputs = tuple(made.get(n) for n in spec.inputs)
     out = made.get(bi.out) if bi.out else None
     indices = {k: vals[k] for k in list(spec.forall) + list(spec.lets)
                if k in vals and (k in bi.res.branch.used or k in spec.lets)}
     return Call(setup.op, params, inputs, out, indices, tuple(sorted(bi.combo.items())),
-                violates, kind, blame, detail)
+                violates, kind, detail)._with_blame(blame)
 
 
 def _param_value(setup: _Setup, bi: _BranchInfo, n: str, p, vals: Mapping[str, Any]) -> Any:
@@ -919,6 +961,10 @@ def _broken(e: _Encoding, kind: str, path: str) -> tuple[list, list]:
         if kind == RANK:
             # With a splat, a rank below the fixed axes breaks the shape whatever the splat.
             hard.append(la < fixed if splats else la != ld)
+            top = fixed - 1 if splats else fixed + EXTRA_RANK
+            ranks = sorted((r for r in range(top + 1) if splats or r != fixed),
+                           key=lambda r: (abs(r - fixed), r))
+            extras.append(("length", (g.actual, ranks)))
         else:
             hard += [la == ld, g.actual != g.declared]
             extras.append(("axes", (g.actual, fixed + (EXTRA_RANK if splats else 0))))
@@ -933,15 +979,19 @@ def _broken(e: _Encoding, kind: str, path: str) -> tuple[list, list]:
                             g.actual[i] < e.enc.expr(off))))
         if kind == OUT_SHAPE:
             hard.append(g.cons[1])  # the dtype is right
+        else:
+            hard += _solved_as_modelled(e, g.tensor, shape, dtype=False)
     elif kind == OUT_DTYPE:
         hard += [g.cons[0], z3.Not(g.cons[1])]
         extras.append(("dtype", e.enc.expr(Name(_dtype_var(g.tensor)))))
     elif kind == DTYPE_SET:
         consts = shared().dtype_consts
+        hard += _solved_as_modelled(e, g.tensor, None, dtype=True)
         hard.append(z3.And(*[g.actual != consts[m] for m in sorted(g.members)]))
         extras.append(("dtype", g.actual))
     elif kind == DTYPE:
         hard.append(z3.Not(g.holds()))
+        hard += _solved_as_modelled(e, g.tensor, None, dtype=True)
         if g.members is not None:
             consts = shared().dtype_consts
             hard.append(z3.Or(*[g.actual == consts[m] for m in sorted(g.members)]))
@@ -949,6 +999,51 @@ def _broken(e: _Encoding, kind: str, path: str) -> tuple[list, list]:
     else:  # refinement, invariant, output axis, dtype combination
         hard.append(z3.Not(g.holds()))
     return hard, extras
+
+
+def _solved_as_modelled(e: _Encoding, n: str, shape: ShapeList | None, *, dtype: bool) -> list:
+    """The indices that the proven solving order reads from tensor `n` read the model's
+    values there (or the reading itself fails: an inexact division, a dtype outside its
+    set). A call broken where an index is *solved* would make the runtime solve another
+    value and then fail elsewhere, or several declarations at once; broken only where the
+    declarations are *checked*, the runtime's indices are the model's, only the drawn
+    declaration is false under them, and the error must name it."""
+    enc, out = e.enc, []
+    steps = [st for st in e.bi.res.branch.construction + e.bi.res.branch.call if st.target == n]
+    actual = enc.expr(Name(_shape_var(n)))
+    for st in steps:
+        if dtype and st.kind == P.SOLVE_DTYPE:
+            t, dt = enc.expr(st.expr), enc.expr(Name(_dtype_var(n)))
+            members = e.setup.spec.forall[st.expr.id].members
+            ok = dt == t
+            if members:
+                consts = shared().dtype_consts
+                ok = z3.Or(ok, z3.And(*[dt != consts[m] for m in sorted(members)]))
+            out.append(ok)
+        if dtype or shape is None or st.kind not in (P.SOLVE_AXIS, P.SOLVE_SPLAT):
+            continue
+        axes = shape.axes
+        pos = z3.IntVal(sum(1 for a in axes[:st.axis] if not isinstance(a, Splat)))
+        for a in axes[:st.axis]:
+            if isinstance(a, Splat):
+                pos = pos + z3.Length(enc.expr(a.value))
+        if st.kind == P.SOLVE_SPLAT:
+            after = axes[st.axis + 1:]
+            stop = z3.IntVal(sum(1 for a in after if not isinstance(a, Splat)))
+            for a in after:
+                if isinstance(a, Splat):
+                    stop = stop + z3.Length(enc.expr(a.value))
+            out.append(z3.SubSeq(actual, pos, z3.Length(actual) - pos - stop)
+                       == enc.expr(st.expr))
+            continue
+        value = actual[pos]
+        if st.coeff is None:
+            out.append(value == enc.expr(st.expr))
+        else:
+            c, o = enc.expr(st.coeff), enc.expr(st.offset)
+            out.append(z3.Or(value == c * enc.expr(st.expr) + o, (value - o) % c != 0,
+                             value - o < 0))
+    return out
 
 
 def _affine_coeff(spec, ax: Expr) -> tuple[int, Expr] | None:
@@ -981,26 +1076,34 @@ def _violation(setup: _Setup, bi: _BranchInfo, kind: str, path: str, data,
             pins = _pins(e, vals)
             verdict = _valid_given(e, pins, e.groups)
             if verdict is Verdict.UNSAT:
-                blame = _blame(e, pins)
-                if path not in blame:  # the model itself says otherwise: a bug here
-                    raise AssertionError(f"{path} does not explain its own violation: {vals}")
-                return vals, blame, _describe(e, kind, path, vals, model)
+                return vals, _lazy_blame(setup, bi, vals, path), \
+                    _describe(e, kind, path, vals, model)
             s.add(z3.Not(z3.And(*pins)))  # a call that other indices make valid
         return None
 
 
 def _describe(e: _Encoding, kind: str, path: str, vals: Mapping[str, Any], model) -> str:
     g = e.group(path)
+    name = "out" if g.kind == "out" else g.tensor
     if g.tensor is not None and kind in (RANK, AXIS, OUT_SHAPE):
+        actual = tuple(vals[_shape_var(g.tensor)])
+        declared = _shape_str(e.bi.res.shapes[g.tensor])
+        if kind == RANK:
+            return f"{name} has rank {len(actual)}, declared {declared}"
         dec = model.eval(g.declared, model_completion=True)
         n = model.eval(z3.Length(dec), model_completion=True).as_long()
-        declared = tuple(model.eval(dec[i], model_completion=True).as_long() for i in range(n))
-        return (f"{g.tensor}.shape = {tuple(vals[_shape_var(g.tensor)])}, declared "
-                f"{_shape_str(e.bi.res.shapes[g.tensor])} = {declared}")
+        values = tuple(model.eval(dec[i], model_completion=True).as_long() for i in range(n))
+        return f"{name}.shape = {actual}, declared {declared} = {values}"
     if g.tensor is not None and kind in (DTYPE, DTYPE_SET, OUT_DTYPE):
-        return f"{g.tensor}.dtype = {vals[_dtype_var(g.tensor)]}, declared {print_expr(g.declared)}" \
-            if g.declared is not None and kind != OUT_DTYPE else \
-            f"{g.tensor}.dtype = {vals[_dtype_var(g.tensor)]}"
+        got = f"{name}.dtype = {vals[_dtype_var(g.tensor)]}"
+        if kind == OUT_DTYPE:
+            return got
+        declared = g.declared.value if isinstance(g.declared, Const) else print_expr(g.declared)
+        if isinstance(g.declared, Name) and g.declared.id in vals:
+            declared += f" = {vals[g.declared.id]}"
+        if kind == DTYPE_SET:
+            declared += f" in {{{', '.join(sorted(g.members))}}}"
+        return f"{got}, declared {declared}"
     rules = [r.text for r in e.setup.spec.rules if r.path == path]
     return f"`{rules[0]}` is false" if rules else f"{path} is false"
 
@@ -1065,9 +1168,18 @@ def _param_targets(setup: _Setup) -> list[tuple[str, str, Any]]:
     return out
 
 
-def _contiguous_targets(setup: _Setup, bi: _BranchInfo) -> list[tuple[str, str]]:
-    return [(CONTIGUOUS, setup.spec.tensors[n].path + ".contiguous") for n in bi.tensors
-            if setup.spec.tensors[n].contiguous]
+def _direct_targets(setup: _Setup, bi: _BranchInfo) -> list[tuple[str, str]]:
+    """Violations made from a valid call of the branch by changing one tensor: a strided
+    tensor where `contiguous: true`; None for a tensor that must be passed; a tensor for an
+    input whose `optional` expression is false on the branch."""
+    spec = setup.spec
+    out = [(CONTIGUOUS, spec.tensors[n].path + ".contiguous") for n in bi.tensors
+           if spec.tensors[n].contiguous]
+    out += [(MISSING, spec.tensors[n].path) for n in bi.tensors
+            if spec.tensors[n].optional is not True and n not in setup.fixed]
+    out += [(ABSENT, t.path + ".optional") for n, t in spec.inputs.items()
+            if n not in bi.res.branch.present and t.optional not in (True, False)]
+    return out
 
 
 def violating_calls(op_cls: type, declaration: str | Iterable[str] | None = None, /, *,
@@ -1103,7 +1215,7 @@ def violating_calls(op_cls: type, declaration: str | Iterable[str] | None = None
         items: list[tuple] = []
         live = _live_branches(setup)
         for bi in live:
-            for kind, path in _viable(setup, bi) + _contiguous_targets(setup, bi):
+            for kind, path in _viable(setup, bi) + _direct_targets(setup, bi):
                 if keep(kind, path):
                     items.append((kind, path, bi))
         for bi in setup.excluded:
@@ -1134,17 +1246,19 @@ def violating_calls(op_cls: type, declaration: str | Iterable[str] | None = None
             name = path.rsplit(".", 1)[-1]
             params = {**call.params, name: what}
             return Call(setup.op, params, call.inputs, call.out, call.indices, call.combo,
-                        path, PARAM, frozenset({path}), f"{name} = {_show(what)}")
+                        path, PARAM, f"{name} = {_show(what)}")._with_blame(frozenset({path}))
         if kind == CONTIGUOUS:
             call = _valid_draw(setup, what, data, nonempty=path)
             return _noncontiguous(setup, call, path)
+        if kind in (MISSING, ABSENT):
+            return _presence(setup, _valid_draw(setup, what, data), kind, path)
         bi = what
         if kind == DOMAIN:
             call = _valid_draw(setup, bi, data)
             rule = next(r.text for r in setup.spec.rules if r.path == path)
             return Call(setup.op, call.params, call.inputs, call.out, call.indices, call.combo,
-                        path, DOMAIN, frozenset({path}),
-                        f"`{rule}` excludes {_combo_text(bi.combo)}")
+                        path, DOMAIN, f"`{rule}` excludes {_combo_text(bi.combo)}"
+                        )._with_blame(frozenset({path}))
         found = _violation(setup, bi, kind, path, data)
         assume(found is not None)
         vals, blame, detail = found
@@ -1205,7 +1319,23 @@ def _noncontiguous(setup: _Setup, call: Call, path: str) -> Call:
     else:
         inputs[list(setup.spec.inputs).index(name)] = strided
     return Call(setup.op, params, tuple(inputs), call.out, call.indices, call.combo, path,
-                CONTIGUOUS, frozenset({path}), f"{name} strided {strided.stride()}")
+                CONTIGUOUS, f"{name} strided {strided.stride()}")._with_blame(frozenset({path}))
+
+
+def _presence(setup: _Setup, call: Call, kind: str, path: str) -> Call:
+    spec = setup.spec
+    name = (path[:-len(".optional")] if kind == ABSENT else path).rsplit(".", 1)[-1]
+    value = torch.zeros(2, dtype=torch.float32) if kind == ABSENT else None
+    params, inputs = dict(call.params), list(call.inputs)
+    if name in params:
+        params[name] = value
+    else:
+        inputs[list(spec.inputs).index(name)] = value
+    t = spec.tensors[name]
+    detail = (f"{name} passed, but its `optional: {print_expr(t.optional)}` is false"
+              if kind == ABSENT else f"{name} = None, but it must be passed")
+    return Call(setup.op, params, tuple(inputs), call.out, call.indices, call.combo, path, kind,
+                detail)._with_blame(frozenset({path}))
 
 
 def declarations(op_cls: type, /, *, fixed: Mapping[str, Any] | None = None,
@@ -1218,7 +1348,7 @@ def declarations(op_cls: type, /, *, fixed: Mapping[str, Any] | None = None,
     out: dict[str, set[str]] = {}
     live = _live_branches(setup)
     for bi in live:
-        for kind, path in _viable(setup, bi) + _contiguous_targets(setup, bi):
+        for kind, path in _viable(setup, bi) + _direct_targets(setup, bi):
             out.setdefault(path, set()).add(kind)
     for bi in setup.excluded:
         if len(bi.excluded_by) == 1 and _excluded_live(setup, bi):

@@ -205,6 +205,7 @@ class _Elaborator:
         self.adts = adts
         self.diags: list[Diagnostic] = []
         self.broken: set[str] = set(loaded.broken)
+        self._where: dict[str, str] = {}
         self.checker = KindChecker()
         #: family cases whose shape applies a family: checked once all families are known
         self._nested_apps: list[tuple[FamilyApp, str, str, Scope]] = []
@@ -259,6 +260,7 @@ class _Elaborator:
         sig = self.spec.signature
         symbols: dict[str, Symbol] = {}
         where: dict[str, str] = {}
+        self._where = where  # declaration path of each name (`not_opaque` reads it)
 
         def declare(name: str, role: str, kind: K.Kind, path: str) -> bool:
             """Add `name` to the scope; False (after reporting) when it cannot be: the
@@ -597,23 +599,49 @@ class _Elaborator:
             for a, (pname, pkind) in zip(shape.args, fam.params):
                 # An Int where a Dim is expected is allowed: its non-negativity is a runtime check.
                 expected = K.INT if pkind == K.DIM else pkind
-                if self.check(a, text, path, scope, expected, f" (family {fam.name} param "
-                              f"{pname})", part=f"argument `{_print(a)}`") is None:
+                part = f"argument `{_print(a)}`"
+                k = self.check(a, text, path, scope, expected, f" (family {fam.name} param "
+                               f"{pname})", part=part)
+                if k is None or not self.not_opaque(a, k, expected, text, path, part):
                     return False
             return True
         for ax in shape.axes:
             if isinstance(ax, Splat):
+                part = f"splat `*{_print(ax.value)}`"
                 k = self.check(ax.value, text, path, scope, K.SEQ_INT, " (a splat `*` expands a "
-                               "sequence of ints)", part=f"splat `*{_print(ax.value)}`")
+                               "sequence of ints)", part=part)
+                ok = k is not None and self.not_opaque(ax.value, k, K.SEQ_INT, text, path, part)
             else:
-                k = self.check(ax, text, path, scope, K.INT, " (an axis)",
-                               part=f"axis `{_print(ax)}`")
-            if k is None:
+                part = f"axis `{_print(ax)}`"
+                k = self.check(ax, text, path, scope, K.INT, " (an axis)", part=part)
+                ok = k is not None and self.not_opaque(ax, k, K.INT, text, path, part)
+            if not ok:
                 return False
         return True
 
+    def not_opaque(self, e: Expr, k: K.Kind, expected: K.Kind, text: str, path: str,
+                   part: str) -> bool:
+        """An opaque value (a `float` parameter, a `Value` index, `inf`, a `Seq` of values)
+        passes every kind check, but an axis is an int, a splat a sequence of ints and a
+        discriminant a Bool: such an axis reached the prover, whose encoding of shapes
+        crashed on it (`[N, scale]`), and `optional: inf` crashed its fold of flags.
+        Refused here, except when the value is opaque only because its own declaration
+        failed (that error is reported already, and only once)."""
+        if expected not in (K.INT, K.SEQ_INT, K.BOOL):
+            return True
+        if not (isinstance(k, K.ValueK) or (isinstance(k, K.SeqK) and isinstance(k.elem, K.ValueK))):
+            return True
+        if any(self._where.get(n) in self.broken for n in free_names(e)):
+            return True  # as before: the spec is broken, and the prover asks Z3 nothing
+        what = "a discriminant" if expected == K.BOOL else "an axis"
+        subject = f"`{text}`: {part}" if part != f"`{text}`" else f"`{text}`"
+        self.report("kind", path, f"{subject} has kind {k}, expected {expected}: an opaque "
+                    f"value cannot be {what}")
+        return False
+
     def check_discriminant(self, e: Expr, text: str, path: str, scope: Scope) -> None:
-        if self.check(e, text, path, scope, K.BOOL) is None:
+        k = self.check(e, text, path, scope, K.BOOL)
+        if k is None or not self.not_opaque(e, k, K.BOOL, text, path, f"`{text}`"):
             return
         if not self.is_discriminant_only(e, scope):
             self.report("kind", path, f"`{text}` must read only discriminants (Bool and enum "

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import operator
 import numbers
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -214,11 +215,19 @@ def broadcast(*shapes):
     rank = max((len(s) for s in shapes), default=0)
     out = []
     for i in range(rank):
-        sizes = {s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0} - {1}
-        if len(sizes) > 1:
-            shown = ", ".join(_show(tuple(s)) for s in shapes)
-            raise EvaluationError(f"shapes {shown} are not broadcastable")
-        out.append(sizes.pop() if sizes else 1)
+        # Compared, never hashed: under torch.compile the sizes are SymInts, which compare
+        # (each comparison a guard) but cannot be put in a set.
+        size = 1
+        for s in shapes:
+            j = len(s) - rank + i
+            if j < 0 or s[j] == 1:
+                continue
+            if size == 1:
+                size = s[j]
+            elif s[j] != size:
+                shown = ", ".join(_show(tuple(x)) for x in shapes)
+                raise EvaluationError(f"shapes {shown} are not broadcastable")
+        out.append(size)
     return tuple(out)
 
 
@@ -363,6 +372,11 @@ def moe_capacity(layout, rows, experts):
 
 def mhc_expansion(q):
     """The positive `n` with `n * n + 2 * n == q`; raises when there is none."""
+    if not isinstance(q, bool):
+        try:
+            q = operator.index(q)  # a SymInt becomes its value here: torch records a guard
+        except TypeError:
+            pass
     if is_int(q) and q >= 0:
         n = math.isqrt(q + 1) - 1
         if n > 0 and n * n + 2 * n == q:

@@ -421,6 +421,26 @@ def _invariants(spec: ElaboratedSpec, combo: Mapping[str, Any], folder: Folder
     return out
 
 
+def _fingerprint(spec: ElaboratedSpec, res: BranchResult, invariants: list) -> tuple:
+    """Everything the encoding of a branch reads, declaration paths aside: two branches with
+    the same fingerprint accept the same calls and give them the same output types."""
+    steps = tuple((st.kind, st.target, st.expr, st.axis, st.from_end, st.coeff, st.offset,
+                   st.stop, st.rank, st.splats)
+                  for st in res.branch.construction + res.branch.call
+                  if st.kind not in (P.PRESENCE, P.DOMAIN, P.OUT_BUFFER))
+    sets = tuple(sorted((st.expr.id, str(spec.forall.get(st.expr.id)))
+                        for st in res.branch.call + res.branch.construction
+                        if st.kind == P.SOLVE_DTYPE))
+    tensors = tuple((n, spec.tensors[n].role, res.shapes.get(n), res.dtypes.get(n))
+                    for n in res.branch.present)
+    outputs = tuple((o.name, o.dtype, o.shape) for o in res.branch.outputs)
+    unsolved = tuple(sorted((u.name, str(spec.forall.get(u.name))) for u in res.unsolved))
+    combos = tuple(tuple(sorted(r.items())) for r in spec.dtype_combos)
+    shadowed = tuple(sorted(n for n in K.DTYPES if n in spec.symbols))
+    return (steps, sets, tensors, outputs, unsolved, combos, shadowed,
+            tuple((d, e) for d, _, e in invariants), bool(res.not_discriminant))
+
+
 # -- one side of a branch, encoded through its solving order ---------------------------------
 
 def _shape_var(n: str) -> str:
@@ -934,13 +954,6 @@ class _OpDiffer:
                         "OLD accepts", counterexample=shown)
         if rn.family_misses:
             return
-        if rn.not_discriminant or rn.unsolved:
-            which = ", ".join(u.name for u in rn.unsolved) or "a family argument"
-            self.report("undecided", "new", rn.unsolved[0].decl if rn.unsolved else "signature",
-                        f"NEW does not determine {which} from the inputs on this branch "
-                        "(`opspec prove` reports it), so its checks cannot be compared",
-                        severity=Severity.ADVISORY, counterexample=shown)
-            return
         outs_o = {o.name for o in ro.branch.outputs}
         outs_n = {o.name for o in rn.branch.outputs}
         for n in so.outputs:
@@ -949,13 +962,28 @@ class _OpDiffer:
                             f"output `{n}` is {'a tensor' if n in outs_o else 'None'} in OLD "
                             f"and {'a tensor' if n in outs_n else 'None'} in NEW on this call",
                             counterexample=shown, dedup=("nullable",))
+        inv_o = _invariants(so, combo, Folder(so, combo))
+        inv_n = _invariants(sn, ncombo, Folder(sn, ncombo))
+        key = (_fingerprint(so, ro, inv_o), _fingerprint(sn, rn, inv_n))
+        if key[0] == key[1]:
+            return  # the same checks in the same order, the same output types: exact
+        if key in self._asked:
+            return  # the same questions were asked on another combination
+        self._asked.add(key)
+        if rn.not_discriminant or rn.unsolved:
+            which = ", ".join(u.name for u in rn.unsolved) or "a family argument"
+            self.report("undecided", "new", rn.unsolved[0].decl if rn.unsolved else "signature",
+                        f"NEW does not determine {which} from the inputs on this branch "
+                        "(`opspec prove` reports it), so its checks cannot be compared",
+                        severity=Severity.ADVISORY, counterexample=shown)
+            return
         if self.unlinked:
             self.report("undecided", "new", "signature.params", "the questions about shapes "
                         "and dtypes are skipped: the parameter(s) " + ", ".join(sorted(
                             self.unlinked)) + " have no value that carries from OLD's call to "
                         "NEW (reported above)", severity=Severity.ADVISORY, dedup="unlinked")
             return
-        self.ask(combo, ncombo, ro, rn, shown, passed)
+        self.ask(combo, ncombo, ro, rn, inv_o, inv_n, shown, passed)
 
     def map_combo(self, combo: dict[str, Any], ds_n, passed: list[str],
                   shown: dict[str, Any]) -> dict[str, Any] | None:
@@ -1022,23 +1050,19 @@ class _OpDiffer:
         return out
 
     def ask(self, combo: dict, ncombo: dict, ro: BranchResult, rn: BranchResult,
-            shown: dict[str, Any], passed: list[str]) -> None:
+            inv_o: list, inv_n: list, shown: dict[str, Any], passed: list[str]) -> None:
         so, sn = self.so, self.sn
         linked = [n for n in so.params if n in sn.params]
         # Both encodings see the call's parameters with OLD's kinds: what NEW's types no
         # longer accept is a signature finding, not an assumption of these questions.
         shared_kinds = {n: so.params[n].kind for n in linked}
         outs = sorted({o.name for o in ro.branch.outputs} & {o.name for o in rn.branch.outputs})
-        key = (tuple(sorted((k, repr(v)) for k, v in combo.items())),)
-        if key in self._asked:
-            return
-        self._asked.add(key)
         e_o = Encoder(self._kinds(so, {}, passed, [o.name for o in ro.branch.outputs]),
                       adt_fields=_adt_fields(so), copy="#old")
         e_n = Encoder(self._kinds(sn, shared_kinds, passed, [o.name for o in rn.branch.outputs]),
                       adt_fields=_adt_fields(sn), copy="#new")
-        old = _Side(so, ro, e_o, _invariants(so, combo, Folder(so, combo)), assume_kinds=True)
-        new = _Side(sn, rn, e_n, _invariants(sn, ncombo, Folder(sn, ncombo)), assume_kinds=False)
+        old = _Side(so, ro, e_o, inv_o, assume_kinds=True)
+        new = _Side(sn, rn, e_n, inv_n, assume_kinds=False)
         try:
             old.build()
             new.build()
@@ -1077,6 +1101,9 @@ class _OpDiffer:
         encs = [e_o, e_n]
 
         def answer() -> tuple[Verdict, Any, str | None]:
+            first = solve(s, encs)
+            if first[0] is not Verdict.SAT:
+                return first
             for extra in levels:
                 s.push()
                 s.add(*extra)
@@ -1084,7 +1111,7 @@ class _OpDiffer:
                 s.pop()
                 if verdict is Verdict.SAT:
                     return verdict, model, reason
-            return solve(s, encs)
+            return first
 
         def cex(model) -> dict[str, Any]:
             vals = e_o.values(model)

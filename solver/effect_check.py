@@ -73,14 +73,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from opspec.schema import kinds as K
 from opspec.schema.diagnostics import Diagnostic, Severity
 from opspec.schema.elaborate import ElaboratedSpec
 from opspec.schema.evaluate import BYTES_KEY, evaluate
 from opspec.schema.expr import (
-    Attr, Call, Compare, Const, Expr, Name, ShapeList, Splat, free_names, walk,
+    Attr, Call, Compare, Const, Expr, Name, ShapeList, Splat, free_names,
 )
 from opspec.schema.printer import print_expr, print_shape
 from opspec.schema.primitives import PRIMITIVES
@@ -466,10 +466,11 @@ class _Checker:
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value < total:
                 cex = {**shown, "bytes": value, "bytes written": total,
                        **{f"bytes({n}) written": v for n, v in writes.items()}}
+                each = ", ".join(f"{n}: {v}" for n, v in writes.items())
                 self.report("roofline.bytes", f"the `bytes` formula gives {value} on workload "
                             f"row `{label}` ({eb.describe()}), less than the {total} bytes "
-                            f"the call writes ({', '.join(f'{n}: {v}' for n, v in writes.items())}):"
-                            " writes cannot be free", key=("less", eb.key),
+                            f"the call writes ({each}): writes cannot be free",
+                            key=("less", eb.key),
                             severity=Severity.WARNING, counterexample=cex,
                             hint="count every tensor the call writes, once each")
 

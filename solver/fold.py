@@ -16,8 +16,9 @@ from opspec.schema import kinds as K
 from opspec.schema.elaborate import ElaboratedSpec, FamilyDecl, Pattern
 from opspec.schema.expr import (
     Attr, BinOp, BoolOp, Call, Compare, Const, Expr, FamilyApp, GenExp, IfExp, Name, ShapeList,
-    ShapeTerm, Slice, Splat, Subscript, TupleExpr, UnaryOp,
+    ShapeTerm, Slice, Splat, Subscript, TupleExpr, UnaryOp, children,
 )
+from opspec.schema.primitives import MAX_INT_BITS
 from opspec.schema.values import ADTValue
 
 
@@ -39,6 +40,32 @@ class FamilyCycle(KeyError):
     def __init__(self, family: str):
         super().__init__(family)
         self.family = family
+
+
+class ShapeTooLarge(Exception):
+    """A family argument grew past MAX_FOLDED_NODES nodes while families applied one
+    another: `F_i` whose case is `F_{i+1}[t, R + R]` doubles its argument at each level, so
+    30 such families made a shape of 2**30 nodes that every later pass walked (a hang)."""
+
+    def __init__(self, family: FamilyDecl, app: FamilyApp):
+        super().__init__(family.name)
+        self.family = family
+        self.app = app
+
+
+#: The most nodes a folded family argument may have (counted as a tree, shared subtrees
+#: once per use, as the passes that walk it see it); written specs stay far below.
+MAX_FOLDED_NODES = 10_000
+
+
+def _too_large(e: Any, limit: int = MAX_FOLDED_NODES) -> bool:
+    todo, seen = [e], 0
+    while todo:
+        seen += 1
+        if seen > limit:
+            return True
+        todo.extend(children(todo.pop()))
+    return False
 
 
 class NotDiscriminant(Exception):
@@ -225,6 +252,8 @@ class Folder:
             # a cycle. A distinct exception, so the prover can tell it from a crash.
             raise FamilyCycle(term.family)
         args = tuple(self.expr(a, s) for a in term.args)
+        if any(_too_large(a) for a in args):
+            raise ShapeTooLarge(fam, term)
         binding = {p: a for (p, _), a in zip(fam.params, args)}
         values = []
         for m in fam.match:
@@ -262,6 +291,10 @@ def _is_int(v: Any) -> bool:
 
 
 def _binop(op: str, a: int, b: int) -> int | None:
+    # A product is not folded past MAX_INT_BITS (the evaluator's own cap): constants squared
+    # at each level of nested family applications reached 2**(2**30) and never finished.
+    if op == "*" and a.bit_length() + b.bit_length() > MAX_INT_BITS:
+        return None
     if op == "+":
         return a + b
     if op == "-":

@@ -30,7 +30,8 @@ from opspec.solver import plan as P
 from opspec.solver.discriminants import (
     COMBOS_LIMIT, combinations, count, describe_value, discriminants,
 )
-from opspec.solver.fold import FamilyCycle, Folder
+from opspec.solver.encode import EncodeError
+from opspec.solver.fold import MAX_FOLDED_NODES, FamilyCycle, Folder, ShapeTooLarge
 from opspec.solver.order import BranchResult, obviously_dim, plan_branch
 from opspec.solver.queries import Answer, BranchQueries
 from opspec.solver.spec_checks import SPEC_CHECKS
@@ -103,6 +104,11 @@ class _BudgetedQueries:
         self._budget.start()
         try:
             return fn(*args, **kwargs)
+        except EncodeError as exc:
+            # A declaration the encoder cannot express (an opaque value where it needs a
+            # number: `ceil_div(K, q.group)` with a `Value` field) leaves the question
+            # undecided; it used to escape and crash the whole spec.
+            return Answer(Verdict.UNKNOWN, reason=f"cannot encode {exc}")
         finally:
             self._budget.charge()
 
@@ -168,7 +174,7 @@ class _Prover:
         self.check_family_graph()
         ds = discriminants(spec)
         n = count(ds)
-        if n > COMBOS_LIMIT:
+        if COMBOS_LIMIT < n <= COMBOS_HARD_LIMIT:  # above the hard cap, the advisory below
             self.report("combos-limit", "signature", f"{n} combinations of discriminant values "
                         f"exceed the limit of {COMBOS_LIMIT}; every one is still checked",
                         severity=Severity.ADVISORY)
@@ -178,7 +184,9 @@ class _Prover:
             if combos == COMBOS_HARD_LIMIT:
                 # A hard cap (see COMBOS_HARD_LIMIT): enumerating 2**40 combinations never
                 # ends. The plan holds only the combinations checked.
-                self.report("unknown", "signature", f"{n} combinations of discriminant values "
+                # A count like 2**5000 is shown by its size, not its 1500 digits.
+                shown_n = str(n) if n < 10 ** 12 else f"about 2**{n.bit_length() - 1}"
+                self.report("unknown", "signature", f"{shown_n} combinations of discriminant values "
                             f"exceed the hard cap of {COMBOS_HARD_LIMIT}: only the first "
                             f"{COMBOS_HARD_LIMIT} were checked, and calls on the others have "
                             "no branch", severity=Severity.ADVISORY, dedup="combos-hard-cap",
@@ -266,6 +274,17 @@ class _Prover:
             # the cycle (statically, once), and no other check can run here. It used to
             # escape as a KeyError and crash the whole spec.
             return P.Branch(tuple(sorted(combo.items())), excluded_by="(type family cycle)")
+        except ShapeTooLarge as big:
+            # Families that grow their arguments at each application (`F[t, R + R]` nested
+            # 30 deep) made shapes of 2**30 nodes: refused here, as a hard limit, instead
+            # of hanging every later pass.
+            self.report("language", big.family.path, f"applying type family {big.family.name} "
+                        f"(`{print_expr_short(big.app)}`) makes an argument of more than "
+                        f"{MAX_FOLDED_NODES} nodes: the families grow their arguments at each "
+                        "application", counterexample=shown or None, dedup=big.family.name,
+                        hint="pass the argument as its own index or a let, not a growing "
+                             "expression")
+            return P.Branch(tuple(sorted(combo.items())), excluded_by="(shape too large)")
         except Exception as exc:  # a fold of an ill-kinded declaration; elaboration reported it
             if spec.broken:
                 return P.Branch(tuple(sorted(combo.items())), excluded_by="(broken declarations)")
@@ -468,6 +487,17 @@ class _Prover:
         return out
 
 
+def print_expr_short(e: Any, limit: int = 200) -> str:
+    """A family application as written, cut to `limit` characters."""
+    from opspec.schema.printer import print_shape
+
+    try:
+        text = print_shape(e)
+    except Exception:  # a printer gap must not hide the diagnostic
+        text = repr(e)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def plain_value(v: Any) -> Any:
     """A discriminant value as plain data for a counterexample (an ADT value as text)."""
     return str(v) if isinstance(v, ADTValue) else v
@@ -522,6 +552,20 @@ def prove_spec(spec: ElaboratedSpec, loaded: LoadedSpec, *, rlimit: int = DEFAUL
                       time.perf_counter() - start, combos)
 
 
+def json_keys(v: Any) -> Any:
+    """`v` with every mapping key a string, so that `json.dumps(sort_keys=True)` can sort it:
+    a spec whose YAML mixes key types (`1: a` beside `x: b`, or a `null` key) crashed the
+    hashing of `spec_hash` and of the proof cache's key with a TypeError. A key that is not
+    a string is tagged with its type (YAML's reader refuses NUL, so no written key is one);
+    all-string data comes out unchanged, and so do the hashes of ordinary specs."""
+    if isinstance(v, dict):
+        return {(k if isinstance(k, str) else f"\0{type(k).__name__}:{k!r}"): json_keys(x)
+                for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [json_keys(x) for x in v]
+    return v
+
+
 def spec_hash(loaded: LoadedSpec) -> str:
-    raw = json.dumps(loaded.raw, sort_keys=True, default=str)
+    raw = json.dumps(json_keys(loaded.raw), sort_keys=True, default=str)
     return hashlib.sha256(raw.encode()).hexdigest()[:16]

@@ -9,7 +9,6 @@ covers the spec's content, the types file, the opspec version and the z3 version
 from __future__ import annotations
 
 import concurrent.futures as cf
-from concurrent.futures.process import BrokenProcessPool
 import hashlib
 import json
 import os
@@ -17,6 +16,7 @@ import pickle
 import tempfile
 import threading
 import time
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -28,7 +28,8 @@ from opspec.schema.diagnostics import Diagnostic, Severity
 from opspec.schema.elaborate import elaborate, elaborate_adts
 from opspec.schema.loader import LoadedSpec, Manifest
 from opspec.schema.settings import cache_root
-from opspec.solver.prove import PROVEN, REFUTED, UNKNOWN, SpecResult, prove_spec, verdict_of
+from opspec.solver.prove import (PROVEN, REFUTED, UNKNOWN, SpecResult, json_keys, prove_spec,
+                                 verdict_of)
 from opspec.solver.z3env import DEFAULT_RLIMIT, fresh_context
 
 
@@ -129,7 +130,8 @@ def cache_key(loaded: LoadedSpec, types_raw: Any, rlimit: int) -> str:
     global _FINGERPRINT
     if _FINGERPRINT is None:
         _FINGERPRINT = _code_fingerprint()
-    blob = json.dumps({"spec": loaded.raw, "name": loaded.name, "file": loaded.file,
+    # json_keys: a spec mixing key types (`1:` beside `x:`) made this dumps raise.
+    blob = json.dumps({"spec": json_keys(loaded.raw), "name": loaded.name, "file": loaded.file,
                        "types": types_raw, "opspec": __version__, "z3": z3.get_version_string(),
                        "code": _FINGERPRINT,
                        "rlimit": rlimit, "broken": sorted(loaded.broken)},

@@ -53,7 +53,13 @@ be evaluated at construction, which a call-time value cannot be):
 comprehensions over a shape (its length is static) and SymInt-safe primitives on sizes are
 fine. Expressions that read only construction-time values are never reported.
 
-Each finding is an ERROR with the check id `symint`, at the declaration whose expression it
+Severity. A conversion torch can guard (rules 1-6 in general) compiles: torch records a
+guard, specialises the graph on the outcome and recompiles when a call breaks it; such a
+finding is a WARNING. A primitive whose implementation cannot take a SymInt at all
+(`UNEVALUABLE`: it only exists at workload instantiation, or needs a whole sequence of
+sizes as Python values) makes the compiled call fail; that finding is an ERROR.
+
+Each finding has the check id `symint`, at the declaration whose expression it
 is (`signature.let.n`, `signature.shape_rules.1`, `signature.outputs.y.shape`,
 `signature.inputs.x.shape`, ...), naming the expression as declared, the unsafe part (as
 folded on the branch) and why, with the branch's discriminant values and the call-time
@@ -70,8 +76,8 @@ from opspec.schema import kinds as K
 from opspec.schema.diagnostics import Diagnostic, Severity
 from opspec.schema.elaborate import ElaboratedSpec
 from opspec.schema.expr import (
-    Attr, BoolOp, Call, Compare, Expr, GenExp, IfExp, Name, ShapeList, Slice, Splat,
-    Subscript, TupleExpr, UnaryOp, children, free_names,
+    Attr, Call, Compare, Expr, GenExp, IfExp, Name, Slice, Splat, Subscript, TupleExpr,
+    children,
 )
 from opspec.schema.printer import print_expr, print_shape
 from opspec.schema.primitives import PRIMITIVES
@@ -241,7 +247,7 @@ def call_time_names(spec: ElaboratedSpec, b: P.Branch) -> dict[str, str]:
         if s.kind in (P.SOLVE_AXIS, P.SOLVE_SPLAT) and s.expr is not None:
             t = spec.tensors.get(s.target)
             role = roles.get(t.role, "tensor") if t is not None else "tensor"
-            what = "axes" if s.kind == P.SOLVE_SPLAT else "axis"
+            what = "axes from" if s.kind == P.SOLVE_SPLAT else "axis"
             sources[s.expr.id] = f"solved at call time from {role} {s.target}, {what} {s.axis}"
         elif s.kind == P.LET and s.expr is not None:
             read = _Taint(spec, set(sources)).reads(s.expr)
@@ -364,8 +370,20 @@ def check_symint(spec: ElaboratedSpec, loaded: Any, plan: P.Plan) -> list[Diagno
             CHECK, f"{shown} ({g['what']}) is evaluated at call time, on SymInts under "
             f"torch.compile: {_describe(f.kind, g['parts'], f.func, f.arg)}",
             op=spec.name, path=path, pos=loaded.pos(path) if loaded is not None else None,
-            severity=Severity.ERROR, counterexample=cex or None, hint=_hint(f)))
+            severity=_severity(f), counterexample=cex or None, hint=_hint(f)))
     return diags
+
+
+#: Primitives whose implementation needs a concrete Python int (or runs only at workload
+#: instantiation): on a SymInt they fail instead of adding a guard.
+UNEVALUABLE = frozenset({"balanced_sizes", "repeat"} | {
+    n for n, p in PRIMITIVES.items() if p.role in ("generator", "requires")})
+
+
+def _severity(f: Finding) -> Severity:
+    if f.kind == "primitive" and f.func in UNEVALUABLE:
+        return Severity.ERROR
+    return Severity.WARNING
 
 
 def _roots(names: Iterable[str], sources: Mapping[str, str]) -> list[str]:

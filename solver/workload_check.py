@@ -10,8 +10,10 @@
    after folding, the shapes and dtypes of the tensors that exist, the refinements that do
    not fold to true, the lets those read, generator arguments, the `requires` of existing
    tensors, the inline roofline), minus those a generator solves on that branch (an index
-   that appears in a generated tensor's shape where Table 1 solves it, and in no generator
-   argument); lets and indices that are not used are not given. Values have their kinds.
+   in a generated tensor's shape where Table 1 solves it once that generator's arguments
+   are known; generators run as soon as their arguments are, so one generator's result may
+   give another's argument); lets and indices that are not used are not given. Values have
+   their kinds.
 2. `dtype_cases` is given iff DType indices are used on the branch; each item assigns
    exactly those, with values in their sets, and (with `dtype_combos`) together with the
    row's dtype parameters equals one combination.
@@ -62,7 +64,7 @@ from __future__ import annotations
 import random
 import re
 from collections import defaultdict
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from opspec.schema import kinds as K
 from opspec.schema.diagnostics import Diagnostic, Severity
@@ -271,6 +273,8 @@ class _Checker:
         self._seen: set[tuple] = set()
         sig = loaded.spec.signature if getattr(loaded, "spec", None) is not None else None
         self.sig = sig
+        #: paths of `requires` entries not well defined on some branch (not instantiated)
+        self.ill_defined: set[str] = set()
         self.optional_tensors = {n: t for n, t in {**spec.ctensors, **spec.inputs}.items()
                                  if t.optional is True}
 
@@ -320,15 +324,23 @@ class _Checker:
     # the pass ----------------------------------------------------------------------------------
 
     def run(self) -> None:
-        self.check_requires_defined()
+        self.guarded(self.check_requires_defined)
         for i, row in enumerate(self.spec.workloads):
             try:
                 self.check_row(i, row)
             except Exception as exc:
                 self.report(f"workloads.{i}", f"row `{row.label}` cannot be checked: "
                             f"{type(exc).__name__}: {exc}", cex=self.row_cex(row))
-        self.check_labels()
-        self.check_optional_coverage()
+        self.guarded(self.check_labels)
+        self.guarded(self.check_optional_coverage)
+
+    def guarded(self, check) -> None:
+        """Run a spec-wide part; one that raises is reported, and the others still run."""
+        try:
+            check()
+        except Exception as exc:
+            self.report("workloads", f"the workload rows cannot be checked "
+                        f"({check.__name__}): {type(exc).__name__}: {exc}")
 
     # one row ------------------------------------------------------------------------------------
 
@@ -351,7 +363,8 @@ class _Checker:
                                 hint=f"dtype_cases: [{{{key}: {_show(row.values[key])}}}]")
                 continue
             if key in spec.lets:
-                why = f"`{key}` is a let, computed from `{spec.lets[key].text}`; a row never gives it"
+                why = (f"`{key}` is a let, computed from `{spec.lets[key].text}`; a row never "
+                       "gives it")
             elif key in spec.tensors:
                 why = (f"`{key}` is a tensor; a row lists the optional tensors it passes in "
                        "`some`")
@@ -400,8 +413,9 @@ class _Checker:
             elif decl.optional is not True:
                 why = ("is required" if decl.optional is False else
                        "is passed exactly when its `optional` expression holds")
-                self.report(f"{path}.some", f"row `{label}` lists `{t}` in `some`, but `{t}` {why}; "
-                            "`some` lists only tensors declared `optional: true`", cex=cex)
+                self.report(f"{path}.some", f"row `{label}` lists `{t}` in `some`, but `{t}` "
+                            f"{why}; `some` lists only tensors declared `optional: true`",
+                            cex=cex)
                 ok = False
             elif t in some:
                 self.report(f"{path}.some", f"row `{label}` lists `{t}` twice in `some`", cex=cex)
@@ -418,9 +432,17 @@ class _Checker:
             return
         if branch.excluded_by is not None:
             rule = next((r for r in spec.rules if r.path == branch.excluded_by), None)
-            what = f"`{rule.text}` ({rule.path})" if rule else branch.excluded_by
-            self.report(path, f"row `{label}` breaks the domain restriction {what}: its branch "
-                        f"{branch.describe_combo()} is excluded", cex=cex)
+            if rule is None:
+                self.report(path, f"row `{label}`: its branch {branch.describe_combo()} is "
+                            f"excluded ({branch.excluded_by})", cex=cex)
+            elif rule.is_domain:
+                self.report(path, f"row `{label}` breaks the domain restriction `{rule.text}` "
+                            f"({rule.path}): its branch {branch.describe_combo()} is excluded",
+                            cex=cex)
+            else:
+                self.report(path, f"row `{label}` breaks the refinement `{rule.text}` "
+                            f"({rule.path}), which is false on its whole branch "
+                            f"{branch.describe_combo()}", cex=cex)
             return
         folder = Folder(spec, dict(branch.combo))
         shapes = {n: sh for n, sh, _ in branch.tensors}
@@ -438,8 +460,7 @@ class _Checker:
             if n not in row.values:
                 where = self.where_used(n, branch, folder, shapes, dtypes, lets)
                 self.report(path, f"row `{label}` does not give the index `{n}` "
-                            f"({spec.forall[n]}), which is used on its branch ({where})"
-                            + (f"; discriminants {branch.describe_combo()}" if branch.combo else ""),
+                            f"({spec.forall[n]}), which is used on its branch ({where})",
                             cex=cex, hint=f"add `{n}: <value>` to the row")
                 ok = False
         for n in given:
@@ -546,11 +567,13 @@ class _Checker:
                 if t.values is not None and t.name in shapes and t.role != "output"]
 
     def generator_solved(self, branch: P.Branch, folder: Folder, shapes, lets) -> dict[str, str]:
-        """The indices a generator solves on this branch, each with the tensor solving it: an
-        index in a generated tensor's shape, where Table 1 solves it once the generator
-        arguments and every index outside generated shapes are known, and in no generator
-        argument."""
-        spec = self.spec
+        """The indices a generator solves on this branch, each with the tensor solving it.
+
+        The row gives every used index outside generated shapes. A generator runs once its
+        arguments are known; its shape then solves (Table 1: `M`, `a * M + e`, `*S`) the
+        indices still unknown, which may let further generators run (`paged_block_table(B,
+        W, NP)` after `cu_seqlens_q: [B + 1]` solved B). When generators remain that cannot
+        run, the row gives their missing arguments too, and solving goes on."""
         gens = self.generated(branch, shapes)
         if not gens:
             return {}
@@ -575,6 +598,11 @@ class _Checker:
                 break
             known |= set().union(*(args[t.name] - known - set(solved) for t in blocked))
             # every blocked generator can run now
+        # Once more from what the row gives, to name the generator that solves each index
+        # the way instantiation runs them (in declaration order, as soon as they can).
+        solved.clear()
+        ran.clear()
+        self._solve_generated(gens, args, shapes, lets, known, solved, ran, unknown)
         return solved
 
     def _solve_generated(self, gens, args, shapes, lets, known, solved, ran, unknown) -> None:
@@ -885,6 +913,8 @@ class _Checker:
         # requires, on the generated contents
         for t in gens:
             for j, req in enumerate(t.requires):
+                if f"{t.path}.requires.{j}" in self.ill_defined:
+                    continue  # reported once for the spec
                 text = self.requires_text(t, j)
                 e = folder.expr(req)
                 try:
@@ -946,7 +976,8 @@ class _Checker:
                 if k in lengths:
                     v = tuple(evaluate(ax.value, env))
                     if v != seg:
-                        return f"`*{print_expr(ax.value)}` is {_show(v)}, the generated axes {_show(seg)}"
+                        return (f"`*{print_expr(ax.value)}` is {_show(v)}, the generated axes "
+                                f"{_show(seg)}")
                 else:
                     env[ax.value.id] = seg
                 continue
@@ -988,8 +1019,8 @@ class _Checker:
                     continue
                 pending.remove(item)
                 if (n - o) % c != 0 or (n - o) // c < 0:
-                    fail(f"the generated `{t}` has length {n} at axis {k}, which `{print_expr(ax)}` "
-                         f"cannot equal for a non-negative integer `{u}`")
+                    fail(f"the generated `{t}` has length {n} at axis {k}, which "
+                         f"`{print_expr(ax)}` cannot equal for a non-negative integer `{u}`")
                     raise _RowError
                 env[u] = (n - o) // c
                 progress = again = True
@@ -1022,8 +1053,18 @@ class _Checker:
     def check_requires_defined(self) -> None:
         """Each `requires` is well defined on every branch where its tensor exists: the tensors
         it names exist there and are generated, and every tensor is read at the predicate's
-        rank."""
+        rank. Each problem is reported once, on the first branch that has it."""
         spec = self.spec
+        once: set[tuple] = set()
+
+        def report(key: tuple, path: str, message: str, b: P.Branch, hint: str | None = None):
+            self.ill_defined.add(path)
+            if key in once:
+                return
+            once.add(key)
+            combo = {k: _plain_combo(v) for k, v in b.combo}
+            self.report(path, message, cex=combo or None, hint=hint)
+
         for t in spec.tensors.values():
             for j, req in enumerate(t.requires):
                 path = f"{t.path}.requires.{j}"
@@ -1036,37 +1077,35 @@ class _Checker:
                     if b.excluded_by is not None or t.name not in b.present:
                         continue
                     shapes = {n: sh for n, sh, _ in b.tensors}
-                    combo = {k: _plain_combo(v) for k, v in b.combo}
+                    where = f"on the branch {b.describe_combo()}" if b.combo else ""
                     if prim.rank is not None and t.name in shapes:
                         rank = _rank(shapes[t.name])
                         if rank is not None and rank != prim.rank:
-                            self.report(path, f"`requires` `{text}` reads `{t.name}` at rank "
-                                        f"{prim.rank}, but `{t.name}` has rank {rank} on the "
-                                        f"branch {b.describe_combo()}", cex=combo or None)
+                            report((path, "rank", t.name), path,
+                                   f"`requires` `{text}` reads `{t.name}` at rank {prim.rank}, "
+                                   f"but `{t.name}` has rank {rank} {where}".rstrip(), b)
                     for a, p in zip(req.args, params):
                         if not (isinstance(a, Name) and a.id in spec.tensors):
                             continue
-                        other = spec.tensors[a.id]
                         if a.id not in b.present:
-                            self.report(path, f"`requires` `{text}` of `{t.name}` reads the "
-                                        f"tensor `{a.id}`, which does not exist on the branch "
-                                        f"{b.describe_combo()} where `{t.name}` does",
-                                        cex=combo or None,
-                                        hint=f"make `{t.name}` exist only where `{a.id}` does, "
-                                        f"e.g. optional: \"present({a.id})\"")
+                            report((path, "absent", a.id), path,
+                                   f"`requires` `{text}` of `{t.name}` reads the tensor "
+                                   f"`{a.id}`, which does not exist {where} where `{t.name}` "
+                                   "does", b, hint=f"make `{t.name}` exist only where "
+                                   f"`{a.id}` does, e.g. optional: \"present({a.id})\"")
                             continue
-                        if other.values is None:
-                            self.report(path, f"`requires` `{text}` of `{t.name}` reads the "
-                                        f"contents of `{a.id}`, which has no `values` "
-                                        "generator, so they are unknown at instantiation",
-                                        cex=combo or None)
+                        if spec.tensors[a.id].values is None:
+                            report((path, "values", a.id), path,
+                                   f"`requires` `{text}` of `{t.name}` reads the contents of "
+                                   f"`{a.id}`, which has no `values` generator, so they are "
+                                   "unknown at instantiation", b)
                             continue
                         if isinstance(p.kind, K.SeqK) and a.id in shapes:
                             rank = _rank(shapes[a.id])
                             if rank is not None and rank != 1:
-                                self.report(path, f"`requires` `{text}` reads `{a.id}` as a "
-                                            f"sequence, but `{a.id}` has rank {rank} on the "
-                                            f"branch {b.describe_combo()}", cex=combo or None)
+                                report((path, "rank", a.id), path,
+                                       f"`requires` `{text}` reads `{a.id}` as a sequence, but "
+                                       f"`{a.id}` has rank {rank} {where}".rstrip(), b)
 
     def check_labels(self) -> None:
         spec = self.spec
@@ -1091,16 +1130,18 @@ class _Checker:
                 self.report(path, f"label `{label}` has {len(label)} characters, more than "
                             f"{LABEL_MAX}", severity=Severity.WARNING, cex=cex)
             first = by_label[label]
+            differs = False  # a repeated case id is then a consequence, not reported again
             if first:
                 j = first[0]
                 other = spec.workloads[j]
                 diff = sorted(
                     k for k in set(row.values) | set(other.values)
-                    if k not in dtype_params and
-                    to_tuple(row.values.get(k, _MISSING)) != to_tuple(other.values.get(k, _MISSING)))
+                    if k not in dtype_params and to_tuple(row.values.get(k, _MISSING))
+                    != to_tuple(other.values.get(k, _MISSING)))
                 if sorted(row.some) != sorted(other.some):
                     diff.append("some")
                 if diff:
+                    differs = True
                     self.report(f"workloads.{i}", f"rows {j} and {i} share the label `{label}` "
                                 f"but differ in {', '.join(diff)} ("
                                 + "; ".join(f"{k}: {_show(_val(other, k))} vs {_show(_val(row, k))}"
@@ -1111,11 +1152,11 @@ class _Checker:
                 if not isinstance(dc, dict):
                     continue
                 cid = case_id(spec, label, row.values, dc)
-                if cid in ids:
+                if cid in ids and not differs:
                     self.report(f"workloads.{i}", f"case id `{cid}` of row {i} repeats the one of "
                                 f"row {ids[cid]}; case ids are unique per spec",
                                 cex={**cex, **dc})
-                else:
+                elif cid not in ids:
                     ids[cid] = i
 
     def check_optional_coverage(self) -> None:

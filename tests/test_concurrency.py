@@ -15,6 +15,7 @@ here (not on a GPU). Everything of opspec's own (checks, dispatch, records) runs
 
 from __future__ import annotations
 
+import inspect
 import random
 import threading
 import time
@@ -32,7 +33,6 @@ from opspec.kernels.devices import TRITON_INTERPRETED
 from opspec.kernels.gemm import GEMV_MAX_M, gemm_reference
 from opspec.kernels.silu_and_mul import silu_and_mul_reference
 from opspec.ops import GemmFwdOp, SiluAndMulFwdOp
-from opspec.ops.dispatch import Kernel
 
 THREADS = 16
 TIMEOUT = 60  # seconds for a whole batch of threads; a deadlock fails, it does not hang
@@ -85,7 +85,7 @@ def _count_builds(monkeypatch, op_cls) -> Counter:
     builds: Counter = Counter()
     lock = threading.Lock()
     for cls in op_cls.kernel_types.values():
-        real = cls.__dict__.get("entry_for", Kernel.__dict__["entry_for"]).__func__
+        real = inspect.getattr_static(cls, "entry_for").__func__
 
         def entry_for(kcls, call, real=real):
             identity, factory = real(kcls, call)
@@ -144,7 +144,6 @@ def test_one_silu_and_mul_instance_from_many_threads(monkeypatch):
     selections = _count_selections(op)
     calls_per_thread = 4
     issued: set[tuple[int, int, str]] = set()
-    issued_lock = threading.Lock()
     dtypes = (torch.float32, torch.float16)
 
     def shapes(i):

@@ -118,15 +118,6 @@ def test_a_spec_that_exhausts_z3_is_unknown_and_the_others_are_checked(manifest,
 
 # -- a prover exception ------------------------------------------------------------------------
 
-def test_an_exception_in_process_is_reported_against_its_spec(manifest, monkeypatch):
-    monkeypatch.setattr(R, "_prove_in_context", _raising_prove_in_context)
-    report = prove_manifest(manifest, jobs=1)
-    d = _crash_diag(report, "TwoFwdOp")
-    assert "_TwoArgError: boom in TwoFwdOp" in d.message
-    assert _verdicts(report) == {**EXPECTED, "TwoFwdOp": (REFUTED, {"unknown"})}
-    assert not report.diagnostics  # the crash belongs to the spec, not the run
-
-
 _REAL_PROVE_ONE = R._prove_one
 _REAL_PROVE_IN_CONTEXT = R._prove_in_context
 
@@ -162,6 +153,15 @@ def _dying_prove_one(loaded, *args):
     return _raising_prove_one(loaded, *args)
 
 
+def test_an_exception_in_process_is_reported_against_its_spec(manifest, monkeypatch):
+    monkeypatch.setattr(R, "_prove_in_context", _raising_prove_in_context)
+    report = prove_manifest(manifest, jobs=1)
+    d = _crash_diag(report, "TwoFwdOp")
+    assert "_TwoArgError: boom in TwoFwdOp" in d.message
+    assert _verdicts(report) == {**EXPECTED, "TwoFwdOp": (REFUTED, {"unknown"})}
+    assert not report.diagnostics  # the crash belongs to the spec, not the run
+
+
 def test_an_exception_in_a_worker_is_reported_against_its_spec(manifest, monkeypatch):
     monkeypatch.setattr(R, "_prove_one", _raising_prove_one)
     report = prove_manifest(manifest, jobs=2)
@@ -171,8 +171,7 @@ def test_an_exception_in_a_worker_is_reported_against_its_spec(manifest, monkeyp
     assert not report.diagnostics
 
 
-@pytest.mark.skipif(mp.get_start_method(allow_none=True) not in (None, "fork")
-                    or mp.get_all_start_methods()[0] != "fork",
+@pytest.mark.skipif(mp.get_context().get_start_method() != "fork",
                     reason="the patched prover reaches the workers by fork")
 def test_an_exception_that_cannot_be_pickled_breaks_no_pool(manifest, monkeypatch):
     # Raised by the prover itself in the worker: it used to break the whole pool (the parent
@@ -209,8 +208,8 @@ def test_a_dying_worker_is_reported_against_its_spec_only(manifest, monkeypatch,
 
 
 def test_a_dying_worker_with_every_spec_pending(tmp_path, monkeypatch):
-    # The killer first, in a pool of one worker per spec: every other spec is lost with it
-    # at least once and must still be proven.
+    # The killer comes first: every spec still pending when its worker dies is lost with it,
+    # and must still be proven.
     text = _spec("ThreeFwdOp", GOOD) + "".join(_spec(f"Ok{i}FwdOp", GOOD) for i in range(5))
     (tmp_path / "toy.yaml").write_text(text)
     m = load_paths([tmp_path], strict=True)
