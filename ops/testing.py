@@ -35,7 +35,6 @@ same draws give the same call in any process.
 
 from __future__ import annotations
 
-import math
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -48,7 +47,7 @@ from hypothesis import strategies as st
 
 from opspec.schema import kinds as K
 from opspec.schema.errors import OpspecError, SignatureError, SignatureTypeError
-from opspec.schema.expr import BinOp, Call as CallExpr, Compare, Const, Expr, Name, ShapeList, Splat
+from opspec.schema.expr import Call as CallExpr, Compare, Const, Expr, Name, ShapeList, Splat
 from opspec.schema.printer import print_expr
 from opspec.schema.values import ADTValue
 from opspec.solver import plan as P
@@ -927,6 +926,8 @@ def _targets(e: _Encoding) -> list[tuple[str, str]]:
     for g in e.groups:
         if g.kind == "shape":
             out += [(RANK, g.path), (AXIS, g.path)]
+            if _affine_axes(e, g.tensor):
+                out.append((DIVISIBILITY, g.path))
         elif g.kind == "dtype":
             if g.members is not None:
                 out.append((DTYPE_SET, g.path))
@@ -953,7 +954,7 @@ def _broken(e: _Encoding, kind: str, path: str) -> tuple[list, list]:
     others = [h for h in e.groups if h is not g]
     hard = [c for h in others for c in h.cons + h.dom] + list(g.dom)
     extras: list = []
-    if kind in (RANK, AXIS, OUT_SHAPE):
+    if kind in (RANK, AXIS, DIVISIBILITY, OUT_SHAPE):
         shape = e.bi.res.shapes[g.tensor]
         splats = any(isinstance(a, Splat) for a in shape.axes)
         fixed = sum(1 for a in shape.axes if not isinstance(a, Splat))
@@ -968,6 +969,10 @@ def _broken(e: _Encoding, kind: str, path: str) -> tuple[list, list]:
         else:
             hard += [la == ld, g.actual != g.declared]
             extras.append(("axes", (g.actual, fixed + (EXTRA_RANK if splats else 0))))
+            if kind == DIVISIBILITY:  # an axis `a * X + e` gets a length no X gives
+                hard.append(z3.Or(*[z3.Or((g.actual[i] - e.enc.expr(off)) % a != 0,
+                                          g.actual[i] < e.enc.expr(off))
+                                    for i, a, off in _affine_axes(e, g.tensor)]))
             # An axis `a * X + e` gets a length it cannot have, where one exists.
             if not splats:
                 for i, ax in enumerate(shape.axes):
@@ -1009,40 +1014,53 @@ def _solved_as_modelled(e: _Encoding, n: str, shape: ShapeList | None, *, dtype:
     declarations are *checked*, the runtime's indices are the model's, only the drawn
     declaration is false under them, and the error must name it."""
     enc, out = e.enc, []
-    steps = [st for st in e.bi.res.branch.construction + e.bi.res.branch.call if st.target == n]
+    steps = [x for x in e.bi.res.branch.construction + e.bi.res.branch.call if x.target == n]
     actual = enc.expr(Name(_shape_var(n)))
-    for st in steps:
-        if dtype and st.kind == P.SOLVE_DTYPE:
-            t, dt = enc.expr(st.expr), enc.expr(Name(_dtype_var(n)))
-            members = e.setup.spec.forall[st.expr.id].members
+    for step in steps:
+        if dtype and step.kind == P.SOLVE_DTYPE:
+            t, dt = enc.expr(step.expr), enc.expr(Name(_dtype_var(n)))
+            members = e.setup.spec.forall[step.expr.id].members
             ok = dt == t
             if members:
                 consts = shared().dtype_consts
                 ok = z3.Or(ok, z3.And(*[dt != consts[m] for m in sorted(members)]))
             out.append(ok)
-        if dtype or shape is None or st.kind not in (P.SOLVE_AXIS, P.SOLVE_SPLAT):
+        if dtype or shape is None or step.kind not in (P.SOLVE_AXIS, P.SOLVE_SPLAT):
             continue
         axes = shape.axes
-        pos = z3.IntVal(sum(1 for a in axes[:st.axis] if not isinstance(a, Splat)))
-        for a in axes[:st.axis]:
+        pos = z3.IntVal(sum(1 for a in axes[:step.axis] if not isinstance(a, Splat)))
+        for a in axes[:step.axis]:
             if isinstance(a, Splat):
                 pos = pos + z3.Length(enc.expr(a.value))
-        if st.kind == P.SOLVE_SPLAT:
-            after = axes[st.axis + 1:]
+        if step.kind == P.SOLVE_SPLAT:
+            after = axes[step.axis + 1:]
             stop = z3.IntVal(sum(1 for a in after if not isinstance(a, Splat)))
             for a in after:
                 if isinstance(a, Splat):
                     stop = stop + z3.Length(enc.expr(a.value))
             out.append(z3.SubSeq(actual, pos, z3.Length(actual) - pos - stop)
-                       == enc.expr(st.expr))
+                       == enc.expr(step.expr))
             continue
         value = actual[pos]
-        if st.coeff is None:
-            out.append(value == enc.expr(st.expr))
+        if step.coeff is None:
+            out.append(value == enc.expr(step.expr))
         else:
-            c, o = enc.expr(st.coeff), enc.expr(st.offset)
-            out.append(z3.Or(value == c * enc.expr(st.expr) + o, (value - o) % c != 0,
+            c, o = enc.expr(step.coeff), enc.expr(step.offset)
+            out.append(z3.Or(value == c * enc.expr(step.expr) + o, (value - o) % c != 0,
                              value - o < 0))
+    return out
+
+
+def _affine_axes(e: _Encoding, n: str) -> list[tuple[int, int, Expr]]:
+    """(position, a, e) of each axis `a * X + e` (a >= 2) of a shape without splats."""
+    shape = e.bi.res.shapes[n]
+    if any(isinstance(a, Splat) for a in shape.axes):
+        return []
+    out = []
+    for i, ax in enumerate(shape.axes):
+        coeff = _affine_coeff(e.setup.spec, ax)
+        if coeff:
+            out.append((i, *coeff))
     return out
 
 
@@ -1085,7 +1103,7 @@ def _violation(setup: _Setup, bi: _BranchInfo, kind: str, path: str, data,
 def _describe(e: _Encoding, kind: str, path: str, vals: Mapping[str, Any], model) -> str:
     g = e.group(path)
     name = "out" if g.kind == "out" else g.tensor
-    if g.tensor is not None and kind in (RANK, AXIS, OUT_SHAPE):
+    if g.tensor is not None and kind in (RANK, AXIS, DIVISIBILITY, OUT_SHAPE):
         actual = tuple(vals[_shape_var(g.tensor)])
         declared = _shape_str(e.bi.res.shapes[g.tensor])
         if kind == RANK:
@@ -1110,28 +1128,6 @@ def _describe(e: _Encoding, kind: str, path: str, vals: Mapping[str, Any], model
 
 def _shape_str(sh: ShapeList) -> str:
     return "[" + ", ".join(_shape_text(sh)) + "]"
-
-
-def _refine_kind(setup: _Setup, bi: _BranchInfo, kind: str, path: str, vals) -> str:
-    """An axis violation whose broken axis is `a * X + e` is a divisibility violation."""
-    if kind != AXIS:
-        return kind
-    g_tensor = next((n for n in bi.tensors if setup.spec.tensors[n].path + ".shape" == path), None)
-    if g_tensor is None:
-        return kind
-    shape = bi.res.shapes[g_tensor]
-    if any(isinstance(a, Splat) for a in shape.axes):
-        return kind
-    actual = vals[_shape_var(g_tensor)]
-    from opspec.schema.evaluate import evaluate
-    env = {k: v for k, v in vals.items() if "(" not in k}
-    for i, ax in enumerate(shape.axes):
-        try:
-            if evaluate(ax, env) != actual[i]:
-                return DIVISIBILITY if _affine_coeff(setup.spec, ax) else AXIS
-        except Exception:  # noqa: BLE001
-            return kind
-    return kind
 
 
 def _viable(setup: _Setup, bi: _BranchInfo) -> list[tuple[str, str]]:
@@ -1203,8 +1199,7 @@ def violating_calls(op_cls: type, declaration: str | Iterable[str] | None = None
                          f"these are: {VIOLATION_KINDS}")
 
     def keep(kind: str, path: str) -> bool:
-        return (wanted is None or path in wanted) and (kinds_ is None or kind in kinds_ or (
-            kind == AXIS and DIVISIBILITY in kinds_))
+        return (wanted is None or path in wanted) and (kinds_ is None or kind in kinds_)
 
     menu_cache: list = []
 
@@ -1264,7 +1259,7 @@ def violating_calls(op_cls: type, declaration: str | Iterable[str] | None = None
         vals, blame, detail = found
         seed = data.draw(st.integers(0, 2 ** 31 - 1), label="seed")
         return _build(setup, bi, vals, seed, violates=path,
-                      kind=_refine_kind(setup, bi, kind, path, vals), blame=blame, detail=detail)
+                      kind=kind, blame=blame, detail=detail)
 
     return draw()
 

@@ -191,9 +191,41 @@ def elaborate_adts(defs: Mapping[str, ADTDef]) -> tuple[dict[str, ADTInfo], list
                                             f"`{c.invariant}`: {exc.message}", path=ipath,
                                             hint=exc.hint))
                     inv = None
+            n = 1
+            for k in fields.values():
+                n *= _finite_size(k)
+            if n > MAX_ADT_VALUES:
+                # Every combination of finite fields is a discriminant value, built eagerly:
+                # 26 Bool fields were 67M values (minutes and gigabytes before any check).
+                # The fields stay, as opaque values the prover does not enumerate.
+                diags.append(Diagnostic("kind", f"ADT {name}.{cname}: its finitely-valued "
+                                        f"fields have {n} combinations, more than "
+                                        f"{MAX_ADT_VALUES}; they are treated as opaque values",
+                                        path=f"adts.{name}.sum.{cname}.fields",
+                                        hint="split the constructor, or make some fields Int"))
+                fields = {f: (K.VALUE if K.is_finite(k) else k) for f, k in fields.items()}
             ctors[cname] = CtorInfo(cname, fields, c.python, inv, c.invariant)
         out[name] = ADTInfo(name, ctors)
     return out, diags
+
+
+#: The most values one ADT constructor may make from its finitely-valued fields (each value
+#: is a discriminant value the prover enumerates; the prover's own hard cap is 4096 combos).
+MAX_ADT_VALUES = 4096
+
+
+def _finite_size(k: K.Kind) -> int:
+    """How many values a field of kind `k` gives an ADT constructor (1: not enumerated)."""
+    inner = K.unwrap_maybe(k)
+    if isinstance(inner, K.BoolK):
+        n = 2
+    elif isinstance(inner, K.StrK) and inner.literals is not None:
+        n = len(inner.literals)
+    elif isinstance(inner, K.DTypeK):
+        n = len(inner.members or K.DTYPES)
+    else:
+        return 1
+    return n + 1 if isinstance(k, K.MaybeK) else n
 
 
 # -- the elaborator -------------------------------------------------------------------------

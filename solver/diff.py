@@ -1085,10 +1085,7 @@ class _OpDiffer:
                         f"encoded: {exc}", severity=Severity.ADVISORY, counterexample=shown,
                         dedup=str(exc))
             return
-        s = make_solver(self.rlimit)
-        s.add(*base)
-        for enc in (e_o, e_n):  # last: encoding may have created variables
-            s.add(*enc.side)
+        base += e_o.side + e_n.side  # last: encoding may have created variables
         # Prefer a call whose axes are small and positive (`x.shape = [9, 20]` reads better
         # than `[0, 113796]`), then one whose axes are positive, then any.
         positive, small = [], []
@@ -1099,18 +1096,24 @@ class _OpDiffer:
                 small.append(z3.Implies(i < z3.Length(seq), seq[i] <= _SMALL))
         levels = [positive + small, positive] if positive else []
         encs = [e_o, e_n]
+        held: list[z3.BoolRef] = []
 
-        def answer() -> tuple[Verdict, Any, str | None]:
-            first = solve(s, encs)
+        def ask_z3(question: list[z3.BoolRef]) -> tuple[Verdict, Any, str | None]:
+            """Solve `question` with the base and the held checks; a model found is asked
+            again with the preferences. A fresh solver each time: a `push` on one that holds
+            sequence constraints can take minutes to internalize them, outside any rlimit."""
+            def run(extra: list[z3.BoolRef]) -> tuple[Verdict, Any, str | None]:
+                solver = make_solver(self.rlimit)
+                solver.add(*base, *held, *question, *extra)
+                return solve(solver, encs)
+
+            first = run([])
             if first[0] is not Verdict.SAT:
                 return first
             for extra in levels:
-                s.push()
-                s.add(*extra)
-                verdict, model, reason = solve(s, encs)
-                s.pop()
-                if verdict is Verdict.SAT:
-                    return verdict, model, reason
+                got = run(extra)
+                if got[0] is Verdict.SAT:
+                    return got
             return first
 
         def cex(model) -> dict[str, Any]:
@@ -1130,15 +1133,10 @@ class _OpDiffer:
             return out
 
         # Held: NEW checks whose declaration was already reported (on this branch or another).
-        for c in new.checks:
-            if c.decl in self.rejecting:
-                s.add(c.cond)
+        held += [c.cond for c in new.checks if c.decl in self.rejecting]
         remaining = [c for c in new.checks if c.decl not in self.rejecting]
         while remaining:
-            s.push()
-            s.add(z3.Or(*[z3.Not(c.cond) for c in remaining]))
-            verdict, model, reason = answer()
-            s.pop()
+            verdict, model, reason = ask_z3([z3.Or(*[z3.Not(c.cond) for c in remaining])])
             if verdict is Verdict.UNKNOWN:
                 self.report("undecided", "new", "signature", "could not decide whether NEW "
                             f"accepts every call OLD accepts on the branch {_show(shown)} "
@@ -1154,18 +1152,13 @@ class _OpDiffer:
             self.report("rejected", "new", first.decl, "a call that OLD accepts fails NEW's "
                         f"check: {first.what}", counterexample=cex(model))
             self.rejecting.add(first.decl)
-            for c in remaining:
-                if c.decl == first.decl:
-                    s.add(c.cond)
+            held += [c.cond for c in remaining if c.decl == first.decl]
             remaining = [c for c in remaining if c.decl != first.decl]
         if not outs:
             return
-        s.add(*[c.cond for c in new.checks])
+        held += [c.cond for c in new.checks]
         for o in outs:
-            s.push()
-            s.add(z3.Not(same_out[o]))
-            verdict, model, reason = answer()
-            s.pop()
+            verdict, model, reason = ask_z3([z3.Not(same_out[o])])
             if verdict is Verdict.UNKNOWN:
                 self.report("undecided", "new", sn.outputs[o].path, "could not decide whether "
                             f"output `{o}` keeps its type on the branch {_show(shown)} "

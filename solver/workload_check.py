@@ -815,7 +815,10 @@ class _Checker:
                     contents = evaluate(call, env, rng=rng)
                     actual = self.generated_shape(call, env, contents)
                 except Exception as exc:
-                    fail(f"the generator of `{t.name}`, `{text}`, raises: {exc}")
+                    msg = str(exc)
+                    prefix = f"{print_expr(call)} raises "
+                    fail(f"the generator of `{t.name}`, `{text}`, raises "
+                         f"{msg[len(prefix):] if msg.startswith(prefix) else msg}")
                     raise _RowError from exc
                 generated[t.name] = contents
                 env[t.name] = contents
@@ -997,7 +1000,12 @@ class _Checker:
                 unk = {m for m in free_names(ax) if m not in env and spec.kind_of(m) is not None}
                 if not unk:
                     pending.remove(item)
-                    v = evaluate(ax, env)
+                    try:
+                        v = evaluate(ax, env)
+                    except Exception as exc:
+                        fail(f"axis {k} of the generated `{t}`, `{print_expr(ax)}`, does not "
+                             f"evaluate: {exc}")
+                        raise _RowError from exc
                     if v != n:
                         fail(f"the generated `{t}` has length {n} at axis {k}, but its declared "
                              f"shape needs `{print_expr(ax)}` = {_show(v)} there")

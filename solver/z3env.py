@@ -23,7 +23,6 @@ allow, and so that the code of a literal never depends on the order strings were
 from __future__ import annotations
 
 import enum
-import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -110,19 +109,20 @@ class Shared:
     recfuns: dict[str, z3.FuncDeclRef] = field(default_factory=dict)
 
 
-_SHARED: "weakref.WeakKeyDictionary[z3.Context, Shared]" = weakref.WeakKeyDictionary()
-
-
 def shared() -> Shared:
-    """The shared sorts of the current default context (made on first use)."""
+    """The shared sorts of the current default context (made on first use).
+
+    They are kept on the context object itself: the sorts refer to their context, so a
+    table keyed by contexts (even a weak one) would keep every context of every spec alive.
+    """
     ctx = z3.main_ctx()
-    found = _SHARED.get(ctx)
+    found = getattr(ctx, "_opspec_shared", None)
     if found is None:
         sort, consts = z3.EnumSort("DType", list(DTYPES))
         by_name = dict(zip(DTYPES, consts))
         found = Shared(sort, by_name, {str(c): n for n, c in by_name.items()},
                        z3.DeclareSort("Opaque"))
-        _SHARED[ctx] = found
+        ctx._opspec_shared = found
     return found
 
 

@@ -146,7 +146,7 @@ class DiffPairGluFwdOp(Op):
 '''
 
 #: Hypothesis examples per strategy (each violating strategy is one declaration).
-VALID_EXAMPLES = 30
+VALID_EXAMPLES = 25
 VIOLATING_EXAMPLES = 6
 
 SETTINGS = dict(deadline=None, derandomize=True, database=None,
@@ -264,7 +264,6 @@ def _rejects(call) -> None:
         raise
     TALLY["violating"] += 1
     TALLY[f"violating: {call.kind}"] += 1
-    TALLY["violating, blame unique" if call.unique else "violating, blame shared"] += 1
 
 
 @pytest.mark.parametrize("name", OPS)
@@ -327,7 +326,7 @@ def test_fixed_parameters_and_where(user):
     with pytest.raises(ValueError, match="neither parameters nor indices"):
         valid_calls(op, bogus=1)
     with pytest.raises(ValueError, match="no call breaks"):
-        violating_calls(op, "signature.inputs.nope.shape").example()
+        _hypothesis(violating_calls(op, "signature.inputs.nope.shape"), lambda c: None, 1)
 
 
 def test_zz_summary(capsys):
