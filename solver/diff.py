@@ -36,7 +36,10 @@ an op new in NEW is fine):
    checks' negations. The first check that fails, in NEW's runtime order, is the
    declaration that rejects the call; that one is then assumed and the question asked
    again, so every NEW declaration that rejects some OLD call is reported. Last, with
-   every check of both sides assumed: can an output's shape or dtype differ?
+   every check of both sides assumed: can an output's shape or dtype differ? A pair of
+   branches whose encodings are the same but for declaration paths (the same steps, dtype
+   sets, tensors and output types) needs no question: they accept the same calls and type
+   them alike (exact). Each distinct pair is asked once.
 
 What is exact and what is not: steps 1 and 2 are exact. Step 3 is exact where the encoding
 is (integer arithmetic, `//` and `%`, comparisons, sequences, dtypes, enums, Maybe values,
@@ -500,10 +503,17 @@ class _Side:
         self.outputs: dict[str, ShapeList] = {}
         # A dtype name written bare (`dtype: float32`) is the literal 'float32' to the encoder.
         self._folder = Folder(spec, dict(res.branch.combo))
-        self._dtypes = {n: Const(n) for n in K.DTYPES if n not in spec.symbols}
+        self._subst: dict[str, Expr] = {n: Const(n) for n in K.DTYPES if n not in spec.symbols}
+        # A Maybe parameter absent on this branch is None in every expression: primitives
+        # then see a None, whose facts are exact (`per_axis(None, ..., fallback=H)` is H),
+        # where an unconstrained payload left only the CEGAR loop, which need not converge.
+        for key, v in res.branch.combo:
+            name = key[len("present("):-1] if key.startswith("present(") else None
+            if v is False and name in spec.params:
+                self._subst[name] = Const(None)
 
     def lit(self, e: Expr) -> Expr:
-        return self._folder.expr(e, self._dtypes)
+        return self._folder.expr(e, self._subst)
 
     def check(self, decl: str, what: str, e: Expr) -> None:
         mark = len(self.enc.domain)
@@ -704,6 +714,11 @@ class _OpDiffer:
         self.inputs()
         self.outputs()
         self.branches()
+        # An undecided question about a declaration that another call shows incompatible
+        # says nothing more.
+        decided = {f.path for f in self.findings if f.is_error}
+        self.findings = [f for f in self.findings if f.check != "undecided"
+                         or f.path not in decided]
 
     # -- 1. the signatures ---------------------------------------------------------------
 
@@ -724,10 +739,12 @@ class _OpDiffer:
         old_d, new_d = dict(old), dict(new)
         pos_o = [n for n, p in old if not getattr(p, "kw_only", False)]
         pos_n = [n for n, p in new if not getattr(p, "kw_only", False)]
+        renamed: set[str] = set()
         for i, n in enumerate(pos_o):
             call = f"{so.name}(" + ", ".join(["..."] * i + [f"<{n}>"]) + ")"
             if n not in new_d:
                 if i < len(pos_n) and pos_n[i] not in old_d:
+                    renamed.add(pos_n[i])
                     self.report("param-renamed", "new", new_d[pos_n[i]].path,
                                 f"parameter `{n}` (position {i}) was renamed to `{pos_n[i]}`: "
                                 f"a call passing `{n}=` breaks",
@@ -759,11 +776,13 @@ class _OpDiffer:
             if n in old_d:
                 continue
             if self._required(p):
+                self.unlinked.add(n)
+                if n in renamed:
+                    continue  # said with the renaming
                 self.report("param-required", "new", p.path, f"the new parameter `{n}` has no "
                             "default: a call that OLD accepts, which does not pass it, breaks",
                             counterexample={"call": f"{so.name}(<OLD's arguments>)"},
                             hint=f"give `{n}` a default (at the end of the parameters)")
-                self.unlinked.add(n)
         for n, po in old:
             pn = new_d.get(n)
             if pn is None:
@@ -851,7 +870,7 @@ class _OpDiffer:
             if n in so.ctensors:
                 self.report("input-moved", "new", t.path, f"construction-time tensor `{n}` moved "
                             "to the call's inputs: a construction passing it breaks")
-            elif t.optional is False:
+            elif t.optional is False and not any(f.path == t.path for f in self.findings):
                 self.report("input-required", "new", t.path, f"the new input `{n}` is required: "
                             "a call that passes only OLD's inputs breaks",
                             counterexample={"call": "forward(" + ", ".join(
@@ -924,6 +943,9 @@ class _OpDiffer:
             if t.role in ("input", "ctensor") and n not in passed and fn.exists(n):
                 if n not in so.tensors and t.optional is False:
                     ok = False  # a new required tensor: reported with the signatures
+                    continue
+                if any(f.path == t.path and f.is_error for f in self.findings):
+                    ok = False  # `optional` dropped: reported with the signatures
                     continue
                 self.report("input-required", "new", t.path + (".optional" if t.optional
                                                                is not False else ""),
@@ -1108,8 +1130,10 @@ class _OpDiffer:
                 return solve(solver, encs)
 
             first = run([])
-            if first[0] is not Verdict.SAT:
+            if first[0] is Verdict.UNSAT:
                 return first
+            # A model found is asked again for a nicer one; an undecided question too, as
+            # small axes often decide a nonlinear one (`pool.out`) the unbounded cannot.
             for extra in levels:
                 got = run(extra)
                 if got[0] is Verdict.SAT:
@@ -1120,13 +1144,18 @@ class _OpDiffer:
             vals = e_o.values(model)
             out = dict(shown)
             for n in so.params:
-                if n in combo:
-                    continue
-                if n in vals:
+                if combo.get(f"present({n})") is False:
+                    continue  # shown with the discriminants (an absent Maybe is None)
+                if n not in combo and n in vals:
                     out[n] = vals[n]
-                for k in sorted(vals):
-                    if k.startswith(n + "."):
-                        out[k] = vals[k]
+                # The fields of an ADT value that its discriminant value leaves open.
+                v = combo.get(n)
+                if isinstance(v, ADTValue):
+                    fixed = {f for f, _ in v.fields}
+                    for f in so.adts[v.adt].ctors[v.ctor].fields:
+                        k = f"{n}.value.{f}" if f"{n}.value.{f}" in vals else f"{n}.{f}"
+                        if f not in fixed and k in vals:
+                            out[k] = vals[k]
             for n in passed:
                 out[f"{n}.shape"] = vals.get(_shape_var(n))
                 out[f"{n}.dtype"] = vals.get(_dtype_var(n))
@@ -1145,10 +1174,16 @@ class _OpDiffer:
                 return
             if verdict is Verdict.UNSAT:
                 break
-            first = next((c for c in new.checks
-                          if z3.is_false(model.eval(c.cond, model_completion=True))), None)
-            if first is None:  # cannot happen with a confirmed model; do not loop
-                break
+            values = [model.eval(c.cond, model_completion=True) for c in remaining]
+            # The first check the model makes false; one it leaves unevaluated (a recursive
+            # function) if none evaluates to false.
+            first = next((c for c, v in zip(remaining, values) if z3.is_false(v)), None) or \
+                next((c for c, v in zip(remaining, values) if not z3.is_true(v)), None)
+            if first is None:
+                self.report("rejected", "new", "signature", "a call that OLD accepts fails one "
+                            "of NEW's checks (the model does not say which)",
+                            counterexample=cex(model))
+                return
             self.report("rejected", "new", first.decl, "a call that OLD accepts fails NEW's "
                         f"check: {first.what}", counterexample=cex(model))
             self.rejecting.add(first.decl)

@@ -275,7 +275,7 @@ def test_changed_family_case(tmp_path):
     f = only(r, "rejected", "signature.inputs.b.shape")
     cex = f.counterexample
     assert cex["trans_b"] is True                             # only the changed case breaks
-    (m, k), (rows, cols) = cex["a.shape"], cex["b.shape"]
+    (_, k), (rows, cols) = cex["a.shape"], cex["b.shape"]
     assert rows != cols and cols == k                        # OLD's [N, K]; NEW wants [K, N]
 
 
@@ -407,7 +407,7 @@ def test_new_parameter_whose_default_changes_the_type(tmp_path):
       b: {dtype: T, shape: "Mat[trans_b, K, N]"}""")
     # NEW reads a as [K, M]: K comes from a's axis 0, so b's axis 0 (OLD's K) disagrees.
     f = only(r, "rejected", "signature.inputs.b.shape")
-    (m, k), (k_b, n) = f.counterexample["a.shape"], f.counterexample["b.shape"]
+    (m, k), (k_b, _) = f.counterexample["a.shape"], f.counterexample["b.shape"]
     assert k == k_b and m != k
 
 
@@ -507,3 +507,149 @@ def test_cli_bundled_manifest_against_itself(capsys):
     assert main(["diff", str(MANIFEST_DIR), str(MANIFEST_DIR)]) == 0
     out = capsys.readouterr().out
     assert "compatible  GemmFwdOp" in out and "0 incompatible" in out
+
+
+# -- more of the language -------------------------------------------------------------------
+
+def test_splat_output_shape_changed(tmp_path):
+    parts = dict(BASE, forall='{S: Shape, D: Dim, T: "DType[float16 | bfloat16]"}', params=None,
+                 inputs="""
+      x: {dtype: T, shape: "[*S, D]"}""", outputs="""
+      y: {dtype: T, shape: "[*S, D]"}""", let=None, shape_rules=None)
+    r = diff_op(tmp_path, parts, outputs="""
+      y: {dtype: T, shape: "[D, *S]"}""")
+    f = only(r, "output-type", "signature.outputs.y")
+    shape = f.counterexample["x.shape"]
+    assert len(shape) >= 2 and shape[-1] != shape[0]
+    dims = ", ".join(map(str, shape))
+    assert f.counterexample["y (OLD)"].endswith(f"[{dims}]]")
+
+
+def test_splat_renamed_is_compatible(tmp_path):
+    parts = dict(BASE, forall='{S: Shape, D: Dim, T: "DType[float16 | bfloat16]"}', params=None,
+                 inputs="""
+      x: {dtype: T, shape: "[*S, D]"}""", outputs="""
+      y: {dtype: T, shape: "[*S, D]"}""", let=None, shape_rules='["len(S) <= 2"]')
+    compatible(diff_op(tmp_path, parts,
+                       forall='{Batch: Shape, D: Dim, T: "DType[float16 | bfloat16]"}',
+                       inputs="""
+      x: {dtype: T, shape: "[*Batch, D]"}""", outputs="""
+      y: {dtype: T, shape: "[*Batch, D]"}""", shape_rules='["len(Batch) < 3"]'))
+
+
+def test_maybe_parameter_refinement_tightened(tmp_path):
+    parts = dict(BASE, params="""
+      rd: {type: "int | None", default: null}""",
+                 shape_rules='["not present(rd) or (rd.value > 0 and rd.value <= N)"]', let=None)
+    r = diff_op(tmp_path, parts,
+                shape_rules='["not present(rd) or (rd.value > 0 and 2 * rd.value <= N)"]')
+    f = only(r, "rejected", "signature.shape_rules.0")
+    cex = f.counterexample
+    n = cex["x.shape"][1] // 2
+    assert cex["present(rd)"] is True and 0 < cex["rd"] <= n < 2 * cex["rd"]
+
+
+LAYOUT = """\
+adts:
+  Layout:
+    sum:
+      contiguous:
+        fields:
+          packing: {type: "'tight' | 'aligned'"}
+          alignment: Dim
+        invariant: "(packing == 'tight') == (alignment == 1) and alignment >= 1"
+      masked:
+        fields: {max_m: Dim}
+"""
+
+
+def test_adt_invariant_tightened(tmp_path):
+    text = op_text(BASE, params="""
+      layout: {type: Layout}""", let=None, shape_rules=None)
+    for side, types in (("old", LAYOUT), ("new", LAYOUT.replace(
+            "alignment >= 1\"", "alignment >= 1 and alignment <= 64\""))):
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "types.yaml").write_text(types)
+    (r,) = run_diff(tmp_path, text, text).specs
+    f = only(r, "rejected", "signature.params.layout")
+    assert f.counterexample["layout"] == "{contiguous: {packing: aligned}}"
+    assert f.counterexample["layout.alignment"] > 64
+
+
+def test_removed_adt_constructor(tmp_path):
+    text = op_text(BASE, params="""
+      layout: {type: Layout}""", let=None, shape_rules=None)
+    for side, types in (("old", LAYOUT), ("new", LAYOUT.replace(
+            "      masked:\n        fields: {max_m: Dim}\n", ""))):
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "types.yaml").write_text(types)
+    (r,) = run_diff(tmp_path, text, text).specs
+    f = only(r, "param-type", "signature.params.layout.type")
+    assert "`masked`" in f.message
+
+
+def test_construction_tensor_made_required(tmp_path):
+    r = diff_op(tmp_path, BASE, params="""
+      act: {type: "'silu' | 'gelu' | 'tanh'", default: silu}
+      g: {type: int, default: 1}
+      table: {dtype: float32, shape: "[N]", optional: true}""")
+    compatible(r)    # a new optional construction-time tensor at the end
+    old = op_text(BASE, params="""
+      act: {type: "'silu' | 'gelu' | 'tanh'", default: silu}
+      g: {type: int, default: 1}
+      table: {dtype: float32, shape: "[N]", optional: true}""")
+    new = old.replace('float32, shape: "[N]", optional: true}', 'float32, shape: "[N]"}')
+    (tmp_path / "x").mkdir()
+    (r,) = run_diff(tmp_path / "x", old, new).specs
+    f = only(r, "param-required", "signature.params.table")
+    assert "optional" in f.message
+
+
+def test_out_buffer_removed_and_output_made_nullable(tmp_path):
+    r = diff_op(tmp_path, BASE, outputs="""
+      y: {dtype: T, shape: "[M, N]", nullable: "act != 'tanh'"}""")
+    f = only(r, "output-changed", "signature.outputs.y")
+    assert f.counterexample["act"] == "tanh" and "None in NEW" in f.message
+    old = op_text(BASE, outputs="""
+      y: {dtype: T, shape: "[M, N]", buffer: out}""")
+    (tmp_path / "b").mkdir()
+    (r,) = run_diff(tmp_path / "b", old, op_text(BASE)).specs
+    f = only(r, "output-changed", "signature.outputs.y.buffer")
+    assert f.side == "old" and "out=" in f.message
+
+
+def test_undecided_question_gives_unknown(tmp_path):
+    # No positive cubes add up to a cube: NEW rejects nothing OLD accepts, but Z3 cannot
+    # prove it within its resource limit.
+    parts = dict(BASE, forall='{A: Dim, B: Dim, C: Dim, T: "DType[float16]"}', params=None,
+                 inputs="""
+      x: {dtype: T, shape: "[A, B, C]"}""", outputs="""
+      y: {dtype: T, shape: "[A]"}""", let=None, shape_rules='["A > 0 and B > 0 and C > 0"]')
+    r = diff_op(tmp_path, parts, shape_rules='["A > 0 and B > 0 and C > 0", '
+                                             '"A * A * A + B * B * B != C * C * C"]')
+    assert r.verdict == "unknown", [f.render() for f in r.diagnostics]
+    (f,) = r.diagnostics
+    assert f.check == "undecided" and not f.is_error
+
+
+def test_renamed_input(tmp_path):
+    r = diff_op(tmp_path, BASE, inputs="""
+      inp: {dtype: T, shape: "[M, 2 * N]"}
+      bias: {dtype: T, shape: "[N]", optional: true}""")
+    f = only(r, "input-renamed", "signature.inputs.inp")
+    assert f.counterexample == {"call": "forward(x=...)"}
+
+
+def test_new_int_parameter_with_default_in_a_refinement(tmp_path):
+    compatible(diff_op(tmp_path, BASE, params="""
+      act: {type: "'silu' | 'gelu' | 'tanh'", default: silu}
+      g: {type: int, default: 1}
+      block: {type: int, default: 64}""", shape_rules='["Mp > 1", "g > 0", "block > 0"]'))
+    # A default that OLD's calls do not satisfy rejects them all.
+    (tmp_path / "bad").mkdir()
+    r = diff_op(tmp_path / "bad", BASE, params="""
+      act: {type: "'silu' | 'gelu' | 'tanh'", default: silu}
+      g: {type: int, default: 1}
+      block: {type: int, default: 64}""", shape_rules='["Mp > 1", "g > 0", "M % block == 0"]')
+    f = only(r, "rejected", "signature.shape_rules.2")
+    assert f.counterexample["x.shape"][0] % 64 != 0
