@@ -14,6 +14,7 @@ _EXPORTS = {
     "SignatureCall": "opspec.ops.records",
     "GemmFwdOp": "opspec.ops.gemm",
     "SiluAndMulFwdOp": "opspec.ops.elementwise",
+    # one line per bundled op class: "ClassName": "opspec.ops.<family>",
 }
 
 __all__ = sorted(_EXPORTS)

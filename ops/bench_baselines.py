@@ -15,11 +15,17 @@ Three registries, keyed by op class name, each entry next to the others of the s
   out and says so, which is not a failure.
 
 An op with no `REFERENCES` entry cannot be verified, and the bench counts that as a failure.
+
+The GEMM and SiluAndMul entries are written here; every other op's entry is a `BenchEntry`
+in `BENCH` of a family module `opspec.ops.baselines_<family>`, found by name and merged
+into the registries when this module is imported (a family adds its ops without editing
+this file).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import importlib
+import pkgutil
 from typing import Any, Callable, Mapping
 
 import torch
@@ -27,10 +33,15 @@ import torch.nn.functional as F
 
 from opspec.kernels.gemm import gemm_reference
 from opspec.kernels.silu_and_mul import silu_and_mul_reference
+from opspec.ops.bench_types import (
+    DEFAULT_TOLERANCES, REFERENCE_DTYPE, BaselineUnavailable, BenchEntry, Factory, Reference,
+    Tolerance, compiled, eager, upcast,
+)
 
 __all__ = [
     "BASELINES",
     "BaselineUnavailable",
+    "BenchEntry",
     "DEFAULT_TOLERANCES",
     "DESCRIPTIONS",
     "REFERENCES",
@@ -41,63 +52,6 @@ __all__ = [
     "tolerance_for",
     "upcast",
 ]
-
-Reference = Callable[..., torch.Tensor]
-Factory = Callable[[Any], Callable[..., torch.Tensor]]
-
-#: The dtype floating-point inputs are upcast to before the reference runs.
-REFERENCE_DTYPE = torch.float64
-
-
-class BaselineUnavailable(Exception):
-    """A baseline that cannot be built on this machine (a library or device is missing)."""
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """An output passes when ‖out − ref‖ / ‖ref‖ <= `rel_l2` and every element satisfies
-    |out − ref| <= `atol` · rms(ref) + `rtol` · |ref| (so one bad row cannot hide in a
-    good norm); a NaN or infinity where the reference is finite never passes."""
-
-    rel_l2: float
-    rtol: float
-    atol: float
-
-
-#: By output dtype. float32 math lands far under 1e-4; fp16 rounds at 2^-11, bf16 at 2^-8
-#: (an output rounded twice, as `F.silu(g) * u` in bf16 does, stays under 2^-7).
-DEFAULT_TOLERANCES: dict[torch.dtype, Tolerance] = {
-    torch.float64: Tolerance(1e-12, 1e-10, 1e-10),
-    torch.float32: Tolerance(1e-4, 1e-4, 1e-4),
-    torch.float16: Tolerance(3e-3, 4e-3, 4e-3),
-    torch.bfloat16: Tolerance(1e-2, 1.6e-2, 1.6e-2),
-}
-
-
-def upcast(t: Any) -> Any:
-    """A floating-point tensor in `REFERENCE_DTYPE`; anything else unchanged."""
-    if isinstance(t, torch.Tensor) and t.dtype.is_floating_point:
-        return t.to(REFERENCE_DTYPE)
-    return t
-
-
-def compiled(fn_of_op: Callable[[Any], Callable[..., torch.Tensor]]) -> Factory:
-    """The `compile` baseline of a function: `torch.compile(fn, fullgraph=True)`, default mode,
-    shapes static. Dynamo's caches are cleared first: every case compiles the same code object
-    again, and past the recompile limit Dynamo would quietly fall back to eager."""
-
-    def factory(op: Any) -> Callable[..., torch.Tensor]:
-        import torch._dynamo
-
-        torch._dynamo.reset()
-        return torch.compile(fn_of_op(op), fullgraph=True, dynamic=False)
-
-    return factory
-
-
-def _eager(fn_of_op: Callable[[Any], Callable[..., torch.Tensor]]) -> Factory:
-    return fn_of_op
-
 
 # -- GemmFwdOp: c = op(a) @ op(b) ----------------------------------------------------------------
 
@@ -161,11 +115,11 @@ TOLERANCES: dict[str, dict[torch.dtype, Tolerance]] = {
 
 BASELINES: dict[str, dict[str, Factory]] = {
     "GemmFwdOp": {
-        "eager": _eager(_gemm_fn),
+        "eager": eager(_gemm_fn),
         "compile": compiled(_gemm_fn),
     },
     "SiluAndMulFwdOp": {
-        "eager": _eager(_silu_and_mul_fn),
+        "eager": eager(_silu_and_mul_fn),
         "compile": compiled(_silu_and_mul_fn),
         "vllm": _vllm_silu_and_mul,
     },
@@ -184,6 +138,26 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "vllm": "vLLM's CUDA kernel torch.ops._C.silu_and_mul, where installed",
     },
 }
+
+
+def _merge_family_entries() -> None:
+    """Add the `BENCH` entries of every `opspec.ops.baselines_<family>` module."""
+    import opspec.ops as ops_pkg
+
+    for info in sorted(pkgutil.iter_modules(ops_pkg.__path__), key=lambda i: i.name):
+        if not info.name.startswith("baselines_"):
+            continue
+        module = importlib.import_module(f"opspec.ops.{info.name}")
+        for op_name, entry in getattr(module, "BENCH", {}).items():
+            if op_name in REFERENCES:
+                raise RuntimeError(f"{module.__name__}: {op_name} has a bench entry already")
+            REFERENCES[op_name] = entry.reference
+            TOLERANCES[op_name] = dict(entry.tolerances)
+            BASELINES[op_name] = dict(entry.baselines)
+            DESCRIPTIONS[op_name] = dict(entry.descriptions)
+
+
+_merge_family_entries()
 
 
 def tolerance_for(op_name: str, dtype: torch.dtype,
