@@ -14,6 +14,10 @@ _EXPORTS = {
     "SignatureCall": "opspec.ops.records",
     "GemmFwdOp": "opspec.ops.gemm",
     "SiluAndMulFwdOp": "opspec.ops.elementwise",
+    "ReluFwdOp": "opspec.ops.activation",
+    "SiluFwdOp": "opspec.ops.activation",
+    "GeluFwdOp": "opspec.ops.activation",
+    "GeluAndMulFwdOp": "opspec.ops.elementwise",
     # one line per bundled op class: "ClassName": "opspec.ops.<family>",
 }
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import torch
 
+from opspec.kernels.gelu_and_mul_impl import (
+    GeluAndMulCall, GeluAndMulFwdInterface, GeluAndMulReferenceKernel, GeluAndMulTritonKernel,
+)
 from opspec.kernels.silu_and_mul_impl import (
     SiluAndMulCall, SiluAndMulFwdInterface, SiluAndMulReferenceKernel, SiluAndMulTritonKernel,
 )
 from opspec.ops.op import DTYPE_NAMES, Op
 
-__all__ = ["SiluAndMulFwdOp"]
+__all__ = ["GeluAndMulFwdOp", "SiluAndMulFwdOp"]
 
 
 class SiluAndMulFwdOp(Op):
@@ -26,3 +29,21 @@ class SiluAndMulFwdOp(Op):
         out = torch.empty((x.shape[0], x.shape[1] // 2), dtype=x.dtype, device=x.device)
         call = SiluAndMulCall(DTYPE_NAMES[x.dtype], device=x.device)
         return self.kernel_for("silu_and_mul", call).forward(x, out)
+
+
+class GeluAndMulFwdOp(Op):
+    """`gelu(x[:, :N], approximate) * x[:, N:]` for x of shape [M, 2N] (vLLM's GeluAndMul:
+    gelu_and_mul, or gelu_tanh_and_mul with `approximate='tanh'`)."""
+
+    kernel_types = {"gelu_and_mul_triton": GeluAndMulTritonKernel,
+                    "gelu_and_mul_reference": GeluAndMulReferenceKernel}
+    interfaces = {"gelu_and_mul": GeluAndMulFwdInterface}
+
+    def __init__(self, approximate: str = "none", *, target=None):
+        self.approximate = approximate
+        super().__init__(target=target)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.empty((x.shape[0], x.shape[1] // 2), dtype=x.dtype, device=x.device)
+        call = GeluAndMulCall(DTYPE_NAMES[x.dtype], self.approximate, device=x.device)
+        return self.kernel_for("gelu_and_mul", call).forward(x, out)

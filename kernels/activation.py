@@ -1,0 +1,247 @@
+"""Pointwise activations (ReLU, SiLU, GELU) as Triton kernels, and their torch references.
+
+Plain functions; the dispatch classes are in :mod:`opspec.kernels.activation_impl`.
+
+* :func:`activation_reference` -- the torch function (fp32 math, cast back).
+* :func:`activation_triton` -- writes ``act(x)`` into ``out`` (``out`` may be ``x``: in place).
+
+Each element is read once and written once, so on an H200 these kernels are bound by HBM
+bandwidth (about 4.2 TB/s measured for a copy). The layout of the work:
+
+* **flat** (the fast path): when ``x`` and ``out`` cover their storage densely with the
+  same strides (contiguous, or any permutation of a contiguous layout, as
+  ``torch.empty_like`` preserves it; in place ``out`` is ``x``), the elements are processed
+  in memory order as one 1-D array: program ``pid`` takes ``BLOCK`` consecutive elements.
+  ``BLOCK`` is 2048 with 4 warps, 16 elements per thread (two 16-byte vectors in
+  fp16/bf16, four in fp32), so each thread has several independent loads in flight; it is
+  halved (down to 256) while the grid would have fewer than ``4 * 132`` programs, so that
+  decode-sized tensors still spread over the SMs.
+* **strided**: otherwise the dimensions are merged where both tensors allow; when two
+  remain (a column slice ``x[:, a:b]``, a transposed slice, a broadcast), a 2-D kernel
+  reads and writes through the strides, a tile of ``BLOCK_R x BLOCK_C`` per program.
+* anything else (more than two dimensions that cannot be merged) goes through a
+  contiguous copy of ``x`` (and, in place, a copy back into ``x``): correct, but two more
+  passes over memory.
+
+No autotuning at call time: the block sizes are picked in plain Python from the sizes.
+Offsets are computed in int64 only when an offset could pass ``2**31 - 1``. Triton
+specialises integer arguments that are multiples of 16, so a length or a row stride
+divisible by 16 keeps the loads vectorised although it is a run-time argument.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+__all__ = [
+    "ACTIVATIONS",
+    "activation_flat_block",
+    "activation_reference",
+    "activation_triton",
+    "merge_dims",
+]
+
+#: The activations, by name, and the constexpr code the kernels switch on.
+ACTIVATIONS = {"relu": 0, "silu": 1, "gelu": 2, "gelu_tanh": 3}
+
+_SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
+# Enough programs to give every SM of an H200 (132) a few resident programs.
+_TARGET_PROGRAMS = 4 * 132
+_FLAT_BLOCK = 2048
+_MIN_BLOCK = 256
+_TILE = 2048          # elements per program of the strided kernel
+_INT32_LIMIT = 2**31 - 1
+
+
+def activation_reference(x: torch.Tensor, act: str) -> torch.Tensor:
+    """``act(x)`` with torch, computed in float32 (float64 stays float64), cast back."""
+    if act not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {act!r}; expected one of {sorted(ACTIVATIONS)}")
+    xf = x if x.dtype == torch.float64 else x.float()
+    if act == "relu":
+        y = F.relu(xf)
+    elif act == "silu":
+        y = F.silu(xf)
+    else:
+        y = F.gelu(xf, approximate="tanh" if act == "gelu_tanh" else "none")
+    return y.to(x.dtype)
+
+
+@triton.jit
+def _activate(x, ACT: tl.constexpr):
+    """``act(x)``; ReLU in the input dtype (exact), the others in fp32."""
+    if ACT == 0:
+        # x < 0 is false for NaN and -0.0, which pass through as torch.relu keeps them.
+        y = tl.where(x < 0, 0.0, x)
+    else:
+        xf = x.to(tl.float32)
+        if ACT == 1:
+            # silu(x) = x / (1 + exp(-x)); exp(-x) -> inf gives -0.0, as torch.
+            y = xf / (1.0 + tl.exp(-xf))
+        elif ACT == 2:
+            # 0.5 * x * (1 + erf(x / sqrt(2)))
+            y = 0.5 * xf * (1.0 + tl.math.erf(xf * 0.7071067811865476))
+        else:
+            # 0.5 * x * (1 + tanh(u)) = x * sigmoid(2u) = x / (1 + exp(-2u)), with
+            # u = sqrt(2 / pi) * (x + 0.044715 * x^3): one exp and no cancellation in 1 + tanh.
+            u = 0.7978845608028654 * (xf + 0.044715 * xf * xf * xf)
+            y = xf / (1.0 + tl.exp(-2.0 * u))
+    return y
+
+
+@triton.jit
+def _activation_flat_kernel(
+    x_ptr,
+    out_ptr,
+    n,
+    ACT: tl.constexpr,
+    BLOCK: tl.constexpr,
+    USE_INT64: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    if USE_INT64:
+        start = pid.to(tl.int64) * BLOCK
+    else:
+        start = pid * BLOCK
+    offs = start + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    y = _activate(x, ACT)
+    tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _activation_2d_kernel(
+    x_ptr,
+    out_ptr,
+    R,
+    C,
+    n_col_blocks,
+    stride_xr,
+    stride_xc,
+    stride_or,
+    stride_oc,
+    ACT: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    USE_INT64: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    rows = (pid // n_col_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = (pid % n_col_blocks) * BLOCK_C + tl.arange(0, BLOCK_C)
+    if USE_INT64:
+        rows = rows.to(tl.int64)
+        cols = cols.to(tl.int64)
+    mask = (rows < R)[:, None] & (cols < C)[None, :]
+    x = tl.load(x_ptr + rows[:, None] * stride_xr + cols[None, :] * stride_xc, mask=mask)
+    y = _activate(x, ACT)
+    tl.store(out_ptr + rows[:, None] * stride_or + cols[None, :] * stride_oc,
+             y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def activation_flat_block(n: int) -> tuple[int, int]:
+    """The ``(BLOCK, num_warps)`` of the flat kernel for ``n`` elements: 2048 elements on
+    4 warps, halved (down to 256) while the grid would hold fewer than ``4 * 132``
+    programs; the warps follow so that a thread keeps at least 8 elements."""
+    block = _FLAT_BLOCK
+    while block > _MIN_BLOCK and triton.cdiv(n, block) < _TARGET_PROGRAMS:
+        block //= 2
+    return block, max(1, min(4, block // 256))
+
+
+def _is_dense(t: torch.Tensor) -> bool:
+    """Whether `t`'s elements fill ``t.numel()`` consecutive storage slots (any order of
+    the dimensions): sorted by stride, each stride is the product of the sizes before."""
+    expected = 1
+    for size, stride in sorted(((s, st) for s, st in zip(t.shape, t.stride()) if s != 1),
+                               key=lambda p: p[1]):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def merge_dims(shape, *strides) -> tuple[list[int], list[list[int]]]:
+    """Drop size-1 dimensions and merge neighbours ``d, d+1`` wherever every tensor has
+    ``stride[d] == stride[d+1] * size[d+1]``; returns the merged sizes and, per tensor, its
+    merged strides (at least one dimension)."""
+    dims = [(s, [st[i] for st in strides]) for i, s in enumerate(shape) if s != 1]
+    if not dims:
+        return [1], [[1] for _ in strides]
+    sizes = [dims[0][0]]
+    strs = [list(dims[0][1])]
+    for s, st in dims[1:]:
+        if all(strs[-1][k] == st[k] * s for k in range(len(strides))):
+            sizes[-1] *= s
+            strs[-1] = list(st)
+        else:
+            sizes.append(s)
+            strs.append(list(st))
+    return sizes, [[d[k] for d in strs] for k in range(len(strides))]
+
+
+def _launch_flat(x: torch.Tensor, out: torch.Tensor, code: int) -> None:
+    n = x.numel()
+    block, num_warps = activation_flat_block(n)
+    _activation_flat_kernel[(triton.cdiv(n, block),)](
+        x, out, n, ACT=code, BLOCK=block, USE_INT64=n + block > _INT32_LIMIT,
+        num_warps=num_warps,
+    )
+
+
+def _launch_2d(x: torch.Tensor, out: torch.Tensor, R: int, C: int, sx, so, code: int) -> None:
+    # Columns are the unit-stride axis when there is one: put it last.
+    if sx[1] != 1 and sx[0] == 1:
+        R, C, sx, so = C, R, (sx[1], sx[0]), (so[1], so[0])
+    block_c = min(triton.next_power_of_2(C), _TILE)
+    block_r = min(triton.next_power_of_2(R), max(1, _TILE // block_c))
+    n_col_blocks = triton.cdiv(C, block_c)
+    reach = max((R - 1) * abs(sx[0]) + (C - 1) * abs(sx[1]),
+                (R - 1) * abs(so[0]) + (C - 1) * abs(so[1]))
+    _activation_2d_kernel[(triton.cdiv(R, block_r) * n_col_blocks,)](
+        x, out, R, C, n_col_blocks, sx[0], sx[1], so[0], so[1],
+        ACT=code, BLOCK_R=block_r, BLOCK_C=block_c,
+        USE_INT64=reach + _TILE > _INT32_LIMIT, num_warps=4,
+    )
+
+
+def activation_triton(x: torch.Tensor, out: torch.Tensor, act: str) -> torch.Tensor:
+    """Write ``act(x)`` into ``out`` and return ``out``.
+
+    ``x`` and ``out`` have the same shape and dtype (fp16, bf16 or fp32), any strides.
+    ``out`` may be ``x`` itself (in place); otherwise the two must not overlap. The math is
+    done in fp32 (ReLU, exact, in the input dtype). Nothing is launched for an empty
+    tensor. No allocation except on the copy fallback described in the module docstring.
+    """
+    code = ACTIVATIONS.get(act)
+    if code is None:
+        raise ValueError(f"unknown activation {act!r}; expected one of {sorted(ACTIVATIONS)}")
+    if x.shape != out.shape:
+        raise ValueError(f"out must have x's shape {list(x.shape)}, got {list(out.shape)}")
+    if out.dtype != x.dtype or x.dtype not in _SUPPORTED:
+        raise TypeError(f"x and out must share a dtype in {_SUPPORTED}, got {x.dtype}, {out.dtype}")
+    inplace = out is x or (out.data_ptr() == x.data_ptr() and out.stride() == x.stride())
+    if inplace and torch._debug_has_internal_overlap(x) == 1:
+        # As torch: a broadcast (stride-0) tensor would get the activation applied once per
+        # alias of each element.
+        raise RuntimeError("cannot apply an activation in place to a tensor in which several "
+                           "elements share one memory location; clone it first")
+    if x.numel() == 0:
+        return out
+    if x.stride() == out.stride() and _is_dense(x):
+        _launch_flat(x, out, code)
+        return out
+    sizes, (sx, so) = merge_dims(x.shape, x.stride(), out.stride())
+    if len(sizes) == 1:
+        _launch_2d(x, out, 1, sizes[0], (0, sx[0]), (0, so[0]), code)
+    elif len(sizes) == 2:
+        _launch_2d(x, out, sizes[0], sizes[1], sx, so, code)
+    else:
+        # More than two dimensions that cannot be merged: compute on a contiguous copy.
+        tmp = x.contiguous()
+        _launch_flat(tmp, tmp, code)
+        out.copy_(tmp)
+    return out
