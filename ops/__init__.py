@@ -18,6 +18,9 @@ _EXPORTS = {
     "SiluFwdOp": "opspec.ops.activation",
     "GeluFwdOp": "opspec.ops.activation",
     "GeluAndMulFwdOp": "opspec.ops.elementwise",
+    "RMSNormFwdOp": "opspec.ops.norm",
+    "LayerNormFwdOp": "opspec.ops.norm",
+    "FusedAddRMSNormFwdOp": "opspec.ops.norm",
     # one line per bundled op class: "ClassName": "opspec.ops.<family>",
 }
 

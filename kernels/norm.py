@@ -1,0 +1,438 @@
+"""Row normalisations: RMSNorm, LayerNorm and vLLM's fused residual-add RMSNorm.
+
+Plain functions; the dispatch classes are built in :mod:`opspec.kernels.norm_impl`.
+
+* :func:`rms_norm_reference`, :func:`layer_norm_reference`,
+  :func:`fused_add_rms_norm_reference` -- the torch references (float32 math, or float64
+  for float64 inputs, one rounding back to the input dtype).
+* :func:`norm_fwd_triton` -- the Triton launcher behind all three, writing into ``out``
+  (and, for the fused op, into ``residual``).
+
+Every op here views its input as ``[R, N]``: ``R`` rows of ``N`` elements, each row
+normalised on its own. The work is bound by HBM bandwidth (``R * N`` elements read and
+written once, the weight and bias once per program), so the launcher picks the layout in
+plain Python from ``N``, ``R`` and the element size, with no autotuning at call time:
+
+* **a row in registers** (``next_power_of_2(N) <= 16384``): one program normalises
+  ``ROWS`` whole rows (``ROWS > 1`` only for short rows, so that a program still moves a
+  few thousand elements), reading each element once and writing it once; the statistics
+  are summed in float32 across the program's warps. The weight and bias are loaded once
+  per program, before the rows, so their latency overlaps the row loads.
+  ``num_warps`` gives each thread about 16 elements of a tile, two 16-byte vectors in
+  float16/bfloat16; Triton specialises a unit column stride, so contiguous rows load as
+  128-bit vectors.
+* **a looped row** (longer rows): one program per row walks it in 4096-element chunks,
+  once for the sum of squares (and, for LayerNorm, once more for the centred variance,
+  which keeps its accuracy when the mean is large) and once to write the result; the later
+  passes re-read the row, mostly from L2.
+
+Offsets are computed in int64 when any of them could pass ``2**31 - 1``.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = [
+    "DEFAULT_RMS_EPS",
+    "MAX_REGISTER_BLOCK",
+    "NormConfig",
+    "fused_add_rms_norm_reference",
+    "fused_add_rms_norm_triton",
+    "layer_norm_reference",
+    "layer_norm_triton",
+    "norm_config",
+    "norm_fwd_triton",
+    "rms_norm_reference",
+    "rms_norm_triton",
+]
+
+#: torch's eps when ``rms_norm`` gets ``eps=None``: the machine epsilon of the computation
+#: dtype, float32 for float16, bfloat16 and float32 inputs.
+DEFAULT_RMS_EPS = torch.finfo(torch.float32).eps
+
+#: The longest row (as a power of two) held in registers; longer rows take the looped kernel.
+MAX_REGISTER_BLOCK = 16384
+#: Chunk of the looped kernel.
+_LOOP_BLOCK = 4096
+#: Elements a program of the register kernel covers at least (short rows are packed).
+_MIN_TILE = 4096
+#: Elements per thread the warp count aims at (two 16-byte vectors of a 2-byte dtype).
+_ELEMS_PER_THREAD = 16
+#: Enough programs to keep every SM of an H200 (132) busy with a few each.
+_TARGET_PROGRAMS = 4 * 132
+_INT32_LIMIT = 2**31 - 1
+
+_SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
+
+
+# -- references -------------------------------------------------------------------------------
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _norm_dims(x: torch.Tensor, normalized_shape: Sequence[int]) -> tuple[int, ...]:
+    k = len(normalized_shape)
+    if k < 1:
+        raise ValueError("normalized_shape must have at least one axis")
+    if tuple(x.shape[x.dim() - k:]) != tuple(normalized_shape) or x.dim() < k:
+        raise ValueError(f"input of shape {list(x.shape)} does not end in normalized_shape "
+                         f"{list(normalized_shape)}")
+    return tuple(range(x.dim() - k, x.dim()))
+
+
+def rms_norm_reference(x: torch.Tensor, normalized_shape: Sequence[int],
+                       weight: torch.Tensor | None = None,
+                       eps: float | None = None) -> torch.Tensor:
+    """``x / sqrt(mean(x**2) + eps) * weight`` over the trailing ``normalized_shape`` axes,
+    in float32 (float64 for float64 input), rounded once to ``x.dtype``. ``eps=None`` is
+    torch's default, :data:`DEFAULT_RMS_EPS`."""
+    dims = _norm_dims(x, normalized_shape)
+    eps = DEFAULT_RMS_EPS if eps is None else float(eps)
+    xc = x.to(_compute_dtype(x.dtype))
+    if xc.numel() == 0:
+        return torch.empty_like(x)
+    y = xc * torch.rsqrt(xc.square().mean(dim=dims, keepdim=True) + eps)
+    if weight is not None:
+        y = y * weight.to(xc.dtype)
+    return y.to(x.dtype)
+
+
+def layer_norm_reference(x: torch.Tensor, normalized_shape: Sequence[int],
+                         weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+                         eps: float = 1e-5) -> torch.Tensor:
+    """``(x - mean) / sqrt(var + eps) * weight + bias`` over the trailing
+    ``normalized_shape`` axes (biased variance), in float32 (float64 for float64 input),
+    rounded once to ``x.dtype``."""
+    dims = _norm_dims(x, normalized_shape)
+    xc = x.to(_compute_dtype(x.dtype))
+    if xc.numel() == 0:
+        return torch.empty_like(x)
+    mean = xc.mean(dim=dims, keepdim=True)
+    centred = xc - mean
+    var = centred.square().mean(dim=dims, keepdim=True)
+    y = centred * torch.rsqrt(var + float(eps))
+    if weight is not None:
+        y = y * weight.to(xc.dtype)
+    if bias is not None:
+        y = y + bias.to(xc.dtype)
+    return y.to(x.dtype)
+
+
+def fused_add_rms_norm_reference(x: torch.Tensor, residual: torch.Tensor,
+                                 weight: torch.Tensor,
+                                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """vLLM's ``fused_add_rms_norm`` without writing: returns ``(new_input, new_residual)``
+    where ``new_residual = x + residual`` rounded to the dtype (as it is stored) and
+    ``new_input = rms_norm(new_residual, [D], weight, eps)``."""
+    s = (x.to(_compute_dtype(x.dtype)) + residual.to(_compute_dtype(x.dtype))).to(x.dtype)
+    return rms_norm_reference(s, (x.shape[-1],), weight, eps), s
+
+
+# -- kernels ----------------------------------------------------------------------------------
+
+@triton.jit
+def _norm_fwd_rows_kernel(
+    x_ptr, r_ptr, w_ptr, b_ptr, y_ptr,
+    M, N, eps,
+    stride_xm, stride_xn, stride_rm, stride_rn, stride_ym, stride_yn, stride_w, stride_b,
+    ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+    IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, USE_INT64: tl.constexpr,
+):
+    """``ROWS`` whole rows per program, each held in registers (``BLOCK_N >= N``)."""
+    pid = tl.program_id(0)
+    rows = pid * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK_N)
+    if USE_INT64:
+        rows = rows.to(tl.int64)
+        cols = cols.to(tl.int64)
+    col_mask = cols < N
+    mask = (rows < M)[:, None] & col_mask[None, :]
+
+    # The weight and bias first: loaded once for all the program's rows.
+    if HAS_WEIGHT:
+        w = tl.load(w_ptr + cols * stride_w, mask=col_mask, other=0.0,
+                    eviction_policy="evict_last").to(tl.float32)
+    if HAS_BIAS:
+        b = tl.load(b_ptr + cols * stride_b, mask=col_mask, other=0.0,
+                    eviction_policy="evict_last").to(tl.float32)
+
+    x_offs = rows[:, None] * stride_xm + cols[None, :] * stride_xn
+    x = tl.load(x_ptr + x_offs, mask=mask, other=0.0, eviction_policy="evict_first")
+    x = x.to(tl.float32)
+    if HAS_RESIDUAL:
+        # residual += input, rounded to the stored dtype; the norm is of the stored value.
+        r_offs = rows[:, None] * stride_rm + cols[None, :] * stride_rn
+        r = tl.load(r_ptr + r_offs, mask=mask, other=0.0, eviction_policy="evict_first")
+        s = (x + r.to(tl.float32)).to(r_ptr.dtype.element_ty)
+        tl.store(r_ptr + r_offs, s, mask=mask)
+        x = s.to(tl.float32)
+
+    if IS_RMS:
+        rstd = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps)
+        y = x * rstd[:, None]
+    else:
+        mean = tl.sum(x, axis=1) / N
+        xc = tl.where(mask, x - mean[:, None], 0.0)
+        rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / N + eps)
+        y = xc * rstd[:, None]
+    if HAS_WEIGHT:
+        y = y * w[None, :]
+    if HAS_BIAS:
+        y = y + b[None, :]
+    y_offs = rows[:, None] * stride_ym + cols[None, :] * stride_yn
+    tl.store(y_ptr + y_offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _norm_fwd_looped_kernel(
+    x_ptr, r_ptr, w_ptr, b_ptr, y_ptr,
+    N, eps,
+    stride_xm, stride_xn, stride_rm, stride_rn, stride_ym, stride_yn, stride_w, stride_b,
+    BLOCK: tl.constexpr,
+    IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, USE_INT64: tl.constexpr,
+):
+    """One row per program, walked in ``BLOCK`` chunks (rows too long for registers)."""
+    row = tl.program_id(0)
+    base = tl.arange(0, BLOCK)
+    if USE_INT64:
+        row = row.to(tl.int64)
+        base = base.to(tl.int64)
+    x_row = x_ptr + row * stride_xm
+    r_row = r_ptr + row * stride_rm
+    y_row = y_ptr + row * stride_ym
+
+    # Pass 1: the sum (LayerNorm) or the sum of squares (RMSNorm); the fused op also writes
+    # the new residual here and reads it back in the later passes.
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, N, BLOCK):
+        cols = start + base
+        m = cols < N
+        x = tl.load(x_row + cols * stride_xn, mask=m, other=0.0).to(tl.float32)
+        if HAS_RESIDUAL:
+            r = tl.load(r_row + cols * stride_rn, mask=m, other=0.0).to(tl.float32)
+            s = (x + r).to(r_ptr.dtype.element_ty)
+            tl.store(r_row + cols * stride_rn, s, mask=m)
+            x = s.to(tl.float32)
+        if IS_RMS:
+            acc += x * x
+        else:
+            acc += x
+    if HAS_RESIDUAL:
+        tl.debug_barrier()  # the residual just written is read back below
+
+    if IS_RMS:
+        mean = 0.0
+        rstd = tl.rsqrt(tl.sum(acc, axis=0) / N + eps)
+    else:
+        mean = tl.sum(acc, axis=0) / N
+        acc2 = tl.zeros([BLOCK], dtype=tl.float32)
+        for start in range(0, N, BLOCK):
+            cols = start + base
+            m = cols < N
+            if HAS_RESIDUAL:
+                x = tl.load(r_row + cols * stride_rn, mask=m, other=0.0).to(tl.float32)
+            else:
+                x = tl.load(x_row + cols * stride_xn, mask=m, other=0.0).to(tl.float32)
+            xc = tl.where(m, x - mean, 0.0)
+            acc2 += xc * xc
+        rstd = tl.rsqrt(tl.sum(acc2, axis=0) / N + eps)
+
+    # Last pass: normalise and write.
+    for start in range(0, N, BLOCK):
+        cols = start + base
+        m = cols < N
+        if HAS_RESIDUAL:
+            x = tl.load(r_row + cols * stride_rn, mask=m, other=0.0).to(tl.float32)
+        else:
+            x = tl.load(x_row + cols * stride_xn, mask=m, other=0.0,
+                        eviction_policy="evict_first").to(tl.float32)
+        y = (x - mean) * rstd
+        if HAS_WEIGHT:
+            y = y * tl.load(w_ptr + cols * stride_w, mask=m, other=0.0).to(tl.float32)
+        if HAS_BIAS:
+            y = y + tl.load(b_ptr + cols * stride_b, mask=m, other=0.0).to(tl.float32)
+        tl.store(y_row + cols * stride_yn, y.to(y_ptr.dtype.element_ty), mask=m)
+
+
+# -- launch configuration ---------------------------------------------------------------------
+
+class NormConfig(tuple):
+    """``(looped, rows, block, num_warps)``: the launch the launcher makes for ``[M, N]``."""
+
+    __slots__ = ()
+
+    def __new__(cls, looped: bool, rows: int, block: int, num_warps: int):
+        return super().__new__(cls, (looped, rows, block, num_warps))
+
+    looped = property(lambda self: self[0])
+    rows = property(lambda self: self[1])
+    block = property(lambda self: self[2])
+    num_warps = property(lambda self: self[3])
+
+
+def norm_config(M: int, N: int, *, max_register_block: int = MAX_REGISTER_BLOCK,
+                loop_block: int = _LOOP_BLOCK) -> NormConfig:
+    """The launch for ``M`` rows of ``N`` elements (the element size does not change it: the
+    math is float32 whatever the input dtype, so registers per element are the same).
+
+    A row fits in registers when ``next_power_of_2(N) <= max_register_block``. Short rows
+    are packed ``rows`` to a program up to a tile of 4096 elements, fewer while the grid
+    would hold under ``4 * 132`` programs. ``num_warps`` gives each thread about 16
+    elements of the tile (between 1 and 16 warps). Longer rows take the looped kernel with
+    ``loop_block``-element chunks and 8 warps.
+    """
+    block_n = triton.next_power_of_2(max(N, 1))
+    if block_n > max_register_block:
+        block = min(loop_block, block_n)
+        return NormConfig(True, 1, block, max(1, min(8, block // (32 * 8))))
+    rows = max(1, _MIN_TILE // block_n)
+    rows = min(rows, triton.next_power_of_2(max(M, 1)))
+    while rows > 1 and triton.cdiv(M, rows) < _TARGET_PROGRAMS:
+        rows //= 2
+    num_warps = max(1, min(16, rows * block_n // (32 * _ELEMS_PER_THREAD)))
+    return NormConfig(False, rows, block_n, num_warps)
+
+
+# -- launchers --------------------------------------------------------------------------------
+
+def _as_rows(t: torch.Tensor, R: int, N: int) -> tuple[torch.Tensor, bool]:
+    """``t`` as ``[R, N]``, and whether that is a copy: a view where the strides allow it,
+    else a contiguous copy (which a caller that writes ``t`` copies back)."""
+    try:
+        return t.view(R, N), False
+    except RuntimeError:
+        return t.reshape(R, N).contiguous(), True
+
+
+def _as_vector(t: torch.Tensor | None, N: int) -> torch.Tensor | None:
+    if t is None:
+        return None
+    if t.dim() == 1:
+        return t
+    return t.reshape(N)
+
+
+def _extent(t: torch.Tensor) -> int:
+    """The largest element offset a kernel forms from ``t``'s strides."""
+    return sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()))
+
+
+def _check_operands(x: torch.Tensor, others: dict[str, torch.Tensor | None], N: int) -> None:
+    if x.dtype not in _SUPPORTED:
+        raise TypeError(f"input must be float16, bfloat16 or float32, got {x.dtype}")
+    for name, t in others.items():
+        if t is None:
+            continue
+        if t.dtype != x.dtype:
+            raise TypeError(f"{name} must have the input's dtype {x.dtype}, got {t.dtype}")
+        if t.device != x.device:
+            raise ValueError(f"{name} is on {t.device}, the input on {x.device}")
+
+
+def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
+                    rms: bool, weight: torch.Tensor | None = None,
+                    bias: torch.Tensor | None = None,
+                    residual: torch.Tensor | None = None,
+                    config: NormConfig | None = None) -> torch.Tensor:
+    """Normalise every row of ``N`` trailing elements of ``x`` into ``out``; return ``out``.
+
+    ``x`` and ``out`` hold ``R * N`` elements each, of one dtype among float16, bfloat16 and
+    float32, and any strides (each is viewed as ``[R, N]``; a layout that cannot be viewed
+    so is read through a contiguous copy, and ``out`` written through one and copied
+    back). ``out`` may be ``x`` itself (rows are read in full before they are written).
+    ``rms`` picks RMSNorm (else LayerNorm); ``weight`` and ``bias`` hold ``N`` elements.
+    With ``residual`` (same shape as ``x``), ``residual += x`` is stored first and the
+    norm is of the new residual. ``config`` overrides :func:`norm_config` (tests). Nothing
+    is launched when there is nothing to write. No host sync.
+    """
+    numel = x.numel()
+    if out.numel() != numel or (residual is not None and residual.numel() != numel):
+        raise ValueError(f"out (and residual) must have the input's {numel} elements")
+    if N < 0 or (N == 0 and numel != 0) or (N and numel % N):
+        raise ValueError(f"the input's {numel} elements are not rows of N = {N}")
+    _check_operands(x, {"out": out, "weight": weight, "bias": bias, "residual": residual}, N)
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and t.numel() != N:
+            raise ValueError(f"{name} must hold N = {N} elements, got {t.numel()}")
+    if numel == 0:
+        return out
+    R = numel // N
+
+    xv, x_copied = _as_rows(x, R, N)
+    if out is x:
+        ov, out_copied = xv, x_copied
+    else:
+        ov, out_copied = _as_rows(out, R, N)
+    rv, res_copied = _as_rows(residual, R, N) if residual is not None else (None, False)
+    w = _as_vector(weight, N)
+    b = _as_vector(bias, N)
+
+    cfg = config if config is not None else norm_config(R, N)
+    dummy = xv  # an unused pointer argument (its flag is off)
+    use_int64 = any(_extent(t) + cfg.block * cfg.rows > _INT32_LIMIT
+                    for t in (xv, ov, rv, w, b) if t is not None)
+    args = (
+        xv, rv if rv is not None else dummy, w if w is not None else dummy,
+        b if b is not None else dummy, ov,
+    )
+    strides = (
+        xv.stride(0), xv.stride(1),
+        rv.stride(0) if rv is not None else 0, rv.stride(1) if rv is not None else 0,
+        ov.stride(0), ov.stride(1),
+        w.stride(0) if w is not None else 0, b.stride(0) if b is not None else 0,
+    )
+    flags = dict(IS_RMS=rms, HAS_RESIDUAL=rv is not None, HAS_WEIGHT=w is not None,
+                 HAS_BIAS=b is not None, USE_INT64=use_int64)
+    if cfg.looped:
+        _norm_fwd_looped_kernel[(R,)](
+            *args, N, float(eps), *strides, BLOCK=cfg.block, num_warps=cfg.num_warps, **flags)
+    else:
+        _norm_fwd_rows_kernel[(triton.cdiv(R, cfg.rows),)](
+            *args, R, N, float(eps), *strides, ROWS=cfg.rows, BLOCK_N=cfg.block,
+            num_warps=cfg.num_warps, **flags)
+    # A written tensor that could not be viewed as rows was computed in a copy.
+    if res_copied:
+        residual.copy_(rv.view(residual.shape))
+    if out_copied:
+        out.copy_(ov.view(out.shape))
+    return out
+
+
+def rms_norm_triton(x: torch.Tensor, normalized_shape: Sequence[int],
+                    weight: torch.Tensor | None, eps: float | None,
+                    out: torch.Tensor) -> torch.Tensor:
+    """``F.rms_norm(x, normalized_shape, weight, eps)`` written into ``out``."""
+    N = _prod(normalized_shape)
+    return norm_fwd_triton(x, out, N, DEFAULT_RMS_EPS if eps is None else eps, rms=True,
+                           weight=weight)
+
+
+def layer_norm_triton(x: torch.Tensor, normalized_shape: Sequence[int],
+                      weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
+                      out: torch.Tensor) -> torch.Tensor:
+    """``F.layer_norm(x, normalized_shape, weight, bias, eps)`` written into ``out``."""
+    N = _prod(normalized_shape)
+    return norm_fwd_triton(x, out, N, eps, rms=False, weight=weight, bias=bias)
+
+
+def fused_add_rms_norm_triton(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                              eps: float) -> None:
+    """vLLM's ``fused_add_rms_norm``: ``residual += x`` then ``x = rms_norm(residual) *
+    weight``, both in place, in one pass over each row."""
+    norm_fwd_triton(x, x, x.shape[-1] if x.dim() else 1, eps, rms=True, weight=weight,
+                    residual=residual)
+
+
+def _prod(shape: Sequence[int]) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
