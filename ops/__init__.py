@@ -21,6 +21,7 @@ _EXPORTS = {
     "RMSNormFwdOp": "opspec.ops.norm",
     "LayerNormFwdOp": "opspec.ops.norm",
     "FusedAddRMSNormFwdOp": "opspec.ops.norm",
+    "RotaryEmbeddingFwdOp": "opspec.ops.rope",
     # one line per bundled op class: "ClassName": "opspec.ops.<family>",
 }
 
