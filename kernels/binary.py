@@ -1,0 +1,378 @@
+"""Broadcasting binary arithmetic: ``out = a + alpha * b`` (add) and ``out = a * b`` (mul).
+
+Plain functions; the dispatch classes are in :mod:`opspec.kernels.binary_impl`.
+
+* :func:`binary_reference` -- the torch reference (math in the compute dtype, cast back).
+* :func:`binary_triton` -- one Triton kernel for both ops, writing into a contiguous ``out``.
+* :func:`broadcast_geometry` -- the collapsed iteration space the kernel walks.
+
+Semantics follow ``torch.add`` / ``torch.mul`` for two inputs of one category (floating or
+integer): the inputs broadcast to ``out``'s shape, each is converted to the *compute dtype*
+of ``out`` (float32 for float16 / bfloat16 / float32 results, float64 for float64, int32
+for integer results of at most 32 bits, int64 for int64), the arithmetic runs there and
+the result is cast to ``out``'s dtype once.  For integers, truncating a wider two's
+complement result gives exactly the wrap-around of the narrow type, as torch computes it.
+Before that each operand is converted to ``out``'s dtype, as torch's TensorIterator does:
+exact for every operand except a 0-d one of a wider dtype (``fp16[N] + fp64[]`` is
+float16 in torch, the 0-d operand rounded to float16 first).
+
+Layout of the work.  ``out`` is contiguous; each input gets its strides over ``out``'s
+axes (0 on an axis it is broadcast along).  Axes of size 1 are dropped and neighbouring
+axes merged wherever all operands stay affine over the pair, so a same-shape contiguous
+call becomes one flat axis, ``[T, H] + [H]`` becomes ``[T, H]`` with strides ``(H, 1)``
+and ``(0, 1)``, and ``[B, H, S, S] + [B, 1, S, S]`` becomes ``[B, H, S*S]``.  The last
+merged axis (length ``N``) is the *column* axis; all the others together are the ``R``
+*rows*.  A program takes a tile of ``BLOCK_R`` rows by ``BLOCK_C`` columns: the row
+offsets of each input come from a div/mod per row (never per element), the columns are a
+contiguous ``arange``, so unit-stride columns load as 16-byte vectors.  Up to
+:data:`MAX_OUTER` row axes are handled by one launch; more (which needs more than five
+axes that cannot merge) are split in Python over the leading axis.
+
+The tile holds about ``8192 / max element size`` elements (16 bytes per thread and
+operand twice over with 8 warps), so the whole problem streams through HBM once: read
+``a`` and ``b`` (the broadcast operand only once when it fits in L2) and write ``out``.
+Tile sizes are picked in plain Python from the shape; nothing is autotuned at call time.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from typing import Sequence
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = [
+    "BINARY_OPS",
+    "COMPUTE_DTYPES",
+    "MAX_OUTER",
+    "SUPPORTED_DTYPES",
+    "binary_blocks",
+    "binary_reference",
+    "binary_triton",
+    "broadcast_geometry",
+    "compute_dtype",
+]
+
+BINARY_OPS = ("add", "mul")
+
+SUPPORTED_DTYPES = (
+    torch.float16, torch.bfloat16, torch.float32, torch.float64,
+    torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+)
+
+#: Row axes one launch handles; deeper iteration spaces are split over the leading axis.
+MAX_OUTER = 4
+
+_INT32_LIMIT = 2**31 - 1
+# Enough programs to give each of an H200's 132 SMs a few.
+_TARGET_PROGRAMS = 4 * 132
+_MIN_TILE = 512
+_MIN_BLOCK_C = 128
+
+COMPUTE_DTYPES = {
+    torch.float16: torch.float32,
+    torch.bfloat16: torch.float32,
+    torch.float32: torch.float32,
+    torch.float64: torch.float64,
+    torch.uint8: torch.int32,
+    torch.int8: torch.int32,
+    torch.int16: torch.int32,
+    torch.int32: torch.int32,
+    torch.int64: torch.int64,
+}
+
+_TL_DTYPES = {
+    torch.float32: tl.float32,
+    torch.float64: tl.float64,
+    torch.int32: tl.int32,
+    torch.int64: tl.int64,
+}
+
+# How alpha reaches the kernel (ALPHA constexpr).
+_NO_ALPHA = 0      # mul, or add with alpha == 1: nothing to multiply
+_ALPHA_INT = 1     # a Python int, converted in the kernel to the compute dtype
+_ALPHA_FP32 = 2    # a Python float, passed as an fp32 kernel argument
+_ALPHA_FP64 = 3    # a Python float for float64 math, passed as its IEEE bits (int64)
+
+
+def compute_dtype(out_dtype: torch.dtype) -> torch.dtype:
+    """The dtype the arithmetic runs in for a result of `out_dtype`."""
+    try:
+        return COMPUTE_DTYPES[out_dtype]
+    except KeyError:
+        raise TypeError(f"binary kernels support the dtypes {list(SUPPORTED_DTYPES)}, "
+                        f"got {out_dtype}") from None
+
+
+def binary_reference(op: str, a: torch.Tensor, b: torch.Tensor, alpha: int | float,
+                     out_dtype: torch.dtype) -> torch.Tensor:
+    """`a + alpha * b` (op 'add') or `a * b` (op 'mul') with torch, broadcast: both
+    operands converted to `out_dtype` (as torch does; exact but for a wider 0-d operand),
+    then to its compute dtype; the result cast back to `out_dtype`."""
+    ct = compute_dtype(out_dtype)
+    x, y = a.to(out_dtype).to(ct), b.to(out_dtype).to(ct)
+    if op == "add":
+        r = torch.add(x, y, alpha=alpha) if alpha != 1 else torch.add(x, y)
+    elif op == "mul":
+        r = torch.mul(x, y)
+    else:
+        raise ValueError(f"op must be one of {BINARY_OPS}, got {op!r}")
+    return r.to(out_dtype)
+
+
+# -- geometry --------------------------------------------------------------------------------
+
+def _strides_over(t: torch.Tensor, shape: Sequence[int]) -> list[int]:
+    """`t`'s strides over the axes of `shape` it broadcasts to (0 where it is broadcast)."""
+    lead = len(shape) - t.dim()
+    out = [0] * lead
+    for i in range(t.dim()):
+        out.append(0 if t.shape[i] == 1 else t.stride(i))
+    return out
+
+
+def broadcast_geometry(shape: Sequence[int], a: torch.Tensor, b: torch.Tensor
+                       ) -> list[tuple[int, int, int]]:
+    """The iteration space of a contiguous output of `shape`: `(size, a_stride, b_stride)`
+    per axis, outermost first, with size-1 axes dropped and mergeable neighbours merged
+    (an empty list for a one-element output)."""
+    sa, sb = _strides_over(a, shape), _strides_over(b, shape)
+    merged: list[list[int]] = []  # innermost first
+    for i in range(len(shape) - 1, -1, -1):
+        n = shape[i]
+        if n == 1:
+            continue
+        if merged:
+            inner = merged[-1]
+            if sa[i] == inner[1] * inner[0] and sb[i] == inner[2] * inner[0]:
+                inner[0] *= n
+                continue
+        merged.append([n, sa[i], sb[i]])
+    return [tuple(d) for d in reversed(merged)]
+
+
+def binary_blocks(R: int, N: int, max_elem_bytes: int) -> tuple[int, int, int]:
+    """`(BLOCK_R, BLOCK_C, num_warps)` for `R` rows of `N` columns.
+
+    The tile holds `8192 // max_elem_bytes` elements (4096 for 2-byte dtypes: 16 per
+    thread with 8 warps). With one row, the columns take the whole tile. With several,
+    `BLOCK_C` is the power of two (at least 128) that pads a row least, ties going to the
+    larger (7168 -> 1024, 14336 -> 2048), and the rows fill the rest of the tile. While the
+    grid would hold fewer than 4 programs per SM the tile is halved, down to 512 elements,
+    so that decode-sized calls still spread over the SMs.
+    """
+    tile = max(1024, 8192 // max(1, max_elem_bytes))
+    top = min(triton.next_power_of_2(max(N, 1)), tile)
+    if R <= 1:
+        block_c = top
+    else:
+        block_c, best = top, triton.cdiv(N, top) * top
+        c = top // 2
+        while c >= _MIN_BLOCK_C:
+            padded = triton.cdiv(N, c) * c
+            if padded < best:
+                block_c, best = c, padded
+            c //= 2
+    block_r = max(1, min(tile // block_c, triton.next_power_of_2(max(R, 1))))
+
+    def programs() -> int:
+        return triton.cdiv(R, block_r) * triton.cdiv(N, block_c)
+
+    while block_r * block_c > _MIN_TILE and programs() < _TARGET_PROGRAMS:
+        if block_r > 1:
+            block_r //= 2
+        else:
+            block_c //= 2
+    num_warps = max(1, min(8, (block_r * block_c) // 256))
+    return block_r, block_c, num_warps
+
+
+# -- the kernel ------------------------------------------------------------------------------
+
+@triton.jit
+def _binary_kernel(
+    a_ptr, b_ptr, out_ptr, alpha,
+    R, N, n_col_blocks,
+    O1, O2, O3,                      # sizes of row axes 1..3 (axis 0's is implied by R)
+    a_s0, a_s1, a_s2, a_s3, a_sn,    # a's strides: row axes 0..3, then the column axis
+    b_s0, b_s1, b_s2, b_s3, b_sn,
+    OP: tl.constexpr,                # 0: a + alpha * b, 1: a * b
+    ALPHA: tl.constexpr,             # how alpha is passed (see _NO_ALPHA ...)
+    COMPUTE: tl.constexpr,           # the compute dtype
+    OUTER: tl.constexpr,             # number of row axes, 0..4
+    BLOCK_R: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    USE_INT64: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    pid_r = pid // n_col_blocks
+    pid_c = pid % n_col_blocks
+    rows = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
+    if USE_INT64:
+        rows = rows.to(tl.int64)
+        cols = cols.to(tl.int64)
+    mask = (rows < R)[:, None] & (cols < N)[None, :]
+
+    # Row offsets of each input: one div/mod per row axis and row, none per element.
+    rem = rows
+    a_row = rows * 0
+    b_row = rows * 0
+    if OUTER >= 4:
+        i = rem % O3
+        rem = rem // O3
+        a_row += i * a_s3
+        b_row += i * b_s3
+    if OUTER >= 3:
+        i = rem % O2
+        rem = rem // O2
+        a_row += i * a_s2
+        b_row += i * b_s2
+    if OUTER >= 2:
+        i = rem % O1
+        rem = rem // O1
+        a_row += i * a_s1
+        b_row += i * b_s1
+    if OUTER >= 1:
+        a_row += rem * a_s0
+        b_row += rem * b_s0
+
+    a_off = a_row[:, None] + cols[None, :] * a_sn
+    b_off = b_row[:, None] + cols[None, :] * b_sn
+    x = tl.load(a_ptr + a_off, mask=mask, other=0)
+    y = tl.load(b_ptr + b_off, mask=mask, other=0)
+    # Each operand is first converted to the result dtype, as torch's TensorIterator does
+    # (exact for every operand but a wider 0-d one), then to the compute dtype.
+    if a_ptr.dtype.element_ty != out_ptr.dtype.element_ty:
+        x = x.to(out_ptr.dtype.element_ty)
+    if b_ptr.dtype.element_ty != out_ptr.dtype.element_ty:
+        y = y.to(out_ptr.dtype.element_ty)
+    x = x.to(COMPUTE)
+    y = y.to(COMPUTE)
+    if OP == 0:
+        if ALPHA == 1:
+            y = y * alpha.to(COMPUTE)
+        elif ALPHA == 2:
+            y = y * alpha
+        elif ALPHA == 3:
+            y = y * alpha.to(tl.int64).to(tl.float64, bitcast=True)
+        r = x + y
+    else:
+        r = x * y
+    out_off = rows[:, None] * N + cols[None, :]
+    tl.store(out_ptr + out_off, r.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _alpha_arg(op: str, alpha: int | float, ct: torch.dtype) -> tuple[int, int | float]:
+    """(ALPHA mode, the kernel argument) for `alpha` in compute dtype `ct`."""
+    if op != "add" or alpha == 1:
+        return _NO_ALPHA, 0
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+        raise TypeError(f"alpha must be an int or a float, got {type(alpha).__name__}")
+    if isinstance(alpha, int):
+        if ct.is_floating_point:
+            # An int alpha with float math: convert it once, as torch does (int64 -> float).
+            # Below 2**53 the int is exact as a Python float; beyond, round it once to fp32.
+            alpha = float(alpha) if ct == torch.float64 or abs(alpha) < 2**53 \
+                else float(torch.tensor(alpha).float())
+        else:
+            return _ALPHA_INT, alpha
+    if not ct.is_floating_point:
+        raise TypeError(f"alpha must be an int for integer tensors, got {alpha!r}")
+    if ct == torch.float64:
+        return _ALPHA_FP64, struct.unpack("<q", struct.pack("<d", alpha))[0]
+    return _ALPHA_FP32, alpha
+
+
+def _max_offset(geometry: Sequence[tuple[int, int, int]], which: int) -> int:
+    return sum((d[0] - 1) * abs(d[which]) for d in geometry)
+
+
+def _launch(op_code: int, alpha_mode: int, alpha_arg, ct, a, b, out, geometry, max_elem_bytes
+            ) -> None:
+    numel = math.prod(d[0] for d in geometry)
+    if geometry:
+        N, _, _ = geometry[-1]
+        a_sn, b_sn = geometry[-1][1], geometry[-1][2]
+        outer = list(geometry[:-1])
+    else:  # a single element
+        N, a_sn, b_sn, outer = 1, 0, 0, []
+    R = numel // N
+    O = [d[0] for d in outer] + [1] * (MAX_OUTER - len(outer))
+    sa = [d[1] for d in outer] + [0] * (MAX_OUTER - len(outer))
+    sb = [d[2] for d in outer] + [0] * (MAX_OUTER - len(outer))
+    block_r, block_c, num_warps = binary_blocks(R, N, max_elem_bytes)
+    n_col_blocks = triton.cdiv(N, block_c)
+    use_int64 = (numel + block_r * block_c > _INT32_LIMIT
+                 or _max_offset(geometry, 1) + block_c * abs(a_sn) > _INT32_LIMIT
+                 or _max_offset(geometry, 2) + block_c * abs(b_sn) > _INT32_LIMIT)
+    grid = (triton.cdiv(R, block_r) * n_col_blocks,)
+    _binary_kernel[grid](
+        a, b, out, alpha_arg,
+        R, N, n_col_blocks,
+        O[1], O[2], O[3],
+        sa[0], sa[1], sa[2], sa[3], a_sn,
+        sb[0], sb[1], sb[2], sb[3], b_sn,
+        OP=op_code, ALPHA=alpha_mode, COMPUTE=_TL_DTYPES[ct], OUTER=len(outer),
+        BLOCK_R=block_r, BLOCK_C=block_c, USE_INT64=use_int64,
+        num_warps=num_warps,
+    )
+
+
+def _offset_view(t: torch.Tensor, elements: int) -> torch.Tensor:
+    """A one-element view of `t`'s storage starting `elements` past `t`'s first element
+    (the launcher passes only base pointers; the geometry carries the strides)."""
+    return t.as_strided((1,), (1,), t.storage_offset() + elements)
+
+
+def _run(op_code, alpha_mode, alpha_arg, ct, a, b, out, geometry, max_elem_bytes) -> None:
+    if len(geometry) - 1 <= MAX_OUTER:
+        _launch(op_code, alpha_mode, alpha_arg, ct, a, b, out, geometry, max_elem_bytes)
+        return
+    # More row axes than one launch takes: one launch per index of the leading axis.
+    (n, sa, sb), rest = geometry[0], geometry[1:]
+    step = math.prod(d[0] for d in rest)
+    for i in range(n):
+        _run(op_code, alpha_mode, alpha_arg, ct, _offset_view(a, i * sa), _offset_view(b, i * sb),
+             _offset_view(out, i * step), rest, max_elem_bytes)
+
+
+def binary_triton(op: str, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
+                  alpha: int | float = 1) -> torch.Tensor:
+    """Write `a + alpha * b` (op 'add') or `a * b` (op 'mul') into `out` and return it.
+
+    `a` and `b` broadcast to `out.shape` and may have any strides and any of the
+    supported dtypes (one category: both floating or both integer); `out` is contiguous,
+    of the promoted dtype. The math runs in the compute dtype of `out` (see the module
+    docstring); `alpha` must be 1 for 'mul'. Nothing is launched when `out` is empty. No
+    allocation, no host sync.
+    """
+    if op not in BINARY_OPS:
+        raise ValueError(f"op must be one of {BINARY_OPS}, got {op!r}")
+    if op == "mul" and alpha != 1:
+        raise ValueError(f"mul takes no alpha, got {alpha!r}")
+    for name, t in (("a", a), ("b", b), ("out", out)):
+        if t.dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"{name} has dtype {t.dtype}; binary kernels support "
+                            f"{[str(d).removeprefix('torch.') for d in SUPPORTED_DTYPES]}")
+    if a.dtype.is_floating_point != out.dtype.is_floating_point or \
+            b.dtype.is_floating_point != out.dtype.is_floating_point:
+        raise TypeError(f"a ({a.dtype}), b ({b.dtype}) and out ({out.dtype}) must all be "
+                        "floating or all integer")
+    if not out.is_contiguous():
+        raise ValueError("out must be contiguous")
+    shape = tuple(out.shape)
+    if torch.broadcast_shapes(a.shape, b.shape) != shape:
+        raise ValueError(f"a {list(a.shape)} and b {list(b.shape)} do not broadcast to "
+                         f"out {list(shape)}")
+    if out.numel() == 0:
+        return out
+    ct = compute_dtype(out.dtype)
+    alpha_mode, alpha_arg = _alpha_arg(op, alpha, ct)
+    geometry = broadcast_geometry(shape, a, b)
+    max_elem_bytes = max(a.element_size(), b.element_size(), out.element_size())
+    _run(BINARY_OPS.index(op), alpha_mode, alpha_arg, ct, a, b, out, geometry, max_elem_bytes)
+    return out
