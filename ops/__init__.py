@@ -22,6 +22,8 @@ _EXPORTS = {
     "LayerNormFwdOp": "opspec.ops.norm",
     "FusedAddRMSNormFwdOp": "opspec.ops.norm",
     "RotaryEmbeddingFwdOp": "opspec.ops.rope",
+    "AddFwdOp": "opspec.ops.binary",
+    "MulFwdOp": "opspec.ops.binary",
     # one line per bundled op class: "ClassName": "opspec.ops.<family>",
 }
 
