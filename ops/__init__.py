@@ -24,6 +24,8 @@ _EXPORTS = {
     "RotaryEmbeddingFwdOp": "opspec.ops.rope",
     "AddFwdOp": "opspec.ops.binary",
     "MulFwdOp": "opspec.ops.binary",
+    "SoftmaxFwdOp": "opspec.ops.softmax",
+    "LogSoftmaxFwdOp": "opspec.ops.softmax",
     # one line per bundled op class: "ClassName": "opspec.ops.<family>",
 }
 
