@@ -98,6 +98,13 @@ def _p(node) -> str:
     return f"`{print_expr(node)}`"
 
 
+def _truth_ok(k: K.Kind) -> bool:
+    """Whether `k` may be tested for truth (`not`, `and`, `or`, a conditional's test). An
+    opaque value passes, but not a float: `not 0.5` reached the encoder, which has no truth
+    for a float, and crashed the prover."""
+    return K.assignable(k, K.BOOL) and not (isinstance(k, K.ValueK) and k.tag == "float")
+
+
 class KindChecker:
     """Infers kinds; one instance per spec (it keeps no state between calls)."""
 
@@ -147,7 +154,7 @@ class KindChecker:
     def _UnaryOp(self, e: UnaryOp, scope: Scope) -> K.Kind:
         k = self.infer(e.operand, scope)
         if e.op == "not":
-            if not K.assignable(k, K.BOOL):
+            if not _truth_ok(k):
                 raise _err(f"{_p(e.operand)} has kind {k}, expected Bool", e.operand)
             return K.BOOL
         if isinstance(k, K.ValueK):
@@ -176,7 +183,7 @@ class KindChecker:
         inner = scope
         for v in e.values:
             k = self.infer(v, inner)
-            if not K.assignable(k, K.BOOL):
+            if not _truth_ok(k):
                 raise _err(f"{_p(v)} has kind {k}, expected Bool", v)
             facts = facts_when(v, True, inner) if e.op == "and" else facts_when(v, False, inner)
             inner = inner.with_facts(facts)
@@ -184,7 +191,7 @@ class KindChecker:
 
     def _IfExp(self, e: IfExp, scope: Scope) -> K.Kind:
         k = self.infer(e.test, scope)
-        if not K.assignable(k, K.BOOL):
+        if not _truth_ok(k):
             raise _err(f"{_p(e.test)} has kind {k}, expected Bool", e.test)
         a = self.infer(e.body, scope.with_facts(facts_when(e.test, True, scope)))
         b = self.infer(e.orelse, scope.with_facts(facts_when(e.test, False, scope)))

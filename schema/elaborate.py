@@ -185,7 +185,10 @@ def elaborate_adts(defs: Mapping[str, ADTDef]) -> tuple[dict[str, ADTInfo], list
                 try:
                     inv = parse_expr(c.invariant)
                     scope = Scope({f: Symbol(f, PARAM, k) for f, k in fields.items()})
-                    KindChecker().expect(inv, scope, K.BOOL)
+                    if isinstance(KindChecker().expect(inv, scope, K.BOOL), K.ValueK):
+                        # An opaque invariant (`group % .0`) reached Z3 as a non-Boolean.
+                        raise ExpressionError("it has an opaque kind, expected Bool",
+                                              check="kind")
                 except ExpressionError as exc:
                     diags.append(Diagnostic(exc.check, f"ADT {name}.{cname} invariant "
                                             f"`{c.invariant}`: {exc.message}", path=ipath,
@@ -426,6 +429,7 @@ class _Elaborator:
         outputs = {n: d for n, t in sig.outputs.items() if n in declared_tensors["output"]
                    and (d := tensor(n, t, "output", f"signature.outputs.{n}")) is not None}
         self.check_tensor_rules(sig)
+        ctensors, inputs, outputs = self.presence_cycles(ctensors, inputs, outputs)
 
         rules = []
         for i, text in enumerate(sig.shape_rules):
@@ -443,7 +447,9 @@ class _Elaborator:
                             "shape_rules holds only refinements",
                             hint=f'let: {{{d[0]}: "{_print(d[1])}"}}')
                 continue
-            if self.check(e, text, path, base, K.BOOL) is None:
+            k = self.check(e, text, path, base, K.BOOL)
+            if k is None or not self.not_opaque(e, k, K.BOOL, text, path, f"`{text}`",
+                                                what="a refinement"):
                 continue
             rules.append(RuleDecl(e, text, path, is_domain=self.is_discriminant_only(e, base)))
 
@@ -652,11 +658,12 @@ class _Elaborator:
         return True
 
     def not_opaque(self, e: Expr, k: K.Kind, expected: K.Kind, text: str, path: str,
-                   part: str) -> bool:
+                   part: str, what: str | None = None) -> bool:
         """An opaque value (a `float` parameter, a `Value` index, `inf`, a `Seq` of values)
         passes every kind check, but an axis is an int, a splat a sequence of ints and a
         discriminant a Bool: such an axis reached the prover, whose encoding of shapes
-        crashed on it (`[N, scale]`), and `optional: inf` crashed its fold of flags.
+        crashed on it (`[N, scale]`), `optional: inf` crashed its fold of flags, and the
+        refinement `H % .0` (a float) reached Z3 as a non-Boolean.
         Refused here, except when the value is opaque only because its own declaration
         failed (that error is reported already, and only once)."""
         if expected not in (K.INT, K.SEQ_INT, K.BOOL):
@@ -665,7 +672,7 @@ class _Elaborator:
             return True
         if any(self._where.get(n) in self.broken for n in free_names(e)):
             return True  # as before: the spec is broken, and the prover asks Z3 nothing
-        what = "a discriminant" if expected == K.BOOL else "an axis"
+        what = what or ("a discriminant" if expected == K.BOOL else "an axis")
         subject = f"`{text}`: {part}" if part != f"`{text}`" else f"`{text}`"
         self.report("kind", path, f"{subject} has kind {k}, expected {expected}: an opaque "
                     f"value cannot be {what}")
@@ -783,6 +790,42 @@ class _Elaborator:
                 self.report("name", f"signature.inputs.{n}", f"required input `{n}` comes after "
                             f"optional input `{seen_optional}`; optional inputs come last")
 
+    def presence_cycles(self, *groups: dict[str, TensorDecl]) -> tuple[dict[str, TensorDecl], ...]:
+        """An `optional` (an output's `nullable`) that reads its own tensor's presence, or
+        another's whose flag reads it back (`bias: {optional: "present(bias)"}`), never
+        folds to a value: the prover recursed until RecursionError. Each such flag is
+        reported and dropped (the tensor is then always present)."""
+        from dataclasses import replace
+
+        decls = {n: d for g in groups for n, d in g.items()}
+        flag = {n: (d.nullable if d.role == "output" else d.optional) for n, d in decls.items()}
+        graph = {n: {a.args[0].id for a in walk(f) if isinstance(a, Call)
+                     and a.func == "present" and a.args and isinstance(a.args[0], Name)
+                     and not isinstance(flag.get(a.args[0].id, False), bool)}
+                 for n, f in flag.items() if not isinstance(f, bool)}
+        cyclic: dict[str, list[str]] = {}  # tensor -> the cycle it is on
+        while True:
+            try:
+                list(graphlib.TopologicalSorter(graph).static_order())
+                break
+            except graphlib.CycleError as exc:
+                cycle = sorted(set(exc.args[1]))
+                for n in cycle:
+                    cyclic[n] = cycle
+                    graph[n] = set()
+        out = []
+        for g in groups:
+            new = dict(g)
+            for n in [n for n in g if n in cyclic]:
+                d = g[n]
+                field_ = "nullable" if d.role == "output" else "optional"
+                self.report("kind", f"{d.path}.{field_}", f"`{field_}` of `{n}` depends on the "
+                            f"presence of `{n}` itself (the presence of "
+                            f"{', '.join(cyclic[n])} is read in a cycle)")
+                new[n] = replace(d, **{field_: False})
+            out.append(new)
+        return tuple(out)
+
     def check_dtype_combos(self, combos, forall, params) -> tuple[Mapping[str, str], ...]:
         out = []
         keys = None
@@ -879,10 +922,26 @@ def _print(e: Expr) -> str:
     return print_expr(e)
 
 
+#: The most entries one field of a signature may have. Some passes compare declarations
+#: pairwise (the workload check looks up every index in every declaration): 6000 inputs
+#: took over two minutes, and a 2 MiB file holds 20,000. Written specs have tens.
+MAX_DECLARATIONS = 1000
+
+
 def elaborate(loaded: LoadedSpec, adts: Mapping[str, ADTInfo]) -> tuple[ElaboratedSpec | None, list[Diagnostic]]:
-    """Elaborate one loaded spec; None when its top-level fields did not load."""
+    """Elaborate one loaded spec; None when its top-level fields did not load (or one of
+    them is over MAX_DECLARATIONS entries)."""
     if loaded.spec is None:
         return None, []
+    sig = loaded.spec.signature
+    for name in ("types", "forall", "params", "inputs", "outputs", "let", "shape_rules",
+                 "dtype_combos"):
+        n = len(getattr(sig, name))
+        if n > MAX_DECLARATIONS:
+            path = f"signature.{name}"
+            return None, [Diagnostic("language", f"{path} has {n} entries, more than the "
+                                     f"{MAX_DECLARATIONS} a spec may declare", op=loaded.name,
+                                     path=path, pos=loaded.pos(path))]
     el = _Elaborator(loaded, adts)
     result = el.run()
     return result, el.diags

@@ -39,12 +39,14 @@ marked unsafe.
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import math
 import operator
 import numbers
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from .errors import EvaluationError
 from .kinds import (ADTK, BOOL, DIM, DTYPE, DTYPES, INT, SEQ_INT, SHAPE, TENSOR, VALUE, DTypeK,
@@ -52,7 +54,7 @@ from .kinds import (ADTK, BOOL, DIM, DTYPE, DTYPES, INT, SEQ_INT, SHAPE, TENSOR,
 from .values import field_of, is_int
 
 __all__ = ["Param", "Primitive", "PRIMITIVES", "WORKLOAD_SEED", "MAX_INT_BITS", "MAX_SEQ_LEN",
-           "MAX_GENERATED", "normalize_axis"]
+           "MAX_GENERATED", "normalize_axis", "element_budget"]
 
 #: Seed from which every workload's private RNG derives (the reference system's value).
 WORKLOAD_SEED = 1235
@@ -175,11 +177,43 @@ def _need_lengths(name: str, values: Sequence[Any]) -> list[int]:
 def _check_len(name: str, n: int) -> None:
     if n > MAX_SEQ_LEN:
         raise EvaluationError(f"{name}: {n} elements exceed the limit of {MAX_SEQ_LEN}")
+    _charge(name, n)
 
 
 def _check_generated(name: str, n: int) -> None:
     if n > MAX_GENERATED:
         raise EvaluationError(f"{name}: {n} elements exceed the limit of {MAX_GENERATED}")
+    _charge(name, n)
+
+
+#: The elements left to the generators and sequence primitives inside `element_budget`
+#: (None outside one: the runtime instantiates workloads without it).
+_BUDGET: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
+    "opspec_element_budget", default=None)
+
+
+@contextmanager
+def element_budget(n: int) -> Iterator[None]:
+    """Within the block, generators and sequence primitives may make `n` elements in all.
+    The limits above bound one call; the prover's workload check calls them once per row
+    and dtype case, so 5000 rows of `full((N, N), 1)` with N = 4096 were 8e10 elements
+    (hours). Past the budget each call raises an EvaluationError, which the caller reports
+    as the diagnostic of its row."""
+    token = _BUDGET.set([n, n])
+    try:
+        yield
+    finally:
+        _BUDGET.reset(token)
+
+
+def _charge(name: str, n: int) -> None:
+    left = _BUDGET.get()
+    if left is None:
+        return
+    left[0] -= n
+    if left[0] < 0:
+        raise EvaluationError(f"{name}: the workload rows of this spec generate more than "
+                              f"{left[1]} elements in all")
 
 
 def _check_bits(name: str, x: Any) -> None:

@@ -24,16 +24,17 @@ from opspec.schema.expr import (
 )
 from opspec.schema.loader import LoadedSpec
 from opspec.schema.evaluate import evaluate
+from opspec.schema.primitives import element_budget
 from opspec.schema.printer import print_expr
 from opspec.schema.values import ADTValue
 from opspec.solver import plan as P
 from opspec.solver.discriminants import (
     COMBOS_LIMIT, combinations, count, describe_value, discriminants,
 )
-from opspec.solver.encode import EncodeError
+from opspec.solver.encode import EncodeError, _Unsupported
 from opspec.solver.fold import MAX_FOLDED_NODES, FamilyCycle, Folder, ShapeTooLarge
 from opspec.solver.order import BranchResult, obviously_dim, plan_branch
-from opspec.solver.queries import Answer, BranchQueries
+from opspec.solver.queries import BUDGET_FACTOR, Answer, BranchQueries, z3_budget
 from opspec.solver.spec_checks import SPEC_CHECKS
 from opspec.solver.z3env import DEFAULT_RLIMIT, Verdict
 
@@ -45,72 +46,35 @@ PROVEN, REFUTED, UNKNOWN = "proven", "refuted", "unknown"
 #: advisory says so: the verdict is then `unknown`, never `proven`.
 #: - at most COMBOS_HARD_LIMIT combinations are enumerated (the stored corpus's largest spec
 #:   has 2048; 4096 combinations that each ask Z3 one cheap question take about 40 s);
-#: - the Z3 questions of one spec may spend Z3_BUDGET_FACTOR rlimits in all, each question
-#:   charged its own resource units plus 1/QUESTION_FEE_DIVISOR of an rlimit for its fixed
-#:   cost: at most 8192 cheap questions, or about 64 undecided ones (about 20 s).
+#: - the Z3 questions of the spec (the prover's and its whole-spec passes') share one
+#:   budget, `queries.z3_budget` (64 rlimits: at most 8192 cheap questions, or about 64
+#:   undecided ones, about 20 s);
+#: - the workload rows may generate WORKLOAD_ELEMENTS elements in all.
 COMBOS_HARD_LIMIT = 4096
-Z3_BUDGET_FACTOR = 64
-QUESTION_FEE_DIVISOR = 128
+Z3_BUDGET_FACTOR = BUDGET_FACTOR
+#: Elements the workload rows of one spec may generate in all while the prover checks them
+#: (4x the limit of one generator; about 30 s of Python lists).
+WORKLOAD_ELEMENTS = 1 << 26
 
 
-class _Budget:
-    """The Z3 work left to one spec (see Z3_BUDGET_FACTOR)."""
+class _Guarded:
+    """A branch's queries, where a declaration the encoder cannot express (an opaque value
+    where it needs a number: `ceil_div(K, q.group)` with a `Value` field) leaves the
+    question undecided; the EncodeError used to escape and crash the whole spec."""
 
-    def __init__(self, rlimit: int):
-        self.left = Z3_BUDGET_FACTOR * rlimit
-        self.fee = max(1, rlimit // QUESTION_FEE_DIVISOR)
-        self.questions = 0
-        self._probe: z3.Solver | None = None
-        self._mark = 0
-
-    def _spent(self) -> int:
-        """Z3's resource units spent so far in the current context: the statistic is per
-        context, and an idle solver's statistics read it (in microseconds)."""
-        stats = self._probe.statistics()
-        return stats.get_key_value("rlimit count") if "rlimit count" in stats.keys() else 0
-
-    @property
-    def spent_out(self) -> bool:
-        return self.left <= 0
-
-    def start(self) -> None:
-        if self._probe is None:  # made in the context the questions are asked in
-            self._probe = z3.Solver()
-            self._mark = self._spent()
-
-    def charge(self) -> None:
-        now = self._spent()
-        self.left -= now - self._mark + self.fee
-        self._mark = now
-        self.questions += 1
-
-
-class _BudgetedQueries:
-    """A branch's queries that stop asking Z3 once the spec's budget is spent: a question
-    asked after that is undecided, with the reason."""
-
-    REASON = "the Z3 budget of this spec is spent"
-
-    def __init__(self, queries: BranchQueries, budget: _Budget):
+    def __init__(self, queries: BranchQueries):
         self._q = queries
-        self._budget = budget
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._q, name)
 
-    def _ask(self, fn, *args, **kwargs) -> Answer:
-        if self._budget.spent_out:
-            return Answer(Verdict.UNKNOWN, reason=self.REASON)
-        self._budget.start()
+    def _ask(self, question, *args, **kwargs) -> Answer:
         try:
-            return fn(*args, **kwargs)
-        except EncodeError as exc:
-            # A declaration the encoder cannot express (an opaque value where it needs a
-            # number: `ceil_div(K, q.group)` with a `Value` field) leaves the question
-            # undecided; it used to escape and crash the whole spec.
+            return question(*args, **kwargs)
+        except (EncodeError, _Unsupported) as exc:
+            # _Unsupported: a node the exact encoding cannot express, where the encoder
+            # gives up instead of abstracting (`not 0.5` in a let).
             return Answer(Verdict.UNKNOWN, reason=f"cannot encode {exc}")
-        finally:
-            self._budget.charge()
 
     def two_solutions(self, *args, **kwargs) -> Answer:
         return self._ask(self._q.two_solutions, *args, **kwargs)
@@ -156,7 +120,7 @@ class _Prover:
         self.diags: list[Diagnostic] = []
         self._seen: set[tuple] = set()
         self._z3_cache: dict[tuple, Any] = {}
-        self.budget = _Budget(rlimit)
+        self.budget = None  # the spec's Z3 budget, while `run` holds it open
         self.unasked = 0  # combinations whose Z3 questions the spent budget left unasked
 
     def report(self, check: str, path: str, message: str, *, severity=Severity.ERROR,
@@ -170,6 +134,10 @@ class _Prover:
                                      counterexample=counterexample, hint=hint))
 
     def run(self) -> tuple[list[Diagnostic], P.Plan, int]:
+        with z3_budget(self.rlimit) as self.budget:
+            return self._run()
+
+    def _run(self) -> tuple[list[Diagnostic], P.Plan, int]:
         spec = self.spec
         self.check_family_graph()
         ds = discriminants(spec)
@@ -206,11 +174,14 @@ class _Prover:
         plan = P.Plan(spec.name, spec.file, "", tuple(d.key for d in ds), tuple(branches), spec)
         if not spec.broken:
             # Whole-spec passes over the proven plan (workloads, effects, SymInt safety).
-            for check in SPEC_CHECKS:
-                for d in check(spec, self.loaded, plan):
-                    self.report(d.check, d.path or "", d.message, severity=d.severity,
-                                counterexample=dict(d.counterexample) if d.counterexample else None,
-                                hint=d.hint)
+            # The element budget bounds what workload rows generate in all (each generator
+            # call has its own limit, but rows are unbounded in number).
+            with element_budget(WORKLOAD_ELEMENTS):
+                diags = [d for check in SPEC_CHECKS for d in check(spec, self.loaded, plan)]
+            for d in diags:
+                self.report(d.check, d.path or "", d.message, severity=d.severity,
+                            counterexample=dict(d.counterexample) if d.counterexample else None,
+                            hint=d.hint)
         return self.diags, plan, combos
 
     # -- static checks -----------------------------------------------------------------------
@@ -318,7 +289,7 @@ class _Prover:
             self.unasked += 1
             return res.branch
         invariants = self.invariants(combo, folder)
-        queries = _BudgetedQueries(BranchQueries(spec, res, invariants), self.budget)
+        queries = _Guarded(BranchQueries(spec, res, invariants))
         # Combinations that fold to the same declarations ask Z3 the same questions.
         key = problem_key(res, invariants)
         unknowns = tuple(u.name for u in res.unsolved)
@@ -534,9 +505,15 @@ def problem_key(res: BranchResult, invariants) -> tuple:
 
 
 def _has_opaque(spec: ElaboratedSpec, e: Expr) -> bool:
+    """Whether `e` may be other than an int: a name of another kind, `inf`, a float literal
+    (the fuzzer's `0.5 // inf` reached the divisor check, whose `<= 0` needs a number)."""
     for n in walk(e):
+        if isinstance(n, Const) and isinstance(n.value, float):
+            return True
         if isinstance(n, Name):
             k = spec.kind_of(n.id)
+            if k is None and n.id in ("inf", "nan"):
+                return True
             if k is not None and not isinstance(K.unwrap_maybe(k), (K.IntK, K.BoolK)):
                 return True
         if isinstance(n, Call):

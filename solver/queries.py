@@ -7,8 +7,11 @@ through the one solver factory, confirms any model with the concrete evaluator (
 
 from __future__ import annotations
 
+import contextvars
+import functools
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import z3
 
@@ -28,6 +31,82 @@ class Answer:
     counterexample: dict[str, Any] | None = None
     core: tuple[str, ...] = ()
     reason: str | None = None
+
+
+# -- the Z3 budget of one spec -------------------------------------------------------------
+
+#: Inside `z3_budget`, the questions below may spend BUDGET_FACTOR rlimits of Z3's resource
+#: units in all, each charged its own units plus 1/QUESTION_FEE_DIVISOR of an rlimit for its
+#: fixed cost (a solver, an encoding): at most 8192 cheap questions, or about 64 undecided
+#: ones (each spends a whole rlimit). A question asked after that is undecided. Without it,
+#: 4096 combinations that each asked a new nonlinear question took over 20 minutes; with it
+#: (the prover opens one per spec, around every pass that asks Z3), about 20 s.
+BUDGET_FACTOR = 64
+QUESTION_FEE_DIVISOR = 128
+BUDGET_SPENT = "the Z3 budget of this spec is spent"
+
+
+class Z3Budget:
+    """The Z3 work left to one spec, in Z3's deterministic resource units."""
+
+    def __init__(self, rlimit: int):
+        self.left = BUDGET_FACTOR * rlimit
+        self.fee = max(1, rlimit // QUESTION_FEE_DIVISOR)
+        self.questions = 0
+        self._probe: z3.Solver | None = None
+        self._mark = 0
+
+    @property
+    def spent_out(self) -> bool:
+        return self.left <= 0
+
+    def _spent(self) -> int:
+        """Units spent so far in the current Z3 context: the statistic is per context, and an
+        idle solver's statistics read it (in microseconds)."""
+        stats = self._probe.statistics()
+        return stats.get_key_value("rlimit count") if "rlimit count" in stats.keys() else 0
+
+    def start(self) -> None:
+        if self._probe is None:  # made in the context the questions are asked in
+            self._probe = z3.Solver()
+            self._mark = self._spent()
+
+    def charge(self) -> None:
+        now = self._spent()
+        self.left -= now - self._mark + self.fee
+        self._mark = now
+        self.questions += 1
+
+
+_BUDGET: contextvars.ContextVar[Z3Budget | None] = contextvars.ContextVar(
+    "opspec_z3_budget", default=None)
+
+
+@contextmanager
+def z3_budget(rlimit: int) -> Iterator[Z3Budget]:
+    """Questions asked inside the block share one budget (see BUDGET_FACTOR)."""
+    budget = Z3Budget(rlimit)
+    token = _BUDGET.set(budget)
+    try:
+        yield budget
+    finally:
+        _BUDGET.reset(token)
+
+
+def _budgeted(question):
+    @functools.wraps(question)
+    def ask(self, *args, **kwargs) -> Answer:
+        budget = _BUDGET.get()
+        if budget is None:
+            return question(self, *args, **kwargs)
+        if budget.spent_out:
+            return Answer(Verdict.UNKNOWN, reason=BUDGET_SPENT)
+        budget.start()
+        try:
+            return question(self, *args, **kwargs)
+        finally:
+            budget.charge()
+    return ask
 
 
 def _kinds(spec: ElaboratedSpec) -> dict[str, K.Kind]:
@@ -112,6 +191,7 @@ class BranchQueries:
 
     # -- questions --------------------------------------------------------------------------
 
+    @_budgeted
     def two_solutions(self, index: str, rlimit: int, also: Iterable[str] = ()) -> Answer:
         """Two models that see the same call (parameters, input shapes and dtypes) but give
         `index` different values. The counterexample has the input shapes and, for each
@@ -150,6 +230,7 @@ class BranchQueries:
                     cex[f"{name} (solution {k})"] = v[name]
         return Answer(verdict, cex)
 
+    @_budgeted
     def satisfiable(self, rlimit: int, extra: z3.BoolRef | None = None,
                     with_outputs: bool = False, track: bool = False,
                     unguarded: str | None = None) -> Answer:

@@ -525,9 +525,132 @@ def _map_strings(data: Any, fn: Callable[[str], str]) -> Any:
     return fn(data) if isinstance(data, str) else data
 
 
+_PRIMS = ["ceil_div", "prod", "len", "max", "min", "sum", "all", "broadcast", "reduced",
+          "per_axis", "category", "present", "promote_int_to_float", "coalesce_dtype",
+          "representable", "conv.out", "pool.out", "bytes", "full", "prefix_sum", "unique_axes",
+          "balanced_sizes", "repeat", "moe.capacity", "nothing"]
+
+
+def _names_of(spec: Any) -> list[str]:
+    """The names a spec declares (indices, parameters, tensors, lets, families)."""
+    out: list[str] = []
+    for entry in (spec.values() if isinstance(spec, dict) else ()):
+        sig = entry.get("signature") if isinstance(entry, dict) else None
+        if isinstance(sig, dict):
+            for f in ("forall", "params", "inputs", "outputs", "let", "types"):
+                if isinstance(sig.get(f), dict):
+                    out.extend(k for k in sig[f] if isinstance(k, str))
+    return out or ["M"]
+
+
+def random_expr(src, names: Sequence[str], depth: int = 0) -> str:
+    """A parseable expression over `names`: well formed, but of any kind and arity, so that
+    it gets past the parser into the kind checker, the folder and the encoder."""
+    if depth >= 3 or src.chance(0.25):
+        return src.choice([src.choice(names), src.choice(names), str(src.integer(0, 9)),
+                           str(src.choice([2 ** 62, 2 ** 31, -1])), "'sum'", "'float16'",
+                           "True", "None", "inf", "0.5"])
+    sub = lambda: random_expr(src, names, depth + 1)  # noqa: E731
+    form = src.integer(0, 11)
+    if form == 0:
+        return f"({sub()} {src.choice(['+', '-', '*', '//', '%'])} {sub()})"
+    if form == 1:
+        return f"({sub()} {src.choice(['==', '!=', '<', '<=', '>', '>=', 'in', 'not in'])} {sub()})"
+    if form == 2:
+        return f"({sub()} {src.choice(['and', 'or'])} {sub()})"
+    if form == 3:
+        return f"({src.choice(['not ', '-'])}{sub()})"
+    if form == 4:
+        return f"({sub()} if {sub()} else {sub()})"
+    if form == 5:
+        args = ", ".join(sub() for _ in range(src.integer(0, 3)))
+        return f"{src.choice(_PRIMS)}({args})"
+    if form == 6:
+        return f"{sub()}.{src.choice(['value', 'kind', 'group', 'rounding', 'x'])}"
+    if form == 7:
+        return f"{sub()}[{src.choice(['0', '-1', '1:', ':2', '::2', sub()])}]"
+    if form == 8:
+        return "(" + ", ".join(sub() for _ in range(src.integer(0, 3))) + ",)"
+    if form == 9:
+        return f"{src.choice(['all', 'sum', 'max', 'min'])}({sub()} for n in {sub()})"
+    if form == 10:
+        return f"max({sub()}, default={sub()})"
+    return f"present({src.choice(names)})"
+
+
+def int_expr(src, dims: Sequence[str], flags: Sequence[str], depth: int = 0) -> str:
+    """A well-kinded Int expression over Dim indices and Bool flags (nonlinear products,
+    divisions by expressions, conditionals), so that the spec still elaborates and the
+    question reaches Z3."""
+    if depth >= 3 or src.chance(0.3):
+        return src.choice([src.choice(dims), src.choice(dims), str(src.integer(0, 8)),
+                           str(src.choice([2 ** 40, 2 ** 62, 4096]))])
+    sub = lambda: int_expr(src, dims, flags, depth + 1)  # noqa: E731
+    form = src.integer(0, 5)
+    if form == 0:
+        return f"({sub()} {src.choice(['+', '-', '*', '*'])} {sub()})"
+    if form == 1:
+        return f"({sub()} {src.choice(['//', '%'])} {sub()})"
+    if form == 2:
+        return f"ceil_div({sub()}, {sub()})"
+    if form == 3 and flags:
+        return f"({sub()} if {src.choice(flags)} else {sub()})"
+    if form == 4:
+        return f"({sub()} if {bool_expr(src, dims, flags, depth + 1)} else {sub()})"
+    return f"max(({sub()}, {sub()}))" if src.chance(0.5) else f"prod(({sub()}, {sub()}))"
+
+
+def bool_expr(src, dims: Sequence[str], flags: Sequence[str], depth: int = 0) -> str:
+    """A well-kinded Bool expression: comparisons of `int_expr`s, flags, and/or/not."""
+    if flags and src.chance(0.2):
+        return src.choice(flags)
+    left = int_expr(src, dims, flags, depth + 1)
+    cmp = f"{left} {src.choice(['==', '!=', '<', '<=', '>', '>='])} {int_expr(src, dims, flags, depth + 1)}"
+    if depth < 2 and src.chance(0.3):
+        return f"({cmp}) {src.choice(['and', 'or'])} ({bool_expr(src, dims, flags, depth + 1)})"
+    return f"not ({cmp})" if src.chance(0.1) else cmp
+
+
+def _typed_mutation(src, case: Case) -> str | None:
+    """Replace an output axis, a let, a refinement or the flops with a well-kinded random
+    expression; the path changed, or None when the spec has no such place."""
+    entry = case.spec.get(OP)
+    sig = entry.get("signature") if isinstance(entry, dict) else None
+    if not isinstance(sig, dict) or not isinstance(sig.get("forall"), dict):
+        return None
+    dims = [k for k, v in sig["forall"].items() if v == "Dim"]
+    params = sig.get("params") if isinstance(sig.get("params"), dict) else {}
+    flags = [k for k, v in params.items() if isinstance(v, dict) and v.get("type") == "bool"]
+    if not dims:
+        return None
+    places = []
+    outs = sig.get("outputs") if isinstance(sig.get("outputs"), dict) else {}
+    places += [("outputs", n) for n, t in outs.items() if isinstance(t, dict)]
+    lets = sig.get("let") if isinstance(sig.get("let"), dict) else {}
+    places += [("let", n) for n in lets]
+    places += [("shape_rules", None), ("flops", None)]
+    where, name = src.choice(places)
+    if where == "outputs":
+        axes = [int_expr(src, dims, flags) for _ in range(src.integer(1, 3))]
+        outs[name]["shape"] = "[" + ", ".join(axes) + "]"
+        return f"signature.outputs.{name}.shape"
+    if where == "let":
+        lets[name] = int_expr(src, dims, flags)
+        return f"signature.let.{name}"
+    if where == "shape_rules":
+        sig.setdefault("shape_rules", [])
+        if isinstance(sig["shape_rules"], list):
+            sig["shape_rules"].append(bool_expr(src, dims, flags))
+        return "signature.shape_rules"
+    if isinstance(entry.get("roofline"), dict):
+        entry["roofline"] = {"flops": int_expr(src, dims, flags)}
+    return "roofline.flops"
+
+
 MUTATIONS = ["drop", "rename", "duplicate-key", "swap-names", "replace-expr", "change-kind",
              "change-value", "copy-subtree", "truncate", "splice", "delete-lines",
-             "duplicate-spec", "types-garbage"]
+             "duplicate-spec", "types-garbage", "random-expr", "random-expr", "typed-expr",
+             "typed-expr", "typed-expr"]
 
 
 def mutate(src, case: Case, n: int | None = None) -> Case:
@@ -574,6 +697,10 @@ def _mutate_once(src, case: Case) -> None:
         case.texts[fam] = text
         case.mutations.append(kind)
         return
+    if kind == "typed-expr":
+        where = _typed_mutation(src, case) if target is case.spec else None
+        case.mutations.append(f"typed-expr@{where}")
+        return
     paths = _paths(target)
     if not paths:
         case.mutations.append(kind + "(nothing)")
@@ -594,6 +721,23 @@ def _mutate_once(src, case: Case) -> None:
         swapped = _map_strings(target, lambda s: _swap_names(s, a, b))
         target.clear()
         target.update(swapped)
+    elif kind == "random-expr":
+        strings = [p for p in paths if isinstance(_get(target, p), str)]
+        if strings:
+            p = src.choice(strings)
+            names = _names_of(case.spec)
+            e = random_expr(src, names)
+            if _get(target, p).startswith("["):
+                axes = [random_expr(src, names) for _ in range(src.integer(0, 3))]
+                if src.chance(0.3):
+                    axes.append("*" + random_expr(src, names, 2))
+                e = "[" + ", ".join(axes) + "]"
+            _get(target, p[:-1])[p[-1]] = e
+            path = p
+    elif kind == "duplicate-spec" and isinstance(target.get(OP), dict):
+        # A second op, a copy of the first with one field changed: two specs per file.
+        twin = json.loads(json.dumps(target[OP], allow_nan=True))
+        target[src.choice(["Fuzz2FwdOp", "FuzzBwdOp", OP + "x", "fuzz", "1"])] = twin
     elif kind == "replace-expr":
         strings = [p for p in paths if isinstance(_get(target, p), str)]
         if strings:
