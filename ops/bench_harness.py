@@ -45,6 +45,8 @@ __all__ = [
     "CpuTimer",
     "CudaTimer",
     "check_output",
+    "check_results",
+    "results_of",
     "discover_ops",
     "exit_code",
     "measure_ceilings",
@@ -288,21 +290,55 @@ def check_output(out: Any, ref: torch.Tensor, dtype: torch.dtype, tol: BB.Tolera
     return {"ok": reason is None, "reason": reason, "max_error": max_err, "rel_error": rel}
 
 
-def _verify(fn: Callable[..., Any], inputs: tuple, ref: torch.Tensor, dtype: torch.dtype,
-            tol: BB.Tolerance) -> dict[str, Any]:
-    before = [t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]
+def results_of(out: Any, inputs: Sequence[Any], written: Sequence[int]) -> tuple:
+    """What a call is judged on: its outputs in order (a tuple's members; None skipped), then
+    each input it writes (`written`: positions) that is not itself one of the outputs."""
+    outs = tuple(o for o in (out if isinstance(out, (tuple, list)) else (out,)) if o is not None)
+    extra = tuple(inputs[i] for i in written if not any(inputs[i] is o for o in outs))
+    return outs + extra
+
+
+def _as_tuple(ref: Any) -> tuple:
+    return tuple(ref) if isinstance(ref, (tuple, list)) else (ref,)
+
+
+def check_results(got: Sequence[Any], refs: Sequence[torch.Tensor],
+                  dtypes: Sequence[torch.dtype], tols: Sequence[BB.Tolerance]) -> dict[str, Any]:
+    """`check_output` on each result; the first failure names its position, and the errors
+    reported are the largest over all results."""
+    if len(got) != len(refs):
+        return {"ok": False, "reason": f"{len(got)} result(s), the reference has {len(refs)}",
+                "max_error": None, "rel_error": None}
+    worst: dict[str, Any] = {"ok": True, "reason": None, "max_error": 0.0, "rel_error": 0.0}
+    for k, (o, r, d, t) in enumerate(zip(got, refs, dtypes, tols)):
+        res = check_output(o, r, d, t)
+        if not res["ok"]:
+            where = f"result {k}: " if len(refs) > 1 else ""
+            return {**res, "reason": where + res["reason"]}
+        worst["max_error"] = max(worst["max_error"], res["max_error"])
+        worst["rel_error"] = max(worst["rel_error"], res["rel_error"])
+    return worst
+
+
+def _verify(fn: Callable[..., Any], inputs: tuple, refs: tuple, dtypes: tuple, tols: tuple,
+            written: Sequence[int] = ()) -> dict[str, Any]:
+    """Run `fn` once and judge it. The inputs it may write are cloned first (every
+    implementation starts from the same values); the others must come back unchanged."""
+    call_inputs = tuple(t.clone() if i in written else t for i, t in enumerate(inputs))
+    before = [t.clone() if isinstance(t, torch.Tensor) and i not in written else None
+              for i, t in enumerate(inputs)]
     try:
-        out = fn(*inputs)
+        out = fn(*call_inputs)
     except Exception as exc:  # a raising implementation is a result, not a crash
         return {"status": "error", "reason": f"{type(exc).__name__}: {exc}",
                 "max_error": None, "rel_error": None}
-    res = check_output(out, ref, dtype, tol)
+    res = check_results(results_of(out, call_inputs, written), refs, dtypes, tols)
     if res["ok"]:
-        for x, y in zip(inputs, before):
-            if isinstance(x, torch.Tensor) and not torch.equal(x, y):
-                res = {**res, "ok": False, "reason": "it modified its inputs"}
+        for x, y in zip(call_inputs, before):
+            if y is not None and not torch.equal(x, y):
+                res = {**res, "ok": False, "reason": "it modified an input it does not write"}
                 break
-    del out
+    del out, call_inputs
     return {"status": "ok" if res["ok"] else "wrong", "reason": res["reason"],
             "max_error": res["max_error"], "rel_error": res["rel_error"]}
 
@@ -458,9 +494,16 @@ def bench_case(op_cls: type, case, settings: Settings, timer, ceilings: Mapping[
         row["error"] = f"no reference registered for {op_name} (bench_baselines.REFERENCES)"
         return row
 
-    # The op first: its output fixes the dtype every baseline must return.
+    # The op first, on copies (it may write its inputs): its results fix the dtypes every
+    # baseline must return, and its record says which inputs the call writes.
     try:
-        out = op(*inputs)
+        first = tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in inputs)
+        out = op(*first)
+        names = op._info().inputs
+        written = tuple(sorted(names.index(n) for n in op.last_call.written))
+        dtypes = tuple(r.dtype for r in results_of(out, first, written)
+                       if isinstance(r, torch.Tensor))
+        del first
     except Exception as exc:
         row["impls"][IMPL] = {"status": "error", "reason": f"{type(exc).__name__}: {exc}"}
         row["error"] = row["impls"][IMPL]["reason"]
@@ -471,15 +514,21 @@ def bench_case(op_cls: type, case, settings: Settings, timer, ceilings: Mapping[
         row["error"] = f"eval_roofline() raises {type(exc).__name__}: {exc}"
         return row
     row["flops"], row["bytes"] = int(flops), int(nbytes)
-    out_dtype = out.dtype if isinstance(out, torch.Tensor) else None
     del out
+
+    def reference_for(xs: tuple) -> tuple[tuple, tuple, tuple]:
+        refs = _as_tuple(reference(op, *[BB.upcast(t) for t in xs]))
+        ds = dtypes if len(dtypes) == len(refs) else tuple(r.dtype for r in refs)
+        return refs, ds, tuple(BB.tolerance_for(op_name, d, tolerances) for d in ds)
+
     try:
-        ref = reference(op, *[BB.upcast(t) for t in inputs])
+        refs, ds, tols = reference_for(inputs)
     except Exception as exc:
         row["error"] = f"the reference raises {type(exc).__name__}: {exc}"
         return row
-    tol = BB.tolerance_for(op_name, out_dtype or ref.dtype, tolerances)
-    row["tolerance"] = asdict(tol)
+    row["tolerance"] = asdict(tols[0])
+    if written:
+        row["written"] = [names[i] for i in written]
 
     fns: dict[str, Callable[..., Any]] = {IMPL: op}
     for name, factory in baselines.items():
@@ -490,19 +539,19 @@ def bench_case(op_cls: type, case, settings: Settings, timer, ceilings: Mapping[
         except Exception as exc:
             row["impls"][name] = {"status": "error", "reason": f"{type(exc).__name__}: {exc}"}
     for name, fn in fns.items():
-        row["impls"][name] = _verify(fn, inputs, ref, out_dtype or ref.dtype, tol)
-    del ref
+        row["impls"][name] = _verify(fn, inputs, refs, ds, tols, written)
+    del refs
     mine = row["impls"][IMPL]
     # Fresh inputs for the op alone: it must compute the same function on any valid input.
     for seed in settings.check_seeds if mine["status"] == "ok" else ():
         try:
             other = case.inputs(device, seed=seed)
-            ref2 = reference(op, *[BB.upcast(t) for t in other])
+            refs2, ds2, tols2 = reference_for(other)
         except Exception as exc:
             row["error"] = f"cannot check seed {seed}: {type(exc).__name__}: {exc}"
             return row
-        again = _verify(op, other, ref2, out_dtype or ref2.dtype, tol)
-        del other, ref2
+        again = _verify(op, other, refs2, ds2, tols2, written)
+        del other, refs2
         if again["status"] != "ok":
             mine.update(again)
             mine["reason"] = f"on inputs of seed {seed}: {again['reason']}"
@@ -515,6 +564,8 @@ def bench_case(op_cls: type, case, settings: Settings, timer, ceilings: Mapping[
         row["error"] = mine["reason"]
         return row
 
+    # An op that writes its inputs is timed writing them again and again (the values drift,
+    # the memory traffic does not), as a model calls it.
     timed = {n: (lambda f=f: f(*inputs)) for n, f in fns.items() if row["impls"][n]["status"] == "ok"}
     try:
         times = _time_interleaved(timer, timed, settings)

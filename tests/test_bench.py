@@ -162,7 +162,7 @@ def test_a_wrong_baseline_is_reported_and_not_timed_while_the_op_is():
     assert row["verified"] is True
     assert row["impls"]["bad"]["status"] == "wrong" and calls["bad"] == 1
     assert row["impls"]["mutating"]["status"] == "wrong"
-    assert "modified its inputs" in row["impls"]["mutating"]["reason"]
+    assert row["impls"]["mutating"]["reason"] == "it modified an input it does not write"
     assert set(row["times_us"]) == {"opspec", "eager"}
     assert row["speedup"]["bad"] is None and row["speedup"]["eager"] > 0
     assert row["status"] == "baseline-failed" and H.exit_code(res) == 1
@@ -489,3 +489,73 @@ def test_json_writer_keeps_json_strict(tmp_path):
     path = tmp_path / "r.json"
     R.write_json({"a": float("nan"), "b": [1.0, float("inf")]}, path)
     assert json.loads(path.read_text()) == {"a": None, "b": [1.0, None]}
+
+
+# -- ops that write their inputs, ops with several outputs --------------------------------------------
+
+@pytest.fixture(scope="module")
+def U(tmp_path_factory):
+    from runtime_user_ops import user_ops
+    return user_ops(tmp_path_factory)
+
+
+def test_an_op_that_writes_its_input_is_judged_on_the_written_value(U):
+    """RtInplaceFwdOp writes x when `inplace` (and returns it): the result compared is x's new
+    value, each implementation starting from the same x; with `inplace=False` x must come
+    back unchanged."""
+    def ref(op, x, a=None, b=None):
+        return x + sum(t for t in (a, b) if t is not None)
+
+    def torch_add(op):
+        def run(x, a=None, b=None):
+            d = sum(t for t in (a, b) if t is not None)
+            return x.add_(d) if op.inplace else x + d
+        return run
+
+    def forgets_to_write(op):
+        def run(x, a=None, b=None):
+            return x + sum(t for t in (a, b) if t is not None)  # a new tensor, x untouched
+        return run
+
+    op_cases = cases(U.RtInplaceFwdOp)
+    reg = {"RtInplaceFwdOp": {"eager": torch_add, "new": forgets_to_write}}
+    res = _run([U.RtInplaceFwdOp], {"RtInplaceFwdOp": op_cases}, baselines=reg,
+               references={"RtInplaceFwdOp": ref}, settings=_settings())
+    rows = {r["case"]: r for r in res["rows"]}
+    inplace, copy = rows["with-a-float32"], rows["with-b-float32"]
+    assert inplace["written"] == ["x"], inplace
+    assert inplace["verified"] is True, inplace
+    assert inplace["impls"]["eager"]["status"] == "ok"
+    # a correct new tensor, but x left as it was: x is then a second result, not written
+    assert inplace["impls"]["new"]["status"] == "wrong"
+    assert inplace["impls"]["new"]["reason"] == "2 result(s), the reference has 1"
+    assert "written" not in copy and copy["verified"] is True
+    assert copy["impls"]["new"]["status"] == "ok"
+
+
+def test_results_of_orders_outputs_then_written_inputs():
+    x, y, z = torch.zeros(2), torch.ones(2), torch.full((2,), 2.0)
+    assert H.results_of(x, (x, y), (0,)) == (x,)          # the written input is the output
+    got = H.results_of((y, None), (x, z), (0, 1))
+    assert len(got) == 3 and got[0] is y and got[1] is x and got[2] is z
+    bad = H.check_results((x,), (x, y), (torch.float32,) * 2, (BB.Tolerance(0, 0, 0),) * 2)
+    assert bad["ok"] is False and bad["reason"] == "1 result(s), the reference has 2"
+    wrong = H.check_results((x, y), (x, x), (torch.float32,) * 2, (BB.Tolerance(0, 0, 0),) * 2)
+    assert wrong["ok"] is False and wrong["reason"].startswith("result 1: ")
+
+
+def test_an_op_with_two_outputs_is_judged_on_both(U):
+    def ref(op, x):
+        return x * 2, torch.tensor(x.shape[0])
+
+    def wrong_count(op):
+        return lambda x: (x * 2, torch.tensor(x.shape[0] + 1))
+
+    reg = {"RtPairFwdOp": {"eager": lambda op: (lambda x: (x * 2, torch.tensor(x.shape[0]))),
+                           "off": wrong_count}}
+    res = _run([U.RtPairFwdOp], {"RtPairFwdOp": cases(U.RtPairFwdOp)}, baselines=reg,
+               references={"RtPairFwdOp": ref}, settings=_settings())
+    (row,) = res["rows"]
+    assert row["verified"] is True and row["impls"]["eager"]["status"] == "ok"
+    assert row["impls"]["off"]["status"] == "wrong"
+    assert row["impls"]["off"]["reason"].startswith("result 1: ")
