@@ -183,9 +183,20 @@ class BranchGenerator:
                 self.device_checks()
                 self.out_buffer()
                 empty = self.empty_write()
+                # Inside the guarded block: an output shape can fail to evaluate (`broadcast`
+                # of shapes that do not broadcast); the error then names that output.
+                outs = self.branch.outputs
+                if len(outs) == 1:
+                    shape = print_shape(outs[0].shape)
+                    d = self.decl(spec.outputs[outs[0].name].path + ".shape",
+                                  f"output {outs[0].name}, shape {shape}", shape)
+                    w(f"_d = {d}")
+                elif outs:
+                    w(f"_d = {self.decl('signature.outputs', 'the output shapes', 'the output shapes')}")
+                w(f"_empty = {empty}")
             self.handler()
             w("return {" + ", ".join(f"{n!r}: {_lv(n)}" for n in sorted(self.solved_names()))
-              + f"}}, _dev, {empty}")
+              + "}, _dev, _empty")
         w()
         oname = f"outputs_{tag}"
         w(f"def {oname}(op, ind):")
@@ -401,6 +412,11 @@ class BranchGenerator:
 
     def handler(self) -> None:
         w = self.w
+        # A primitive outside its domain raises EvaluationError (an OpspecError): it is
+        # wrapped so that the error names the declaration, like any other evaluation failure.
+        w("except _EvaluationError as exc:")
+        with w.indent():
+            w("raise _evaluation_failed(op, _DECLS, _d, exc, locals()) from exc")
         w("except _OpspecError:")
         with w.indent():
             w("raise")

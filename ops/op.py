@@ -19,7 +19,7 @@ import torch
 
 from opspec.schema import kinds as K
 from opspec.schema.errors import (
-    NoCallError, OpspecError, SignatureError, SignatureTypeError, SpecError,
+    EvaluationError, NoCallError, OpspecError, SignatureError, SignatureTypeError, SpecError,
 )
 from opspec.schema.values import ADTValue
 from opspec.ops import codegen
@@ -98,6 +98,7 @@ def _evaluation_failed(op: "Op", decls, d: int, exc: BaseException, loc) -> Opsp
 def _namespace() -> dict[str, Any]:
     ns = codegen.base_namespace()
     ns.update({"_Tensor": torch.Tensor, "_DTYPE_NAMES": DTYPE_NAMES, "_OpspecError": OpspecError,
+               "_EvaluationError": EvaluationError,
                "_check_failed": _check_failed, "_evaluation_failed": _evaluation_failed,
                "_DTYPES": DTYPES_BY_NAME, "_numel": _numel, "_default_device": _default_device,
                "_shares_storage": _shares_storage})
