@@ -26,6 +26,9 @@ _EXPORTS = {
     "MulFwdOp": "opspec.ops.binary",
     "SoftmaxFwdOp": "opspec.ops.softmax",
     "LogSoftmaxFwdOp": "opspec.ops.softmax",
+    "SumFwdOp": "opspec.ops.reduction",
+    "MeanFwdOp": "opspec.ops.reduction",
+    "AmaxFwdOp": "opspec.ops.reduction",
     # one line per bundled op class: "ClassName": "opspec.ops.<family>",
 }
 
