@@ -12,8 +12,10 @@ For each workload case (`opspec.ops.workloads.cases`) of each op:
    has no formula of its own for any op.
 4. Timing, in one process: each implementation is warmed up, then timed in passes ordered
    A B C C B A (repeated `pairs` times), every sample one call. On CUDA a 256 MiB buffer
-   (more than 4 times an H200's L2) is written before every sample, and each sample is the
-   CUDA-event time around the call; on the CPU a `time.perf_counter` interval, no flush.
+   (more than 4 times an H200's L2) is written before every sample, then the device spins
+   for `lead_us` (1 ms) while the host enqueues the call, and each sample is the
+   CUDA-event time around the call: the device's time, not the host's launch path (which
+   `benchmarks/overhead.py` measures); on the CPU a `time.perf_counter` interval, no flush.
    The median of all samples is reported, with the spread of the per-pass medians.
 5. Ceilings measured in the same run: a device-to-device copy for bandwidth (bytes read plus
    written over time) and a large matrix product for compute (8192^3 bfloat16 through
@@ -78,6 +80,7 @@ class Settings:
     min_iters: int = 10
     max_iters: int = 200
     flush_bytes: int = 256 * _MIB  # CUDA only
+    lead_us: float = 1000.0    # CUDA only: the device is kept busy this long before each sample
     copy_bytes: int = 1024 * _MIB  # bandwidth ceiling: bytes copied (read + written = twice)
     matmul_n: int = 8192           # compute ceiling: an n x n x n matrix product
     ceiling_iters: int = 20
@@ -105,15 +108,23 @@ class Settings:
 # -- timers -------------------------------------------------------------------------------------
 
 class CudaTimer:
-    """CUDA events around each call, the L2 flushed (a large buffer written) before each."""
+    """CUDA events around each call, the L2 flushed (a large buffer written) before each.
+
+    Between the flush and the start event the device spins for `lead_us` (a sleep kernel):
+    the host enqueues the call meanwhile, so the events time the device's work for it and
+    not the host's launch path. Without the lead, a call whose host side outlasts the flush
+    (a Triton launch through Python, a compiled function's guards: tens of microseconds on
+    a slow host) was timed with the device idle waiting for it. The host side is measured
+    on its own by `benchmarks/overhead.py`."""
 
     method = "cuda-events"
 
-    def __init__(self, device: torch.device, flush_bytes: int):
+    def __init__(self, device: torch.device, flush_bytes: int, lead_us: float = 0.0):
         self.device = device
         self.flush_bytes = flush_bytes
         self._flush = torch.empty(flush_bytes, dtype=torch.int8, device=device) \
             if flush_bytes else None
+        self.lead_cycles = int(lead_us * 1e-6 * _clock_hz(device)) if lead_us > 0 else 0
 
     def sync(self) -> None:
         torch.cuda.synchronize(self.device)
@@ -125,6 +136,8 @@ class CudaTimer:
         for i in range(n):
             if flush and self._flush is not None:
                 self._flush.zero_()
+            if self.lead_cycles:
+                torch.cuda._sleep(self.lead_cycles)
             starts[i].record()
             fn()
             ends[i].record()
@@ -159,10 +172,17 @@ class CpuTimer:
         pass
 
 
+def _clock_hz(device: torch.device) -> float:
+    """The SM clock of `device` in Hz (the sleep kernel counts cycles); 2 GHz where torch
+    does not say (an H200 boosts to 1.98 GHz)."""
+    khz = getattr(torch.cuda.get_device_properties(device), "clock_rate", None)
+    return float(khz) * 1e3 if khz else 2.0e9
+
+
 def make_timer(settings: Settings):
     device = torch.device(settings.device)
     if device.type == "cuda":
-        return CudaTimer(device, settings.flush_bytes)
+        return CudaTimer(device, settings.flush_bytes, settings.lead_us)
     return CpuTimer(device)
 
 
@@ -424,6 +444,7 @@ def _meta(settings: Settings, timer, ceilings: Mapping[str, Any]) -> dict[str, A
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "timing": timer.method,
         "l2_flush_bytes": timer.flush_bytes,
+        "lead_cycles": getattr(timer, "lead_cycles", 0),
         "ceilings": dict(ceilings),
         "settings": {k: v for k, v in asdict(settings).items()},
     }
