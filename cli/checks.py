@@ -1,5 +1,8 @@
 """What each check id means, with a tiny broken example: the one table behind
-`opspec prove --help` and the rule descriptions of the SARIF report."""
+`opspec prove --help`, `opspec diff --help` and the rule descriptions of the SARIF reports.
+It covers every id of `opspec.schema.diagnostics.CHECK_IDS`: the ids of `opspec prove`
+(`PROVE_CHECK_IDS`) and the finding ids of `opspec diff` (`DIFF_CHECK_IDS`, whose broken
+examples show an OLD fragment and the NEW one that breaks it)."""
 
 from __future__ import annotations
 
@@ -43,7 +46,8 @@ CHECK_DOCS: dict[str, tuple[str, str]] = {
                'inputs: {x: {...}}  outputs: {y: {alias: x}}   # x is not mutated'),
     "dead-branch": ("no call can pass on some combination of discriminant values",
                     'shape_rules: ["N > 4", "N < 2"]'),
-    "code": ("an implemented op's class disagrees with its spec",
+    "code": ("an implemented op's class disagrees with its spec (__init__, forward, "
+             "compile_op_names, composition stages, ref_api, the family module's __all__)",
              'status: implemented   # but __init__ does not take the spec\'s params'),
     "unknown": ("the solver could not decide a check within its resource limit, or the "
                 "prover crashed on the spec",
@@ -59,6 +63,54 @@ CHECK_DOCS: dict[str, tuple[str, str]] = {
                  "preferred_over, or none serves a call the spec accepts",
                  'gemv: applies "M <= 16", gemm: applies "M >= 8", no preferred_over   '
                  '# M = 8: ambiguous'),
+    # -- `opspec diff` findings: OLD -> NEW ----------------------------------------------
+    "removed-op": ("an op of OLD is not in NEW",
+                   'OLD: {GemmFwdOp: ..., RmsNormFwdOp: ...}  NEW: {GemmFwdOp: ...}'),
+    "param-removed": ("a construction parameter of OLD is not in NEW (a call passing it by "
+                      "keyword breaks)",
+                      'OLD params: {eps: {type: float, default: 1e-6}}  NEW params: {}'),
+    "param-renamed": ("a construction parameter was renamed (a call passing it by keyword "
+                      "breaks)",
+                      'OLD params: {eps: {type: float}}  NEW params: {epsilon: {type: float}}'),
+    "param-moved": ("a positional construction parameter moved or became keyword-only (a "
+                    "call by position binds another parameter)",
+                    'OLD params: {a: ..., b: ...}  NEW params: {b: ..., a: ...}'),
+    "param-required": ("a construction parameter is new without a default, or lost its "
+                       "default (a call that omits it breaks)",
+                       'OLD params: {}  NEW params: {groups: {type: int}}'),
+    "param-default": ("a parameter's default changed (a call that omits it gets another "
+                      "value)",
+                      'OLD trans_b: {type: bool, default: false}  NEW ... default: true}'),
+    "param-type": ("a parameter's type accepts fewer values (an enum literal, a dtype, a "
+                   "constructor or None removed)",
+                   'OLD mode: {type: "\'a\' | \'b\'"}  NEW mode: {type: "\'a\'"}'),
+    "input-removed": ("a call-time input of OLD is not in NEW",
+                      'OLD inputs: {x: ..., bias: ...}  NEW inputs: {x: ...}'),
+    "input-renamed": ("a call-time input was renamed (a call passing it by keyword breaks)",
+                      'OLD inputs: {x: ...}  NEW inputs: {input: ...}'),
+    "input-moved": ("a call-time input moved (a call by position binds another input), or "
+                    "moved between the construction and the forward call",
+                    'OLD inputs: {a: ..., b: ...}  NEW inputs: {b: ..., a: ...}'),
+    "input-required": ("NEW requires a tensor that OLD's call does not pass (a new required "
+                       "input, an optional input made required)",
+                       'OLD bias: {..., optional: true}  NEW bias: {...}'),
+    "input-rejected": ("NEW refuses a tensor that OLD's call passes",
+                       'OLD bias: {..., optional: true}  NEW bias: {..., optional: fused}'),
+    "input-placement": ("a tensor's placement was tightened (`device: cpu`, `contiguous: "
+                        "true`)",
+                        'OLD x: {dtype: T, shape: "[N]"}  NEW x: {..., contiguous: true}'),
+    "output-changed": ("the outputs were renamed, added, removed, reordered or made None on "
+                       "a call, or `out=` was removed",
+                       'OLD outputs: {y: ...}  NEW outputs: {out: ...}'),
+    "rejected": ("a NEW declaration rejects a call that OLD accepts",
+                 'OLD shape_rules: ["N > 0"]  NEW shape_rules: ["N % 8 == 0"]'),
+    "output-type": ("for the same call, an output has another shape or dtype under NEW",
+                    'OLD y: {dtype: T, shape: "[M, N]"}  NEW y: {dtype: float32, ...}'),
+    "broken-spec": ("a spec does not load or elaborate, so the op cannot be compared",
+                    'NEW inputs: {x: {dtype: T, shape: "[M]"}}   # M undeclared'),
+    "undecided": ("the solver could not decide a question within its resource limit, or "
+                  "the encoding does not cover a declaration",
+                  'NEW shape_rules: ["A * A * A + B * B * B != C * C * C"]'),
 }
 
 
@@ -70,11 +122,16 @@ def example(check: str) -> str:
     return CHECK_DOCS.get(check, ("", ""))[1]
 
 
-def checks_epilog(width: int = 100) -> str:
-    """The table of check ids for `--help`: id, meaning, and the broken example below it."""
-    pad = 2 + max(len(c) for c in CHECK_DOCS) + 2
-    lines = ["checks (every diagnostic names one):"]
-    for check, (text, broken) in CHECK_DOCS.items():
+def checks_epilog(width: int = 100, ids: "tuple[str, ...] | None" = None,
+                  title: str = "checks (every diagnostic names one):") -> str:
+    """The table of check ids for `--help` (`ids`, by default those of `opspec prove`): id,
+    meaning, and the broken example below it."""
+    from opspec.schema.diagnostics import PROVE_CHECK_IDS
+
+    chosen = {c: CHECK_DOCS[c] for c in (ids if ids is not None else PROVE_CHECK_IDS)}
+    pad = 2 + max(len(c) for c in chosen) + 2
+    lines = [title]
+    for check, (text, broken) in chosen.items():
         wrapped = textwrap.wrap(text, width - pad) or [""]
         lines.append(f"  {check:<{pad - 4}}  {wrapped[0]}")
         lines.extend(" " * pad + w for w in wrapped[1:])

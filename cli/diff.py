@@ -1,6 +1,7 @@
 """`opspec diff OLD NEW`: prove new versions of specs backward compatible with the old ones
 (see `opspec.solver.diff`). Only the parser is built at import; the solver is imported when
-the command runs."""
+the command runs. The finding ids are `opspec.schema.diagnostics.DIFF_CHECK_IDS`, documented
+in the one check table (`opspec.cli.checks.CHECK_DOCS`)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,6 @@ declaration at fault and, where one exists, a concrete call (parameter values, i
 and dtypes) that NEW rejects or types differently. An op removed in NEW is incompatible; an
 op added in NEW is fine.
 
-checks:
 {checks}
 
 exit status: 0 every op compatible (or undecided), 1 an incompatible change, 2 usage error
@@ -32,14 +32,17 @@ or unreadable input.
 
 
 def _checks_text() -> str:
-    from opspec.solver.diff import DIFF_CHECKS  # z3 only when the help is asked for
+    from opspec.schema.diagnostics import DIFF_CHECK_IDS
 
-    width = max(len(c) for c in DIFF_CHECKS)
-    return "\n".join(f"  {c:<{width}}  {m}" for c, m in DIFF_CHECKS.items())
+    from .checks import checks_epilog
+
+    return checks_epilog(ids=DIFF_CHECK_IDS,
+                         title="checks (every finding names one; each example is an OLD fragment, "
+                               "then the NEW one that breaks it):")
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
-    """Fills in the table of check ids when the help is printed (it needs the solver)."""
+    """Fills in the table of check ids when the help is printed."""
 
     def add_text(self, text: str | None) -> None:
         if text is not None and "{checks}" in text:
@@ -56,7 +59,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("new", metavar="NEW", help="the new specs: a family file or a folder")
     p.add_argument("--op", action="append", dest="ops", metavar="NAME",
                    help="compare only this op (repeatable)")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--format", choices=("text", "json", "sarif"), default="text")
     return p
 
 
@@ -93,6 +96,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
     report = diff_manifests(old, new, ops=args.ops)
     if args.format == "json":
         text = json.dumps(to_json(report, args.old, args.new), indent=2)
+    elif args.format == "sarif":
+        text = json.dumps(R.to_sarif(report), indent=2)
     else:
         text = render_text(report)
     sys.stdout.write(text + "\n")

@@ -34,6 +34,7 @@ With no PATH, proves the bundled manifest. A PATH is a family file, a types.yaml
 manifest folder (one with a spec/ subfolder, or holding the family files itself).
 
 exit status: 0 no error diagnostic, 1 at least one, 2 usage error or unreadable input.
+(`opspec diff` names its findings with ids of its own: `opspec diff --help`.)
 """
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from opspec import __version__
-from opspec.schema.diagnostics import Diagnostic, Severity
+from opspec.schema.diagnostics import CHECK_IDS, Diagnostic, Severity
 from opspec.schema.loader import Manifest
 
 from .checks import example, meaning
@@ -127,17 +127,21 @@ def render_text(report: Any) -> str:
 
 
 def code_line(report: Any) -> str:
-    """How many specs had their op's code checked, and why the others did not."""
-    states = [getattr(s, "code_checks", "") for s in report.specs]
-    if not any(states):
+    """How many specs had their op's code checked, and why the others did not; then, one
+    line each, the parts of a check that were not run (`checked; <note>`)."""
+    states = [(s.op, getattr(s, "code_checks", "")) for s in report.specs]
+    if not any(st for _, st in states):
         return ""
-    run = sum(st == "checked" for st in states)
+    run = sum(st == "checked" or st.startswith("checked; ") for _, st in states)
     why: dict[str, int] = {}
-    for st in states:
+    for _, st in states:
         if st.startswith("skipped: "):
             why[st[len("skipped: "):]] = why.get(st[len("skipped: "):], 0) + 1
     parts = [f"{n} skipped ({w})" for w, n in sorted(why.items())]
-    return f"code checks: {run} run" + ("; " + "; ".join(parts) if parts else "")
+    notes = [f"  {op}: {st[len('checked; '):]}" for op, st in states
+             if st.startswith("checked; ")]
+    return "\n".join([f"code checks: {run} run" + ("; " + "; ".join(parts) if parts else ""),
+                      *notes])
 
 
 def spec_lines(specs: Iterable[Any]) -> list[str]:
@@ -295,9 +299,12 @@ def _uri(file: str) -> str:
 
 
 def to_sarif(report: Any) -> dict[str, Any]:
+    """SARIF 2.1.0: the driver's `rules` are every registered check id (`CHECK_IDS`, those
+    of `opspec prove` first, then the findings of `opspec diff`), each result points at its
+    rule by id and index."""
     files = {s.op: s.file for s in report.specs}
     diags = all_diagnostics(report)
-    rule_ids = list(dict.fromkeys(d.check for d in diags))
+    rule_ids = list(dict.fromkeys([*CHECK_IDS, *(d.check for d in diags)]))
     rules = [{"id": c, "name": c, "shortDescription": {"text": meaning(c) or c},
               "help": {"text": f"{meaning(c)}\nbroken example: {example(c)}"}}
              for c in rule_ids]

@@ -6,8 +6,9 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-#: Stable check ids. A diagnostic's `check` is always one of these.
-CHECK_IDS: tuple[str, ...] = (
+#: Stable check ids of `opspec load` and `opspec prove` (the loader, the elaborator, the
+#: prover, and the code checks of the bundled ops).
+PROVE_CHECK_IDS: tuple[str, ...] = (
     "parse", "name", "kind", "language", "rejected-form", "family-gap", "family-overlap",
     "family-cycle", "unsolvable", "ambiguous", "let-cycle", "workload", "symint", "effect",
     "dead-branch", "code", "unknown", "combos-limit",
@@ -17,6 +18,17 @@ CHECK_IDS: tuple[str, ...] = (
     "dispatch",
 )
 
+#: Stable check ids of `opspec diff` findings (`opspec.solver.diff.Finding`): each names
+#: how a NEW spec breaks calls that the OLD one accepts.
+DIFF_CHECK_IDS: tuple[str, ...] = (
+    "removed-op", "param-removed", "param-renamed", "param-moved", "param-required",
+    "param-default", "param-type", "input-removed", "input-renamed", "input-moved",
+    "input-required", "input-rejected", "input-placement", "output-changed", "rejected",
+    "output-type", "broken-spec", "undecided",
+)
+
+#: Every check id any command emits. A diagnostic's `check` is always one of these.
+CHECK_IDS: tuple[str, ...] = PROVE_CHECK_IDS + DIFF_CHECK_IDS
 
 class Severity(str, enum.Enum):
     ERROR = "error"

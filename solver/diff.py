@@ -62,7 +62,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import z3
 
 from opspec.schema import kinds as K
-from opspec.schema.diagnostics import Diagnostic, Severity
+from opspec.cli.checks import CHECK_DOCS
+from opspec.schema.diagnostics import DIFF_CHECK_IDS, Diagnostic, Severity
 from opspec.schema.elaborate import ElaboratedSpec, TensorDecl, elaborate, elaborate_adts
 from opspec.schema.expr import (
     Attr, BinOp, BoolOp, Call, Compare, Const, Expr, Name, ShapeList, Slice, Splat, Subscript,
@@ -85,36 +86,10 @@ COMPATIBLE, INCOMPATIBLE, UNKNOWN = "compatible", "incompatible", "unknown"
 ADDED, REMOVED = "added", "removed"
 VERDICTS = (COMPATIBLE, INCOMPATIBLE, UNKNOWN, ADDED, REMOVED)
 
-#: The check ids of `opspec diff`, each with what makes it fire.
-DIFF_CHECKS: dict[str, str] = {
-    "removed-op": "an op of OLD is not in NEW",
-    "param-removed": "a construction parameter of OLD is not in NEW (a call passing it by "
-                     "keyword breaks)",
-    "param-renamed": "a construction parameter was renamed (a call passing it by keyword "
-                     "breaks)",
-    "param-moved": "a positional construction parameter moved or became keyword-only (a call "
-                   "by position binds another parameter)",
-    "param-required": "a construction parameter is new without a default, or lost its default "
-                      "(a call that omits it breaks)",
-    "param-default": "a parameter's default changed (a call that omits it gets another value)",
-    "param-type": "a parameter's type accepts fewer values (an enum literal, a dtype, a "
-                  "constructor or None removed)",
-    "input-removed": "a call-time input of OLD is not in NEW",
-    "input-renamed": "a call-time input was renamed (a call passing it by keyword breaks)",
-    "input-moved": "a call-time input moved (a call by position binds another input), or "
-                   "moved between the construction and the forward call",
-    "input-required": "NEW requires a tensor that OLD's call does not pass (a new required "
-                      "input, an optional input made required)",
-    "input-rejected": "NEW refuses a tensor that OLD's call passes",
-    "input-placement": "a tensor's placement was tightened (`device: cpu`, `contiguous: true`)",
-    "output-changed": "the outputs were renamed, added, removed, reordered or made None on a "
-                      "call, or `out=` was removed",
-    "rejected": "a NEW declaration rejects a call that OLD accepts",
-    "output-type": "for the same call, an output has another shape or dtype under NEW",
-    "broken-spec": "a spec does not load or elaborate, so the op cannot be compared",
-    "undecided": "the solver could not decide a question within its resource limit, or the "
-                 "encoding does not cover a declaration",
-}
+#: The check ids of `opspec diff`, each with what makes it fire: the ids are registered in
+#: `opspec.schema.diagnostics.DIFF_CHECK_IDS` (part of `CHECK_IDS`), the meanings are those of
+#: the one check table, `opspec.cli.checks.CHECK_DOCS`.
+DIFF_CHECKS: dict[str, str] = {c: CHECK_DOCS[c][0] for c in DIFF_CHECK_IDS}
 
 
 @dataclass(frozen=True)

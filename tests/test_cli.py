@@ -14,7 +14,7 @@ import pytest
 
 from opspec.cli.main import main
 from opspec.manifest import MANIFEST_DIR
-from opspec.schema import CHECK_IDS
+from opspec.schema import CHECK_IDS, DIFF_CHECK_IDS, PROVE_CHECK_IDS, load_paths
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "tileops"
 
@@ -102,9 +102,19 @@ def test_help_exits_zero(capsys) -> None:
 def test_prove_help_documents_every_check(capsys) -> None:
     code, out, _ = run(capsys, "prove", "--help")
     assert code == 0
-    for check in CHECK_IDS:
+    for check in PROVE_CHECK_IDS:
         assert f"\n  {check} " in out, check
     assert "e.g. Mat: {params: {t: Bool" in out
+    assert "opspec diff --help" in out
+
+
+def test_diff_help_documents_every_finding(capsys) -> None:
+    code, out, _ = run(capsys, "diff", "--help")
+    assert code == 0
+    for check in DIFF_CHECK_IDS:
+        assert f"\n  {check} " in out, check
+    assert "e.g. OLD shape_rules: [\"N > 0\"]  NEW shape_rules: [\"N % 8 == 0\"]" in out
+    assert set(CHECK_IDS) == set(PROVE_CHECK_IDS) | set(DIFF_CHECK_IDS)
 
 
 def test_bad_jobs_is_a_usage_error(capsys) -> None:
@@ -117,7 +127,9 @@ def test_bad_jobs_is_a_usage_error(capsys) -> None:
 def test_load_bundled_manifest(capsys) -> None:
     code, out, err = run(capsys, "load", str(MANIFEST_DIR))
     assert code == 0, out + err
-    assert "GemmFwdOp" in out and out.splitlines()[-1].startswith("2 specs: 2 loaded; 0 errors")
+    n = len(load_paths([MANIFEST_DIR]).specs)  # families are added to the bundled manifest
+    assert "GemmFwdOp" in out
+    assert out.splitlines()[-1].startswith(f"{n} specs: {n} loaded; 0 errors")
 
 
 def test_load_json(capsys, tmp_path: Path) -> None:

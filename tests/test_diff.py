@@ -482,6 +482,20 @@ def test_cli_json(tmp_path, capsys):
                               "added": 1, "removed": 0, "unknown": 0, "errors": 1}
 
 
+def test_cli_sarif(tmp_path, capsys):
+    old, new = write_pair(tmp_path, op_text(BASE), op_text(BASE, outputs="""
+      y: {dtype: T, shape: "[N, M]"}"""))
+    assert main(["diff", old, new, "--format", "sarif"]) == 1
+    run_ = json.loads(capsys.readouterr().out)["runs"][0]
+    rules = [r["id"] for r in run_["tool"]["driver"]["rules"]]
+    assert set(DIFF_CHECKS) <= set(rules)
+    (res,) = run_["results"]
+    assert res["ruleId"] == "output-type" and rules[res["ruleIndex"]] == "output-type"
+    assert res["level"] == "error" and res["properties"]["path"] == "signature.outputs.y"
+    assert res["locations"][0]["physicalLocation"]["artifactLocation"]["uri"].endswith("toy.yaml")
+    assert "x.shape" in res["properties"]["counterexample"]
+
+
 def test_cli_op_filter(tmp_path, capsys):
     old, new = write_pair(tmp_path, op_text(BASE) + op_text(BASE, op="OtherFwdOp"),
                           op_text(BASE) + op_text(BASE, op="OtherFwdOp", outputs="""
@@ -495,7 +509,7 @@ def test_cli_op_filter(tmp_path, capsys):
     ["diff", "{tmp}/nosuch", "{tmp}/new"],
     ["diff", "{tmp}/old"],
     ["diff", "{tmp}/old", "{tmp}/new", "--op", "NoSuchFwdOp"],
-    ["diff", "{tmp}/old", "{tmp}/new", "--format", "sarif"],
+    ["diff", "{tmp}/old", "{tmp}/new", "--format", "junit"],
 ])
 def test_cli_usage_errors_exit_2(tmp_path, capsys, argv):
     write_pair(tmp_path, op_text(BASE), op_text(BASE))

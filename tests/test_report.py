@@ -14,7 +14,8 @@ import pytest
 from opspec.cli import report as R
 from opspec.cli.checks import CHECK_DOCS, checks_epilog
 from opspec.cli.progress import ProgressBar
-from opspec.schema import CHECK_IDS, Diagnostic, Pos, Severity, load_paths
+from opspec.schema import (CHECK_IDS, DIFF_CHECK_IDS, PROVE_CHECK_IDS, Diagnostic, Pos,
+                           Severity, load_paths)
 
 YAML = """\
 BadFwdOp:
@@ -163,7 +164,9 @@ def test_sarif(fake: FakeReport) -> None:
     driver = run["tool"]["driver"]
     assert driver["name"] == "opspec"
     ids = [r["id"] for r in driver["rules"]]
-    assert sorted(ids) == sorted({"parse", "family-gap", "negative-axis", "unknown"})
+    assert ids == list(CHECK_IDS)  # every registered rule, whether it fired or not
+    assert {r["ruleId"] for r in run["results"]} == {"parse", "family-gap", "negative-axis",
+                                                     "unknown"}
     assert all(r["shortDescription"]["text"] for r in driver["rules"])
     by_rule = {r["ruleId"]: r for r in run["results"]}
     gap = by_rule["family-gap"]
@@ -246,8 +249,48 @@ def test_every_check_id_is_documented() -> None:
     for check, (meaning, example) in CHECK_DOCS.items():
         assert meaning and example and "\n" not in meaning
     epilog = checks_epilog()
-    for check in CHECK_IDS:
+    for check in PROVE_CHECK_IDS:
         assert f"\n  {check} " in epilog
+    epilog = checks_epilog(ids=DIFF_CHECK_IDS)
+    for check in DIFF_CHECK_IDS:
+        assert f"\n  {check} " in epilog
+
+
+def test_every_check_id_any_command_emits_is_registered() -> None:
+    from opspec.solver.diff import DIFF_CHECKS, Finding
+
+    assert set(DIFF_CHECKS) == set(DIFF_CHECK_IDS) and set(DIFF_CHECK_IDS) <= set(CHECK_IDS)
+    assert not set(PROVE_CHECK_IDS) & set(DIFF_CHECK_IDS)
+    assert DIFF_CHECKS["rejected"] == CHECK_DOCS["rejected"][0]
+    assert Finding("removed-op", "m").check == "removed-op"
+    with pytest.raises(ValueError, match="unknown diff check 'code'"):
+        Finding("code", "m")
+    with pytest.raises(ValueError, match="unknown check id 'no-such-check'"):
+        Diagnostic("no-such-check", "m")
+
+
+def test_every_check_id_is_in_the_docs_and_the_readme() -> None:
+    from opspec.manifest import MANIFEST_DIR
+
+    root = Path(MANIFEST_DIR).parent
+    checks_md = (root / "docs" / "checks.md").read_text(encoding="utf-8")
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    for check in CHECK_IDS:
+        assert f"### `{check}`" in checks_md or f"| `{check}` |" in checks_md, check
+        assert f"| `{check}` |" in readme, check
+
+
+def test_sarif_rules_list_every_registered_check() -> None:
+    d = Diagnostic("rejected", "a call that OLD accepts fails NEW's check", op="ToyFwdOp",
+                   path="signature.shape_rules.0")
+    rep = R.LoadReport([R.LoadedRow("ToyFwdOp", "toy.yaml", "implemented", diagnostics=[d])])
+    driver = R.to_sarif(rep)["runs"][0]["tool"]["driver"]
+    ids = [r["id"] for r in driver["rules"]]
+    assert ids == list(CHECK_IDS)
+    for rule in driver["rules"]:
+        assert rule["shortDescription"]["text"] == CHECK_DOCS[rule["id"]][0]
+    (res,) = R.to_sarif(rep)["runs"][0]["results"]
+    assert ids[res["ruleIndex"]] == res["ruleId"] == "rejected"
 
 
 class _Tty(io.StringIO):
