@@ -72,23 +72,22 @@ def activation_reference(x: torch.Tensor, act: str) -> torch.Tensor:
 
 @triton.jit
 def _activate(x, ACT: tl.constexpr):
-    """``act(x)``; ReLU in the input dtype (exact), the others in fp32."""
+    """``act(x)`` in fp32 (ReLU is exact either way: the cast back restores x)."""
+    xf = x.to(tl.float32)
     if ACT == 0:
-        # x < 0 is false for NaN and -0.0, which pass through as torch.relu keeps them.
-        y = tl.where(x < 0, 0.0, x)
+        # xf < 0 is false for NaN and -0.0, which pass through as torch.relu keeps them.
+        y = tl.where(xf < 0, 0.0, xf)
+    elif ACT == 1:
+        # silu(x) = x / (1 + exp(-x)); exp(-x) -> inf gives -0.0, as torch.
+        y = xf / (1.0 + tl.exp(-xf))
+    elif ACT == 2:
+        # 0.5 * x * (1 + erf(x / sqrt(2)))
+        y = 0.5 * xf * (1.0 + tl.math.erf(xf * 0.7071067811865476))
     else:
-        xf = x.to(tl.float32)
-        if ACT == 1:
-            # silu(x) = x / (1 + exp(-x)); exp(-x) -> inf gives -0.0, as torch.
-            y = xf / (1.0 + tl.exp(-xf))
-        elif ACT == 2:
-            # 0.5 * x * (1 + erf(x / sqrt(2)))
-            y = 0.5 * xf * (1.0 + tl.math.erf(xf * 0.7071067811865476))
-        else:
-            # 0.5 * x * (1 + tanh(u)) = x * sigmoid(2u) = x / (1 + exp(-2u)), with
-            # u = sqrt(2 / pi) * (x + 0.044715 * x^3): one exp and no cancellation in 1 + tanh.
-            u = 0.7978845608028654 * (xf + 0.044715 * xf * xf * xf)
-            y = xf / (1.0 + tl.exp(-2.0 * u))
+        # 0.5 * x * (1 + tanh(u)) = x * sigmoid(2u) = x / (1 + exp(-2u)), with
+        # u = sqrt(2 / pi) * (x + 0.044715 * x^3): one exp and no cancellation in 1 + tanh.
+        u = 0.7978845608028654 * (xf + 0.044715 * xf * xf * xf)
+        y = xf / (1.0 + tl.exp(-2.0 * u))
     return y
 
 
@@ -213,7 +212,7 @@ def activation_triton(x: torch.Tensor, out: torch.Tensor, act: str) -> torch.Ten
 
     ``x`` and ``out`` have the same shape and dtype (fp16, bf16 or fp32), any strides.
     ``out`` may be ``x`` itself (in place); otherwise the two must not overlap. The math is
-    done in fp32 (ReLU, exact, in the input dtype). Nothing is launched for an empty
+    done in fp32. Nothing is launched for an empty
     tensor. No allocation except on the copy fallback described in the module docstring.
     """
     code = ACTIVATIONS.get(act)

@@ -1,0 +1,383 @@
+"""ReluFwdOp, SiluFwdOp and GeluFwdOp: the Triton kernels against the torch reference (on
+CPU through Triton's interpreter, which tests/conftest.py turns on without CUDA), the ops
+end to end (results, in-place effects, refused calls), their compile-boundary operators,
+one cold `torch.compile(fullgraph=True)`, and their workload rows.
+
+Sizes are small: the interpreter runs each program through numpy.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from opspec.kernels.activation import (
+    ACTIVATIONS, activation_flat_block, activation_reference, activation_triton, merge_dims,
+)
+from opspec.kernels.devices import TRITON_INTERPRETED
+from opspec.ops import GeluFwdOp, ReluFwdOp, SiluFwdOp
+from opspec.ops.workloads import cases
+from opspec.schema.errors import SignatureError, SignatureTypeError
+
+from runtime_user_ops import expect_error
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+TOL = {
+    torch.float32: dict(rtol=1e-5, atol=1e-5),
+    torch.float16: dict(rtol=1e-3, atol=1e-3),
+    torch.bfloat16: dict(rtol=1e-2, atol=1e-2),
+}
+ACTS = list(ACTIVATIONS)
+TORCH_FN = {
+    "relu": F.relu,
+    "silu": F.silu,
+    "gelu": lambda x: F.gelu(x),
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+}
+
+pytestmark = [
+    pytest.mark.skipif(not (TRITON_INTERPRETED or torch.cuda.is_available()),
+                       reason="the Triton kernels need CUDA or TRITON_INTERPRET=1"),
+    # the interpreter evaluates exp in numpy, which warns where exp(-x) overflows to inf
+    pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning"),
+]
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _x(*shape, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g) * 3).to(dtype).to(DEV)
+
+
+def _check(got, x, act):
+    torch.testing.assert_close(got, activation_reference(x, act), **TOL[x.dtype])
+
+
+# ============================================================================ reference
+
+def test_reference_is_the_torch_function():
+    x = _x(4, 9)
+    for act in ACTS:
+        torch.testing.assert_close(activation_reference(x, act), TORCH_FN[act](x))
+    xb = x.to(torch.bfloat16)
+    got = activation_reference(xb, "gelu_tanh")
+    assert got.dtype == torch.bfloat16
+    assert torch.equal(got, F.gelu(xb.float(), approximate="tanh").bfloat16())
+    with pytest.raises(ValueError, match="unknown activation 'swish'"):
+        activation_reference(x, "swish")
+
+
+# ============================================================================ Triton kernels
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("act", ACTS)
+def test_flat_kernel_matches_reference(act, dtype):
+    # odd, non-power-of-2 and multi-block lengths, as one launch each
+    for n in (1, 3, 17, 1000, 5000):
+        x = _x(n, dtype=dtype, seed=n)
+        out = torch.empty_like(x)
+        assert activation_triton(x, out, act) is out
+        _check(out, x, act)
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_in_place_writes_the_input(act):
+    x = _x(7, 33, dtype=torch.float16)
+    want = activation_reference(x, act)
+    assert activation_triton(x, x, act) is x
+    torch.testing.assert_close(x, want, **TOL[torch.float16])
+
+
+@pytest.mark.parametrize("act", ["silu", "gelu_tanh"])
+def test_non_contiguous_inputs(act):
+    big = _x(12, 40, seed=3)
+    views = {
+        "transposed (dense, flat path)": big.t(),
+        "column slice (2-D strided)": big[:, 5:30],
+        "every other row and column": big[::2, ::3],
+        "broadcast (stride 0)": big[0].expand(6, 40),
+        "3-D, not mergeable (copy)": _x(4, 6, 10, seed=4).permute(1, 0, 2)[:, :, 1:9],
+    }
+    for name, x in views.items():
+        out = torch.empty_like(x)
+        activation_triton(x, out, act)
+        torch.testing.assert_close(out, activation_reference(x, act), **TOL[x.dtype], msg=name)
+
+
+def test_transposed_output_keeps_the_input_layout():
+    # empty_like keeps a dense layout, so the flat kernel walks both in memory order
+    x = _x(5, 8, seed=5).t()
+    out = torch.empty_like(x)
+    assert out.stride() == x.stride()
+    activation_triton(x, out, "relu")
+    assert torch.equal(out, F.relu(x))
+    # a contiguous out for a transposed x goes through the strided kernel
+    out2 = torch.empty(x.shape, device=DEV)
+    activation_triton(x, out2, "relu")
+    assert torch.equal(out2, F.relu(x))
+
+
+@pytest.mark.parametrize("act", ["relu", "gelu"])
+def test_in_place_on_strided_views(act):
+    base = _x(9, 20, seed=6)
+    keep = base.clone()
+    view = base[:, 3:13]                  # 2-D strided, written through its strides
+    want = activation_reference(view, act)
+    activation_triton(view, view, act)
+    torch.testing.assert_close(view, want, **TOL[torch.float32])
+    # the columns outside the view are untouched
+    assert torch.equal(base[:, :3], keep[:, :3]) and torch.equal(base[:, 13:], keep[:, 13:])
+    base3 = _x(4, 6, 10, seed=7)
+    view3 = base3.permute(1, 0, 2)[:, :, 1:9]   # not mergeable: computed on a copy, copied back
+    want3 = activation_reference(view3, act)
+    activation_triton(view3, view3, act)
+    torch.testing.assert_close(view3, want3, **TOL[torch.float32])
+
+
+def test_in_place_on_a_broadcast_tensor_is_refused():
+    x = torch.zeros(3, device=DEV).expand(4, 3)
+    with pytest.raises(RuntimeError, match="several elements share one memory location"):
+        activation_triton(x, x, "silu")
+
+
+@pytest.mark.parametrize("shape", [(0,), (0, 5), (3, 0, 2)], ids=str)
+def test_empty_tensors_launch_nothing(shape):
+    x = torch.empty(shape, dtype=torch.float16, device=DEV)
+    out = torch.empty_like(x)
+    assert activation_triton(x, out, "gelu") is out
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("act", ACTS)
+def test_extreme_values(act, dtype):
+    vals = [-3e4, -100.0, -20.0, -1.0, -0.0, 0.0, 1e-3, 1.0, 20.0, 100.0, 3e4]
+    x = torch.tensor(vals, dtype=dtype, device=DEV)
+    out = torch.empty_like(x)
+    activation_triton(x, out, act)
+    assert torch.isfinite(out.float()).all()
+    _check(out, x, act)
+
+
+def test_relu_keeps_nan_and_negative_zero():
+    x = torch.tensor([float("nan"), -0.0, -2.0, 3.0], device=DEV)
+    out = torch.empty_like(x)
+    activation_triton(x, out, "relu")
+    want = torch.relu(x)
+    assert torch.isnan(out[0]) and torch.equal(out[1:], want[1:])
+    assert torch.signbit(out[1]) == torch.signbit(want[1])
+
+
+def test_rejects_bad_arguments():
+    x = torch.zeros(2, 8, device=DEV)
+    with pytest.raises(ValueError, match="unknown activation"):
+        activation_triton(x, torch.empty_like(x), "tanh")
+    with pytest.raises(ValueError, match="shape"):
+        activation_triton(x, torch.empty(2, 7, device=DEV), "relu")
+    with pytest.raises(TypeError, match="dtype"):
+        activation_triton(x, torch.empty_like(x, dtype=torch.float16), "relu")
+
+
+def test_block_choice():
+    # large tensors: 2048 elements on 4 warps (16 per thread)
+    assert activation_flat_block(8192 * 14336) == (2048, 4)
+    # decode: the block shrinks so that the grid still has a few programs per SM
+    assert activation_flat_block(32 * 14336) == (512, 2)
+    assert activation_flat_block(1) == (256, 1)
+
+
+def test_merge_dims():
+    x = torch.empty(4, 6, 10)
+    assert merge_dims(x.shape, x.stride(), x.stride()) == ([240], [[1], [1]])
+    v = x[:, :, 1:9]
+    assert merge_dims(v.shape, v.stride(), (48, 8, 1)) == ([24, 8], [[10, 1], [8, 1]])
+    assert merge_dims((1, 1), (5, 1)) == ([1], [[1]])
+    s = x[:, ::2, 1:9]                    # rows of a strided slice still merge
+    assert merge_dims(s.shape, s.stride(), (24, 8, 1)) == ([12, 8], [[20, 1], [8, 1]])
+    t = x.permute(1, 0, 2)[:, :, 1:9]     # nothing merges
+    assert merge_dims(t.shape, t.stride(), (32, 8, 1)) == ([6, 4, 8], [[10, 60, 1], [32, 8, 1]])
+
+
+# ============================================================================ the ops
+
+@pytest.mark.parametrize("op, act", [(ReluFwdOp(), "relu"), (SiluFwdOp(), "silu"),
+                                     (GeluFwdOp(), "gelu"), (GeluFwdOp("tanh"), "gelu_tanh")],
+                         ids=["relu", "silu", "gelu", "gelu_tanh"])
+def test_op_results(op, act):
+    for dtype in DTYPES:
+        x = _x(3, 5, 7, dtype=dtype, seed=11)
+        before = x.clone()
+        y = op(x)
+        assert y is not x and y.shape == x.shape and y.dtype == dtype
+        torch.testing.assert_close(y, TORCH_FN[act](x.float()).to(dtype), **TOL[dtype])
+        assert torch.equal(x, before)          # not in place: the input is left alone
+        assert op.last_call.written == ()
+    # a 0-d tensor is a valid `[*S]` with S = ()
+    s = torch.tensor(-1.5, device=DEV)
+    torch.testing.assert_close(op(s), TORCH_FN[act](s))
+    assert op.last_call.indices["S"] == ()
+
+
+@pytest.mark.parametrize("cls, act", [(ReluFwdOp, "relu"), (SiluFwdOp, "silu")])
+def test_op_in_place_returns_the_written_input(cls, act):
+    op = cls(inplace=True)
+    x = _x(6, 10, dtype=torch.bfloat16, seed=12)
+    want = activation_reference(x, act)
+    y = op(x)
+    assert y is x                                        # alias: input
+    torch.testing.assert_close(x, want, **TOL[torch.bfloat16])
+    assert op.last_call.written == ("input",)
+    assert op.last_call.traffic == {"input": (1, 1)}
+    flops = 60 if act == "relu" else 300
+    assert op.eval_roofline() == (flops, 60 * 2 * 2)   # read and written once, no copy
+    # through a non-contiguous view, the caller's storage is written
+    base = _x(4, 12, seed=13)
+    view = base[:, 2:9]
+    want = activation_reference(view, act)
+    assert op(view) is view
+    torch.testing.assert_close(base[:, 2:9], want)
+
+
+def test_op_out_of_place_keeps_the_input_layout():
+    x = _x(6, 4, seed=14).t()
+    y = SiluFwdOp()(x)
+    assert y.stride() == x.stride()
+    torch.testing.assert_close(y, F.silu(x))
+
+
+def test_gelu_flops_follow_the_approximation():
+    x = _x(4, 8)
+    exact, tanh = GeluFwdOp(), GeluFwdOp(approximate="tanh")
+    exact(x)
+    tanh(x)
+    assert exact.eval_roofline() == (5 * 32, 2 * 32 * 4)
+    assert tanh.eval_roofline() == (9 * 32, 2 * 32 * 4)
+    assert exact.last_call.indices["flops_per_element"] == 5
+    assert tanh.last_call.branch_key == (("approximate", "tanh"),)
+
+
+def test_op_empty_write_returns_without_a_launch():
+    x = torch.empty(0, 7, dtype=torch.float16, device=DEV)
+    y = GeluFwdOp()(x)
+    assert y.shape == (0, 7) and y.dtype == torch.float16 and y is not x
+    assert ReluFwdOp(inplace=True)(x) is x
+
+
+def test_op_refuses_a_dtype_outside_the_spec():
+    with pytest.raises(SignatureError) as ei:
+        ReluFwdOp()(torch.zeros(3, dtype=torch.float64))
+    expect_error(ei, SignatureError, "ReluFwdOp", "signature.inputs.input.dtype",
+                 "input input, dtype T", "expected bfloat16 | float16 | float32", "got float64")
+    with pytest.raises(SignatureError) as ei:
+        GeluFwdOp()(torch.zeros(3, dtype=torch.int32))
+    expect_error(ei, SignatureError, "GeluFwdOp", "signature.inputs.input.dtype", "got int32")
+
+
+def test_op_refuses_a_non_tensor():
+    with pytest.raises(SignatureTypeError) as ei:
+        SiluFwdOp()([1.0, 2.0])
+    expect_error(ei, SignatureTypeError, "SiluFwdOp", "signature.inputs.input",
+                 "expected a torch.Tensor, got list")
+
+
+def test_op_refuses_bad_parameters():
+    with pytest.raises(SignatureError) as ei:
+        GeluFwdOp(approximate="fast")
+    expect_error(ei, SignatureError, "GeluFwdOp", "signature.params.approximate",
+                 "has type `'none' | 'tanh'`", "got 'fast'")
+    with pytest.raises(SignatureTypeError) as ei:
+        ReluFwdOp(inplace=1)
+    expect_error(ei, SignatureTypeError, "ReluFwdOp", "signature.params.inplace",
+                 "has type `bool`", "got 1")
+
+
+def test_dispatch_picks_the_triton_kernel():
+    from opspec.kernels.activation_impl import ActivationCall
+    op = GeluFwdOp("tanh")
+    call = ActivationCall("gelu_tanh", "bfloat16", device=torch.device(DEV))
+    assert op.key_for("activation", call) == "activation_triton"
+    meta = ActivationCall("gelu", "float32", device=torch.device("meta"))
+    with pytest.raises(Exception, match="do not run on meta"):
+        op.key_for("activation", meta)
+
+
+# ============================================================================ compile boundary
+
+def test_operator_names():
+    assert ReluFwdOp.compile_op_names == ("opspec::activation_relu_fwd_op",
+                                          "opspec::activation_relu_fwd_op_writes_input")
+    assert SiluFwdOp.compile_op_names == ("opspec::activation_silu_fwd_op",
+                                          "opspec::activation_silu_fwd_op_writes_input")
+    assert GeluFwdOp.compile_op_names == ("opspec::activation_gelu_fwd_op",)
+    assert str(torch.ops.opspec.activation_silu_fwd_op_writes_input.default._schema) == (
+        "opspec::activation_silu_fwd_op_writes_input(Tensor(a!) input, str key) -> ()")
+
+
+@pytest.mark.parametrize("cls", [ReluFwdOp, SiluFwdOp, GeluFwdOp])
+def test_opcheck_every_operator(cls):
+    for name in cls.compile_op_names:
+        writes = name.endswith("_writes_input")
+        kwargs = {"inplace": True} if writes else {}
+        op = cls(**kwargs)
+        packet = getattr(torch.ops.opspec, name.split("::")[1]).default
+        for x in (_x(3, 8), _x(2, 6, dtype=torch.float16)):
+            torch.library.opcheck(packet, (x, op._opspec_key))
+
+
+def test_cold_compile_fullgraph():
+    from torch._inductor import config
+
+    torch._dynamo.reset()
+    gelu, silu_ = GeluFwdOp("tanh"), SiluFwdOp(inplace=True)
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        with config.patch(fx_graph_cache=False):
+            from torch._inductor.compile_fx import compile_fx
+            return compile_fx(gm, example_inputs)
+
+    def f(x, h):
+        silu_(h)                 # writes h
+        return gelu(x) + h
+
+    fn = torch.compile(f, backend=backend, fullgraph=True)
+    x, h = _x(3, 8), _x(3, 8, seed=1)
+    h_eager = h.clone()
+    got = fn(x, h)
+    targets = [str(n.target) for g in graphs for n in g.graph.nodes if n.op == "call_function"]
+    assert any("activation_gelu_fwd_op" in t for t in targets), targets
+    assert any("activation_silu_fwd_op_writes_input" in t for t in targets), targets
+    torch.testing.assert_close(h, F.silu(h_eager))           # the caller's h was written
+    torch.testing.assert_close(got, F.gelu(x, approximate="tanh") + h)
+
+
+# ============================================================================ workloads
+
+@pytest.mark.parametrize("cls", [ReluFwdOp, SiluFwdOp, GeluFwdOp])
+def test_workload_rows_instantiate_on_meta(cls):
+    large = 0
+    for case in cases(cls):
+        op = case.construct(cls)
+        (x,) = case.inputs("meta")
+        assert x.device.type == "meta" and list(x.shape) == list(case.values["S"])
+        ind = op.check_call(x)
+        assert ind["S"] == tuple(case.values["S"]) and ind["T"] == case.dtypes["T"]
+        traffic = 2 * x.numel() * x.element_size()       # read once, written once
+        large = max(large, traffic)
+        assert len(case.label) <= 24
+    assert large >= 256 * 2**20
+
+
+def test_workload_effects_and_parameters():
+    inpl = [c for c in cases(SiluFwdOp) if c.params.get("inplace")]
+    assert [c.id for c in inpl] == ["llama3-70b-prefill-inpl-bfloat16",
+                                    "dsv3-expert-decode-inpl-bfloat16"]
+    assert any(c.params.get("inplace") for c in cases(ReluFwdOp))
+    tanh = [c.id for c in cases(GeluFwdOp) if c.params.get("approximate") == "tanh"]
+    assert tanh == ["gemma-7b-prefill-bfloat16", "gemma2-9b-decode-bfloat16"]
+    (vit,) = [c for c in cases(GeluFwdOp) if c.id == "vit-h14-mlp-float16"]
+    assert vit.values["S"] == (64, 257, 5120) and math.prod(vit.values["S"]) == 84_213_760
