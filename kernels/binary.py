@@ -365,7 +365,11 @@ def binary_triton(op: str, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
     if not out.is_contiguous():
         raise ValueError("out must be contiguous")
     shape = tuple(out.shape)
-    if torch.broadcast_shapes(a.shape, b.shape) != shape:
+    try:
+        ok = torch.broadcast_shapes(a.shape, b.shape) == shape
+    except RuntimeError:
+        ok = False
+    if not ok:
         raise ValueError(f"a {list(a.shape)} and b {list(b.shape)} do not broadcast to "
                          f"out {list(shape)}")
     if out.numel() == 0:

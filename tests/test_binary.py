@@ -1,0 +1,348 @@
+"""The binary family (AddFwdOp, MulFwdOp): the Triton kernel against its torch reference on
+CPU through Triton's interpreter, the ops' results and errors, their operators, one cold
+`torch.compile`, the workload rows and the bench entries.
+
+TRITON_INTERPRET=1 is set by conftest.py (no CUDA here) before triton is imported; sizes
+are kept small, the interpreter runs each program through numpy. The interpreter converts
+float32 to bfloat16 by truncation (a GPU rounds to nearest), so bfloat16 results are
+compared within a bfloat16 tolerance, never exactly.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import opspec.kernels.binary as KB
+from opspec.kernels.binary import (
+    binary_blocks, binary_reference, binary_triton, broadcast_geometry,
+)
+from opspec.kernels.binary_impl import BinaryCall, BinaryReferenceKernel
+from opspec.ops import AddFwdOp, MulFwdOp
+from opspec.ops.workloads import cases
+from opspec.schema.errors import SignatureError, SignatureTypeError
+
+from runtime_user_ops import expect_error
+
+F16, BF16, F32, F64 = torch.float16, torch.bfloat16, torch.float32, torch.float64
+FLOATS = [F32, F16, BF16]
+INTS = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64]
+TOL = {F64: dict(rtol=1e-12, atol=1e-12), F32: dict(rtol=1e-6, atol=1e-6),
+       F16: dict(rtol=1e-3, atol=1e-3), BF16: dict(rtol=1e-2, atol=1e-2)}
+
+
+def _t(shape, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    if dtype.is_floating_point:
+        return (torch.randn(shape, generator=g, dtype=torch.float64) * 3).to(dtype)
+    info = torch.iinfo(dtype)
+    return torch.randint(info.min, info.max, shape, generator=g, dtype=torch.int64).to(dtype)
+
+
+def _triton(op, a, b, alpha=1):
+    dt = torch.result_type(a, b)
+    out = torch.empty(torch.broadcast_shapes(a.shape, b.shape), dtype=dt)
+    assert binary_triton(op, a, b, out, alpha) is out
+    return out
+
+
+def _torch(op, a, b, alpha=1):
+    return torch.add(a, b, alpha=alpha) if op == "add" else torch.mul(a, b)
+
+
+def _close(got, want):
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if got.dtype.is_floating_point:
+        torch.testing.assert_close(got, want, **TOL[got.dtype])
+    else:
+        assert torch.equal(got, want)
+
+
+# ============================================================================ geometry, tiles
+
+def test_geometry_collapses_what_stays_affine():
+    x = torch.empty(4, 6, 8)
+    # same shape, contiguous: one flat axis
+    assert broadcast_geometry((4, 6, 8), x, x) == [(192, 1, 1)]
+    # [T, H] + [H]: rows of H, the bias row-broadcast
+    assert broadcast_geometry((5, 8), torch.empty(5, 8), torch.empty(8)) == [(5, 8, 0), (8, 1, 1)]
+    # [B, H, S, S] + [B, 1, S, S]: the S, S axes merge, the heads do not
+    assert broadcast_geometry((2, 3, 4, 4), torch.empty(2, 3, 4, 4), torch.empty(2, 1, 4, 4)) \
+        == [(2, 48, 16), (3, 16, 0), (16, 1, 1)]
+    # [T, H] * [T, 1]: the column axis is broadcast for b
+    assert broadcast_geometry((5, 8), torch.empty(5, 8), torch.empty(5, 1)) == [(5, 8, 1), (8, 1, 0)]
+    # size-1 axes vanish; a one-element output has no axes
+    assert broadcast_geometry((1, 5, 1), torch.empty(1, 5, 1), torch.empty(5, 1)) == [(5, 1, 1)]
+    assert broadcast_geometry((), torch.empty(()), torch.empty(())) == []
+    # a transposed operand keeps its strides; nothing merges across it
+    t = torch.empty(8, 5).t()
+    assert broadcast_geometry((5, 8), t, torch.empty(5, 8)) == [(5, 1, 8), (8, 5, 1)]
+
+
+def test_tiles_follow_the_shape():
+    # one row: the whole tile along the columns (4096 elements of 2 bytes, 8 warps)
+    assert binary_blocks(1, 4096 * 4096, 2) == (1, 4096, 8)
+    # rows whose length is a multiple of a power of two: no padded columns
+    assert binary_blocks(4096, 7168, 2) == (4, 1024, 8)
+    assert binary_blocks(4096, 14336, 2) == (2, 2048, 8)
+    assert binary_blocks(4096, 4608, 2) == (8, 512, 8)
+    # 4-byte elements: half the elements per tile
+    assert binary_blocks(1, 1 << 26, 4) == (1, 2048, 8)
+    # decode: the tile shrinks until there are enough programs (or 512 elements)
+    r, c, w = binary_blocks(1, 32 * 4096, 2)
+    assert (r, c, w) == (1, 512, 2) and math.ceil(32 * 4096 / c) == 256
+    # an odd row length: the fewest padded columns
+    assert binary_blocks(4096, 1000, 2) == (4, 1024, 8)
+    assert binary_blocks(4096, 4097, 2) == (32, 128, 8)
+
+
+# ============================================================================ the kernel
+
+@pytest.mark.parametrize("dtype", FLOATS + [F64], ids=str)
+@pytest.mark.parametrize("shapes", [((1,), (1,)), ((3,), (3,)), ((17, 33), (33,)),
+                                    ((1000,), ()), ((2, 3, 5, 7), (2, 1, 5, 7))], ids=str)
+def test_triton_matches_reference_floats(shapes, dtype):
+    a, b = _t(shapes[0], dtype, 1), _t(shapes[1], dtype, 2)
+    for op, alpha in (("add", 1), ("add", -0.5), ("mul", 1)):
+        got = _triton(op, a, b, alpha)
+        _close(got, binary_reference(op, a, b, alpha, dtype))
+        _close(got, _torch(op, a, b, alpha))
+
+
+@pytest.mark.parametrize("pair", [(F16, BF16), (BF16, F32), (F16, F32), (F32, F64),
+                                  (BF16, F64)], ids=str)
+def test_triton_promotes_like_torch(pair):
+    a, b = _t((4, 9), pair[0], 1), _t((9,), pair[1], 2)
+    for op, alpha in (("add", 3), ("add", 0.25), ("mul", 1)):
+        got = _triton(op, a, b, alpha)
+        assert got.dtype == torch.result_type(a, b)
+        _close(got, _torch(op, a, b, alpha))
+    # a 0-d operand of a wider dtype takes no part: fp16[N] + fp64[] is float16
+    s = torch.tensor(1.0 / 3, dtype=F64)
+    got = _triton("add", _t((7,), F16), s)
+    assert got.dtype == F16
+    _close(got, torch.add(_t((7,), F16), s))
+
+
+@pytest.mark.parametrize("pair", [(torch.uint8, torch.uint8), (torch.int8, torch.int8),
+                                  (torch.uint8, torch.int8), (torch.int16, torch.int32),
+                                  (torch.int32, torch.int32), (torch.int64, torch.int8)], ids=str)
+def test_triton_integers_wrap_like_torch(pair):
+    # Full-range operands: the products and sums overflow and wrap, exactly as torch's.
+    a, b = _t((5, 11), pair[0], 1), _t((11,), pair[1], 2)
+    for op, alpha in (("add", 1), ("add", -3), ("mul", 1)):
+        got = _triton(op, a, b, alpha)
+        assert torch.equal(got, _torch(op, a, b, alpha)), (op, alpha)
+        assert torch.equal(got, binary_reference(op, a, b, alpha, got.dtype))
+    # the most negative alpha an unsigned dtype accepts
+    u = _t((6,), torch.uint8)
+    assert torch.equal(_triton("add", u, u, -255), torch.add(u, u, alpha=-255))
+
+
+def test_triton_alpha_conversions():
+    a, b = _t((33,), F64, 1), _t((33,), F64, 2)
+    # float64 math takes alpha at full precision (its IEEE bits), not rounded to fp32
+    alpha = 1.0 / 3
+    torch.testing.assert_close(_triton("add", a, b, alpha), a + alpha * b, rtol=1e-15, atol=1e-15)
+    # an int alpha with float tensors, and a huge one (converted once, as torch does)
+    x, y = _t((33,), F32, 1), _t((33,), F32, 2)
+    _close(_triton("add", x, y, 7), torch.add(x, y, alpha=7))
+    _close(_triton("add", x, y, 2**60 + 1), torch.add(x, y, alpha=2**60 + 1))
+    # int64 math with an alpha past int32
+    i, j = _t((9,), torch.int64, 1), _t((9,), torch.int64, 2)
+    assert torch.equal(_triton("add", i, j, 2**40 + 3), torch.add(i, j, alpha=2**40 + 3))
+    with pytest.raises(TypeError, match="alpha must be an int for integer tensors"):
+        _triton("add", i, j, 0.5)
+    with pytest.raises(ValueError, match="mul takes no alpha"):
+        _triton("mul", x, y, 2)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_triton_non_contiguous_operands(dtype):
+    base = _t((9, 40), dtype, 3)
+    cases_ = [
+        (base.t(), _t((40, 9), dtype, 4)),                    # transposed
+        (base[:, 3:36], _t((9, 33), dtype, 5)),               # column slice (row stride 40)
+        (base[::2, ::3], _t((14,), dtype, 6)),                # strided in both axes
+        (_t((9, 1), dtype, 7).expand(9, 40), base),           # an expanded (stride 0) view
+        (base[4:], base[:5]),                                 # storage offsets
+    ]
+    for a, b in cases_:
+        for op in ("add", "mul"):
+            _close(_triton(op, a, b, 2 if op == "add" else 1), _torch(op, a, b, 2 if op == "add" else 1))
+
+
+def test_triton_deep_iteration_space_is_split():
+    # Eight axes that cannot merge: more row axes than one launch takes (MAX_OUTER).
+    a, b = _t((2, 3, 2, 3, 2, 3, 2, 3), F32, 1), _t((2, 1, 2, 1, 2, 1, 2, 1), F32, 2)
+    assert len(broadcast_geometry(a.shape, a, b)) - 1 > KB.MAX_OUTER
+    _close(_triton("add", a, b, 1.5), torch.add(a, b, alpha=1.5))
+    _close(_triton("mul", b, a), b * a)
+
+
+def test_triton_int64_offsets(monkeypatch):
+    # The int64 index path, taken here by lowering the limit it is chosen by.
+    monkeypatch.setattr(KB, "_INT32_LIMIT", 64)
+    a, b = _t((6, 50), BF16, 1), _t((6, 1), BF16, 2)
+    _close(_triton("add", a, b, -1), torch.add(a, b, alpha=-1))
+    _close(_triton("mul", a.t(), _t((50, 6), BF16, 3)), a.t() * _t((50, 6), BF16, 3))
+
+
+def test_triton_empty_and_checks():
+    # empty: nothing is launched, out comes back as it is
+    for a, b in ((torch.empty(0, 5), torch.empty(5)), (torch.empty(3, 0), torch.empty(1, 0))):
+        out = torch.empty(torch.broadcast_shapes(a.shape, b.shape))
+        assert binary_triton("add", a, b, out) is out
+    out = torch.empty(3, 4)
+    with pytest.raises(ValueError, match="do not broadcast to out"):
+        binary_triton("add", torch.ones(3, 4), torch.ones(5), out)
+    with pytest.raises(ValueError, match="contiguous"):
+        binary_triton("add", torch.ones(3, 4), torch.ones(3, 4), torch.empty(4, 3).t())
+    with pytest.raises(TypeError, match="all be floating or all integer"):
+        binary_triton("add", torch.ones(3), torch.ones(3, dtype=torch.int32), out[0, :3])
+    with pytest.raises(TypeError, match="binary kernels support"):
+        binary_triton("mul", torch.ones(3, dtype=torch.bool), torch.ones(3, dtype=torch.bool),
+                      torch.empty(3, dtype=torch.bool))
+
+
+def test_reference_kernel_writes_out():
+    k = BinaryReferenceKernel(BinaryCall("add", "bfloat16", "float32", "float32"))
+    a, b = _t((4, 6), BF16), _t((6,), F32)
+    out = torch.empty(4, 6)
+    assert k.forward(a, b, out, 2) is out
+    _close(out, torch.add(a, b, alpha=2))
+
+
+# ============================================================================ the ops
+
+def test_ops_compute_and_record():
+    add, mul = AddFwdOp(alpha=2), MulFwdOp()
+    assert add.key_for("binary", BinaryCall("add", "float32", "float32", "float32")) \
+        == "binary_triton"
+    a, b = _t((8, 16), BF16, 1), _t((16,), F32, 2)
+    y = add(a, b)
+    _close(y, torch.add(a, b, alpha=2))
+    rec = add.last_call
+    assert rec.indices["T"] == "float32" and rec.indices["A"] == (8, 16) and rec.indices["B"] == (16,)
+    assert add.eval_roofline() == (2 * 8 * 16, 8 * 16 * 2 + 16 * 4 + 8 * 16 * 4)
+    z = mul(a, b)
+    _close(z, a * b)
+    assert mul.eval_roofline() == (8 * 16, 8 * 16 * 2 + 16 * 4 + 8 * 16 * 4)
+    # 0-d operands, integer promotion, torch.result_type everywhere
+    for x, w in ((_t((), F64), _t((5,), F16)), (_t((), F32), _t((), BF16)),
+                 (_t((3, 1), torch.uint8), _t((4,), torch.int8))):
+        _close(add(x, w), torch.add(x, w, alpha=2))
+        _close(mul(x, w), x * w)
+        assert add.last_call.indices["T"] == str(torch.result_type(x, w)).removeprefix("torch.")
+    # an empty output: no kernel runs (the empty-write rule), the types are still the spec's
+    e = mul(torch.empty(0, 4, dtype=F16), torch.empty(4, dtype=F32))
+    assert e.shape == (0, 4) and e.dtype == F32
+
+
+def test_op_errors_name_their_declaration():
+    x = torch.ones(2, 3)
+    with pytest.raises(SignatureError) as ei:
+        AddFwdOp()(x, torch.ones(4))
+    expect_error(ei, SignatureError, "AddFwdOp", "signature.outputs.output.shape",
+                 "output output, shape [*broadcast(A, B)]", "not broadcastable",
+                 "A=(2, 3)", "B=(4,)")
+    with pytest.raises(SignatureError) as ei:
+        MulFwdOp()(x, torch.ones(3, dtype=torch.int32))
+    expect_error(ei, SignatureError, "MulFwdOp", "signature.shape_rules.0",
+                 "category(TA) == category(TB)", "TA=float32", "TB=int32")
+    i8 = torch.ones(3, dtype=torch.int8)
+    with pytest.raises(SignatureError) as ei:
+        AddFwdOp(alpha=1.5)(i8, i8)
+    expect_error(ei, SignatureError, "AddFwdOp", "signature.shape_rules.1",
+                 "category(alpha) == 'int' or category(alpha) == category(T)", "T=int8")
+    with pytest.raises(SignatureError) as ei:
+        AddFwdOp(alpha=128)(i8, i8)
+    expect_error(ei, SignatureError, "AddFwdOp", "signature.shape_rules.2",
+                 "representable(alpha, T)", "T=int8")
+    with pytest.raises(SignatureError) as ei:
+        AddFwdOp(alpha=70000)(x.half(), x.half())
+    expect_error(ei, SignatureError, "AddFwdOp", "signature.shape_rules.2", "T=float16")
+    # the same alpha is fine once the result is wider (torch checks the result dtype)
+    _close(AddFwdOp(alpha=200)(i8, i8.to(torch.int16)), torch.add(i8, i8.to(torch.int16), alpha=200))
+    with pytest.raises(SignatureError) as ei:
+        AddFwdOp(alpha=2**70)
+    expect_error(ei, SignatureError, "AddFwdOp", "signature.shape_rules.3",
+                 "representable(alpha, int64)")
+    with pytest.raises(SignatureTypeError) as ei:
+        AddFwdOp(alpha=True)
+    expect_error(ei, SignatureTypeError, "AddFwdOp", "signature.params.alpha", "got True")
+    b = torch.ones(3, dtype=torch.bool)
+    with pytest.raises(SignatureError) as ei:
+        MulFwdOp()(b, b)
+    expect_error(ei, SignatureError, "MulFwdOp", "signature.inputs.input.dtype", "got bool")
+    with pytest.raises(SignatureTypeError) as ei:
+        MulFwdOp()(x, 2.0)
+    expect_error(ei, SignatureTypeError, "MulFwdOp", "signature.inputs.other", "got float")
+    with pytest.raises(SignatureError) as ei:
+        AddFwdOp()(x, torch.ones(3, device="meta"))
+    expect_error(ei, SignatureError, "AddFwdOp", "signature.inputs.other", "expected cpu, got meta")
+
+
+def test_opcheck_every_operator():
+    assert AddFwdOp.compile_op_names == ("opspec::binary_add_fwd_op",)
+    assert MulFwdOp.compile_op_names == ("opspec::binary_mul_fwd_op",)
+    assert str(torch.ops.opspec.binary_add_fwd_op.default._schema) == \
+        "opspec::binary_add_fwd_op(Tensor input, Tensor other, str key) -> Tensor"
+    add, mul = AddFwdOp(alpha=0.5), MulFwdOp()
+    a, b = _t((4, 8), F16, 1), _t((8,), F32, 2)
+    torch.library.opcheck(torch.ops.opspec.binary_add_fwd_op.default, (a, b, add._opspec_key))
+    torch.library.opcheck(torch.ops.opspec.binary_mul_fwd_op.default, (a, b, mul._opspec_key))
+
+
+def test_cold_compile_fullgraph():
+    torch._dynamo.reset()
+    add, mul = AddFwdOp(alpha=-1), MulFwdOp()
+    fn = torch.compile(lambda x, w, r: add(mul(x, w), r), fullgraph=True)
+    x, w, r = _t((6, 8), BF16, 1), _t((8,), BF16, 2), _t((6, 8), F32, 3)
+    y = fn(x, w, r)
+    assert y.dtype == F32 and y.shape == (6, 8)
+    assert torch.equal(y, add(mul(x, w), r))       # the same kernels as the eager calls
+    # (the bfloat16 product: Triton's CPU interpreter truncates fp32 -> bf16, a GPU rounds)
+    torch.testing.assert_close(y, torch.add(x * w, r, alpha=-1), rtol=1e-2, atol=5e-2)
+    with pytest.raises(Exception) as ei:
+        fn(x, torch.ones(5, dtype=BF16), r)
+    assert "MulFwdOp: output output, shape [*broadcast(A, B)]" in str(ei.value)
+
+
+# ============================================================================ workloads, bench
+
+@pytest.mark.parametrize("cls", [AddFwdOp, MulFwdOp], ids=lambda c: c.__name__)
+def test_workload_rows_instantiate_on_meta(cls):
+    all_cases = cases(cls)
+    assert len({c.id for c in all_cases}) == len(all_cases)
+    large = 0
+    for c in all_cases:
+        op = c.construct(cls)
+        inputs = c.inputs("meta")
+        ind = op.check_call(*inputs)
+        for name, dt in c.dtypes.items():
+            assert ind[name] == dt
+        a, b = inputs
+        out_shape = torch.broadcast_shapes(a.shape, b.shape)
+        out_dtype = torch.result_type(a, b)
+        assert ind["T"] == str(out_dtype).removeprefix("torch.")
+        traffic = (a.numel() * a.element_size() + b.numel() * b.element_size()
+                   + math.prod(out_shape) * out_dtype.itemsize)
+        large += traffic >= 256 << 20
+    assert large >= 3
+
+
+def test_bench_entries():
+    from opspec.ops.bench_baselines import BASELINES, DESCRIPTIONS, REFERENCES
+
+    a, b = _t((4, 6), BF16, 1), _t((4, 1), F32, 2)
+    for name, cls, kw in (("AddFwdOp", AddFwdOp, {"alpha": -2}), ("MulFwdOp", MulFwdOp, {})):
+        op = cls(**kw)
+        assert set(BASELINES[name]) == {"eager", "compile"} == set(DESCRIPTIONS[name])
+        ref = REFERENCES[name](op, a.double(), b.double())
+        got = op(a, b)
+        torch.testing.assert_close(got.double(), ref, rtol=1e-6, atol=1e-6)
+        eager = BASELINES[name]["eager"](op)
+        _close(eager(a, b), got)
