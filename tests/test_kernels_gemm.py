@@ -36,6 +36,9 @@ from opspec.kernels.gemm import (  # noqa: E402
     gemm_triton,
     gemv_config_for,
     gemv_triton,
+    gemm_tma,
+    tma_config_for,
+    tma_eligible,
 )
 
 DTYPES = [torch.float32, torch.float16]
@@ -207,3 +210,44 @@ def test_alignment_detection():
     assert not _is_aligned(torch.empty(32, 65, dtype=torch.float16))  # row stride 65
     assert not _is_aligned(torch.empty(32, 64, dtype=torch.float16)[:, 1:])  # base + 2 bytes
     assert not _is_aligned(torch.empty(32, 64, dtype=torch.float16)[:, ::2])  # no unit stride
+
+
+# -- the TMA-descriptor kernel (interpreted here; routed to on Hopper GPUs) -----------------
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=_layout_id)
+@pytest.mark.parametrize("mnk, config", [
+    ((40, 72, 104), GemmConfig(32, 32, 32, 8, 4, 2)),    # tails in M, N and K
+    ((24, 24, 48), GemmConfig(16, 16, 64, 1, 4, 2)),     # BLOCK_K past K: zero-filled
+    ((72, 48, 40), None),                                # the table's M <= 128 entry
+], ids=str)
+def test_gemm_tma_matches_reference(layout, mnk, config):
+    m, n, k = mnk
+    trans_a, trans_b = layout
+    a, b = _operands(m, n, k, trans_a, trans_b, torch.float16, seed=7)
+    out = torch.full((m, n), float("nan"), dtype=torch.float16)  # every element must be written
+    assert gemm_tma(a, b, trans_a, trans_b, out, config) is out
+    torch.testing.assert_close(out, gemm_reference(a, b, trans_a, trans_b), **TOL[torch.float16])
+
+
+def test_gemm_tma_refuses_what_descriptors_cannot_describe():
+    a = torch.zeros(8, 16, dtype=torch.float16)
+    b = torch.zeros(16, 8, dtype=torch.float16)
+    out = torch.empty(8, 8, dtype=torch.float16)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        gemm_tma(torch.zeros(8, 12, dtype=torch.float16), b[:12], False, False, out)  # 24-byte rows
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        gemm_tma(torch.zeros(16, 8, dtype=torch.float16).t(), b, False, False, out)  # no unit stride
+    with pytest.raises(TypeError, match="float16 or bfloat16"):
+        gemm_tma(a.float(), b.float(), False, False, out.float())
+    assert not tma_eligible(a, b, out)  # a CPU tensor: the pointer kernel serves it
+    assert torch.equal(gemm_tma(a[:, :0], b[:0], False, False, out.fill_(1)), torch.zeros(8, 8).half())
+
+
+def test_tma_table():
+    # NN/TN with M > 128 stay on the pointer kernel (it matches cuBLAS there)
+    assert tma_config_for(4096, 4096, 4096, False) is None
+    assert tma_config_for(4096, 14336, 4096, True)[:3] == (128, 128, 64)
+    assert tma_config_for(2048, 28672, 8192, True).num_stages == 5
+    assert tma_config_for(128, 6144, 4096, True)[:3] == (128, 64, 64)
+    assert tma_config_for(64, 6144, 4096, False)[:3] == (64, 64, 256)
+    assert tma_config_for(20, 6144, 4096, True)[:3] == (32, 64, 256)  # clipped to M
