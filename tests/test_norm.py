@@ -1,0 +1,570 @@
+"""The norm family: RMSNormFwdOp, LayerNormFwdOp, FusedAddRMSNormFwdOp.
+
+Kernels: the Triton kernels against the torch references, on the CPU through Triton's
+interpreter (tests/conftest.py sets TRITON_INTERPRET=1 without CUDA), in float32, float16
+and bfloat16, odd sizes, both kernels (rows in registers, several short rows per program,
+the looped kernel for long rows, forced here through `config`), strided and non-viewable
+inputs and empty tensors. Ops: results against torch.nn.functional, errors that name the
+declaration they break, the in-place effects of the fused op, the compile boundary
+(`opcheck` on every operator, one cold `torch.compile(fullgraph=True)`), and every workload
+case instantiated on the meta device. Sizes are small: the interpreter runs programs
+through numpy.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from opspec.kernels.norm import (
+    DEFAULT_RMS_EPS, MAX_REGISTER_BLOCK, NormConfig, fused_add_rms_norm_reference,
+    fused_add_rms_norm_triton, layer_norm_reference, layer_norm_triton, norm_config,
+    norm_fwd_triton, rms_norm_reference, rms_norm_triton,
+)
+from opspec.kernels.norm_impl import (
+    FusedAddRMSNormCall, FusedAddRMSNormReferenceKernel, LayerNormReferenceKernel, NormCall,
+    RMSNormReferenceKernel,
+)
+from opspec.ops import FusedAddRMSNormFwdOp, LayerNormFwdOp, RMSNormFwdOp
+from opspec.ops.workloads import cases
+from opspec.schema.errors import SignatureError, SignatureTypeError
+
+from runtime_user_ops import expect_error
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+TOL = {
+    torch.float32: dict(rtol=1e-4, atol=1e-4),
+    torch.float16: dict(rtol=2e-3, atol=2e-3),
+    torch.bfloat16: dict(rtol=1.6e-2, atol=1.6e-2),
+}
+# (rows, N): a single element, odd sizes, a row wider than a power of two.
+SHAPES = [(1, 1), (3, 17), (4, 100), (2, 1000)]
+LOOPED = NormConfig(True, 1, 16, 1)       # 16-element chunks: several per row
+PACKED = NormConfig(False, 4, 32, 1)      # four short rows per program
+
+
+def _randn(*shape, dtype=torch.float32, seed=0, scale=1.0, shift=0.0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g) * scale + shift).to(dtype)
+
+
+def _close(got, want, dtype):
+    torch.testing.assert_close(got.float(), want.float(), **TOL[dtype])
+
+
+def _assert_sum(got, want):
+    """The stored residual sum: exact, except that Triton's interpreter converts float32 to
+    bfloat16 by truncation (the GPU rounds to nearest even): within one bfloat16 step."""
+    if got.dtype == torch.bfloat16:
+        torch.testing.assert_close(got.float(), want.float(), rtol=2**-7, atol=0.0)
+    else:
+        assert torch.equal(got, want)
+
+
+# ============================================================================ references
+
+def test_references_match_torch():
+    x = _randn(5, 3, 24)
+    w, b = _randn(3, 24, seed=1), _randn(3, 24, seed=2)
+    torch.testing.assert_close(rms_norm_reference(x, (3, 24), w, 1e-6),
+                               F.rms_norm(x, (3, 24), w, 1e-6))
+    torch.testing.assert_close(rms_norm_reference(x, (24,)), F.rms_norm(x, (24,)))
+    torch.testing.assert_close(layer_norm_reference(x, (3, 24), w, b, 1e-5),
+                               F.layer_norm(x, (3, 24), w, b, 1e-5))
+    torch.testing.assert_close(layer_norm_reference(x, (24,)), F.layer_norm(x, (24,)))
+    # bfloat16: float32 math, one rounding (as torch's own rms_norm/layer_norm)
+    xh, wh = x.bfloat16(), w.bfloat16()
+    got = rms_norm_reference(xh, (3, 24), wh)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got, F.rms_norm(xh, (3, 24), wh), rtol=0, atol=0.0)
+
+
+def test_reference_default_eps_is_torchs():
+    """torch's eps=None is float32's machine epsilon for all three dtypes (not the input
+    dtype's): tiny rows show the difference."""
+    assert DEFAULT_RMS_EPS == torch.finfo(torch.float32).eps
+    for dt in DTYPES:
+        x = torch.full((2, 8), 1e-3).to(dt)
+        torch.testing.assert_close(rms_norm_reference(x, (8,)), F.rms_norm(x, (8,)))
+
+
+def test_reference_fused_add():
+    x, r, w = _randn(3, 10, dtype=torch.bfloat16), _randn(3, 10, dtype=torch.bfloat16, seed=1), \
+        _randn(10, dtype=torch.bfloat16, seed=2)
+    y, s = fused_add_rms_norm_reference(x, r, w, 1e-6)
+    assert torch.equal(s, x + r)     # the sum rounded to bfloat16, as stored
+    torch.testing.assert_close(y, F.rms_norm(s, (10,), w, 1e-6))
+    with pytest.raises(ValueError, match="at least one axis"):
+        rms_norm_reference(x, ())
+    with pytest.raises(ValueError, match="does not end in"):
+        layer_norm_reference(x, (9,))
+
+
+# ============================================================================ Triton kernels
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_rms_norm_triton(shape, dtype):
+    x = _randn(*shape, dtype=dtype, scale=3.0)
+    w = _randn(shape[1], dtype=dtype, seed=1)
+    for weight, eps in ((w, 1e-6), (None, None)):
+        out = torch.empty_like(x)
+        assert rms_norm_triton(x, (shape[1],), weight, eps, out) is out
+        _close(out, rms_norm_reference(x, (shape[1],), weight, eps), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_layer_norm_triton(shape, dtype):
+    # a large mean next to a small spread: the centred variance keeps its accuracy
+    x = _randn(*shape, dtype=dtype, scale=0.5, shift=40.0)
+    w, b = _randn(shape[1], dtype=dtype, seed=1), _randn(shape[1], dtype=dtype, seed=2)
+    for weight, bias in ((w, b), (w, None), (None, b), (None, None)):
+        out = torch.empty_like(x)
+        layer_norm_triton(x, (shape[1],), weight, bias, 1e-5, out)
+        _close(out, layer_norm_reference(x, (shape[1],), weight, bias, 1e-5), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(1, 1), (3, 17), (2, 1000)], ids=str)
+def test_fused_add_rms_norm_triton(shape, dtype):
+    x, r = _randn(*shape, dtype=dtype), _randn(*shape, dtype=dtype, seed=1)
+    w = _randn(shape[1], dtype=dtype, seed=2)
+    want_y, want_s = fused_add_rms_norm_reference(x, r, w, 1e-5)
+    assert fused_add_rms_norm_triton(x, r, w, 1e-5) is None
+    _assert_sum(r, want_s)                  # the sum is rounded once, as torch does
+    _close(x, want_y, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_looped_kernel(dtype):
+    """Rows longer than the register block: chunked passes (forced with 16-element chunks)."""
+    x = _randn(3, 50, dtype=dtype, scale=2.0, shift=5.0)
+    w, b = _randn(50, dtype=dtype, seed=1), _randn(50, dtype=dtype, seed=2)
+    for rms in (True, False):
+        for weight, bias in ((w, b if not rms else None), (None, None)):
+            out = torch.empty_like(x)
+            norm_fwd_triton(x, out, 50, 1e-5, rms=rms, weight=weight, bias=bias, config=LOOPED)
+            ref = (rms_norm_reference(x, (50,), weight, 1e-5) if rms
+                   else layer_norm_reference(x, (50,), weight, bias, 1e-5))
+            _close(out, ref, dtype)
+    r = _randn(3, 50, dtype=dtype, seed=3)
+    want_y, want_s = fused_add_rms_norm_reference(x, r, w, 1e-5)
+    norm_fwd_triton(x, x, 50, 1e-5, rms=True, weight=w, residual=r, config=LOOPED)
+    _assert_sum(r, want_s)
+    _close(x, want_y, dtype)
+
+
+@pytest.mark.parametrize("rms", [True, False], ids=["rms", "layer"])
+def test_packed_short_rows(rms):
+    """Several rows per program, the last program partly past the rows (M = 10, 4 a program)."""
+    x = _randn(10, 24, dtype=torch.bfloat16, scale=2.0)
+    w, b = _randn(24, dtype=torch.bfloat16, seed=1), _randn(24, dtype=torch.bfloat16, seed=2)
+    out = torch.full_like(x, 7.0)
+    norm_fwd_triton(x, out, 24, 1e-6, rms=rms, weight=w, bias=None if rms else b, config=PACKED)
+    ref = (rms_norm_reference(x, (24,), w, 1e-6) if rms
+           else layer_norm_reference(x, (24,), w, b, 1e-6))
+    _close(out, ref, torch.bfloat16)
+
+
+def test_strided_and_transposed_inputs():
+    # every other row and a column slice of a wider tensor: row stride 2 * 40, unit columns
+    big = _randn(8, 40, seed=4)
+    x = big[::2, 5:5 + 27]
+    w = _randn(54, seed=5)[::2]             # a strided weight
+    out = torch.empty(4, 27)
+    rms_norm_triton(x, (27,), w, 1e-6, out)
+    _close(out, rms_norm_reference(x, (27,), w, 1e-6), torch.float32)
+    # a transposed view: column stride 9, row stride 1
+    xt = _randn(13, 9, seed=6, dtype=torch.float16).t()
+    out = torch.empty(9, 13, dtype=torch.float16)
+    layer_norm_triton(xt, (13,), None, None, 1e-5, out)
+    _close(out, layer_norm_reference(xt, (13,), None, None, 1e-5), torch.float16)
+    # leading axes that cannot be flattened into one row stride: read through a copy
+    x3 = _randn(3, 4, 6, seed=7).permute(1, 0, 2)
+    out = torch.empty(4, 3, 6)
+    rms_norm_triton(x3, (6,), None, None, out)
+    _close(out, rms_norm_reference(x3, (6,)), torch.float32)
+    # an `out` of that layout too: written through a copy, copied back
+    out3 = torch.empty(3, 4, 6).permute(1, 0, 2)
+    assert rms_norm_triton(x3, (6,), None, None, out3) is out3
+    _close(out3, rms_norm_reference(x3, (6,)), torch.float32)
+
+
+def test_multi_axis_normalized_shape():
+    x = _randn(2, 3, 4, 5, dtype=torch.bfloat16)
+    w, b = _randn(4, 5, dtype=torch.bfloat16, seed=1), _randn(4, 5, dtype=torch.bfloat16, seed=2)
+    out = torch.empty_like(x)
+    layer_norm_triton(x, (4, 5), w, b, 1e-5, out)
+    _close(out, F.layer_norm(x, (4, 5), w, b, 1e-5), torch.bfloat16)
+    rms_norm_triton(x, (4, 5), w, None, out)
+    _close(out, F.rms_norm(x, (4, 5), w), torch.bfloat16)
+
+
+def test_fused_add_on_strided_and_non_viewable_tensors():
+    """Written tensors that are views of wider ones are written in place through their
+    strides; one whose leading axes cannot be flattened is computed in a copy and copied
+    back. Elements outside the views are untouched."""
+    xb, rb = _randn(6, 20, seed=1), _randn(6, 20, seed=2)
+    x, r = xb[:, 2:14], rb[:, 4:16]        # row stride 20, not 12
+    x0, r0, xb0, rb0 = x.clone(), r.clone(), xb.clone(), rb.clone()
+    w = _randn(12, seed=3)
+    fused_add_rms_norm_triton(x, r, w, 1e-6)
+    want_y, want_s = fused_add_rms_norm_reference(x0, r0, w, 1e-6)
+    torch.testing.assert_close(r, want_s)
+    _close(x, want_y, torch.float32)
+    assert torch.equal(xb[:, :2], xb0[:, :2]) and torch.equal(xb[:, 14:], xb0[:, 14:])
+    assert torch.equal(rb[:, :4], rb0[:, :4]) and torch.equal(rb[:, 16:], rb0[:, 16:])
+    # [B0, B1, D] permuted: no single row stride
+    x3 = _randn(3, 4, 8, seed=4).permute(1, 0, 2)
+    r3 = _randn(4, 3, 8, seed=5)
+    x30, r30 = x3.clone(), r3.clone()
+    fused_add_rms_norm_triton(x3, r3, w[:8], 1e-6)
+    want_y, want_s = fused_add_rms_norm_reference(x30, r30, w[:8], 1e-6)
+    torch.testing.assert_close(r3, want_s)
+    _close(x3, want_y, torch.float32)
+
+
+@pytest.mark.parametrize("shape", [(0, 8), (4, 0), (0, 0)], ids=str)
+def test_empty(shape):
+    x = torch.empty(shape, dtype=torch.float16)
+    out = torch.empty_like(x)
+    assert rms_norm_triton(x, (shape[1],), None, None, out) is out
+    assert layer_norm_triton(x, (shape[1],), None, None, 1e-5, out) is out
+    r = torch.empty_like(x)
+    fused_add_rms_norm_triton(x, r, torch.empty(shape[1], dtype=torch.float16), 1e-5)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_extreme_values():
+    """float16 values whose squares overflow float16: the sums are float32."""
+    x = torch.tensor([[6e4, -6e4, 3e4, 1.0], [1e-4, -2e-4, 0.0, 3e-4]], dtype=torch.float16)
+    out = torch.empty_like(x)
+    rms_norm_triton(x, (4,), None, 1e-6, out)
+    assert torch.isfinite(out.float()).all()
+    _close(out, rms_norm_reference(x, (4,), None, 1e-6), torch.float16)
+    layer_norm_triton(x, (4,), None, None, 1e-5, out)
+    assert torch.isfinite(out.float()).all()
+    _close(out, layer_norm_reference(x, (4,), None, None, 1e-5), torch.float16)
+
+
+def test_launcher_rejects_bad_arguments():
+    x = torch.zeros(2, 8)
+    with pytest.raises(ValueError, match="elements"):
+        norm_fwd_triton(x, torch.empty(2, 7), 8, 1e-5, rms=True)
+    with pytest.raises(TypeError, match="dtype"):
+        norm_fwd_triton(x, torch.empty(2, 8, dtype=torch.float16), 8, 1e-5, rms=True)
+    with pytest.raises(TypeError, match="float16, bfloat16 or float32"):
+        norm_fwd_triton(x.double(), x.double(), 8, 1e-5, rms=True)
+    with pytest.raises(ValueError, match="not rows of N = 3"):
+        norm_fwd_triton(x, torch.empty(2, 8), 3, 1e-5, rms=True)
+    with pytest.raises(ValueError, match="weight must hold N = 8"):
+        norm_fwd_triton(x, torch.empty(2, 8), 8, 1e-5, rms=True, weight=torch.ones(4))
+
+
+def test_config_choice():
+    # Hidden sizes of the workloads: a row in registers, ~16 elements a thread.
+    assert norm_config(4096, 4096) == (False, 1, 4096, 8)
+    assert norm_config(16384, 8192) == (False, 1, 8192, 16)
+    assert norm_config(8192, 7168) == (False, 1, 8192, 16)
+    assert norm_config(8192, 3584) == (False, 1, 4096, 8)
+    # Short rows are packed to a 4096-element tile while the grid stays large.
+    assert norm_config(131072, 128) == (False, 32, 128, 8)
+    assert norm_config(16384, 512) == (False, 8, 512, 8)
+    # ... and unpacked when there are few rows (decode).
+    assert norm_config(64, 128) == (False, 1, 128, 1)
+    assert norm_config(1, 4096) == (False, 1, 4096, 8)
+    # Longer than the register block: the looped kernel.
+    assert MAX_REGISTER_BLOCK == 16384
+    assert norm_config(4, 16384).looped is False
+    assert norm_config(4, 16385) == (True, 1, 4096, 8)
+    assert norm_config(64, 196608).looped
+
+
+# ============================================================================ ops
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_rms_norm_op_matches_torch(dtype):
+    x = _randn(2, 3, 4, 6, dtype=dtype)
+    w = _randn(4, 6, dtype=dtype, seed=1)
+    for op, args, want in (
+        (RMSNormFwdOp([4, 6], eps=1e-6), (x, w), F.rms_norm(x, (4, 6), w, 1e-6)),
+        (RMSNormFwdOp((6,)), (x,), F.rms_norm(x, (6,))),
+    ):
+        y = op(*args)
+        assert y.shape == x.shape and y.dtype == dtype and y.is_contiguous()
+        _close(y, want, dtype)
+    assert op.last_call.indices["eps_value"] == DEFAULT_RMS_EPS
+    assert op.last_call.indices["B"] == (2, 3, 4) and op.last_call.indices["R"] == 24
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_layer_norm_op_matches_torch(dtype):
+    x = _randn(5, 33, dtype=dtype, shift=3.0)
+    w, b = _randn(33, dtype=dtype, seed=1), _randn(33, dtype=dtype, seed=2)
+    op = LayerNormFwdOp([33], eps=1e-6)
+    for args in ((x,), (x, w), (x, None, b), (x, w, b)):
+        full = list(args) + [None] * (3 - len(args))
+        _close(op(*args), F.layer_norm(x, (33,), full[1], full[2], 1e-6), dtype)
+    _close(LayerNormFwdOp([33])(x, w, b), F.layer_norm(x, (33,), w, b), dtype)
+
+
+def test_fused_add_rms_norm_op_writes_both_in_place():
+    x, r = _randn(2, 5, 48, dtype=torch.bfloat16), _randn(2, 5, 48, dtype=torch.bfloat16, seed=1)
+    w = _randn(48, dtype=torch.bfloat16, seed=2)
+    x0, r0, w0 = x.clone(), r.clone(), w.clone()
+    xp, rp = x.data_ptr(), r.data_ptr()
+    op = FusedAddRMSNormFwdOp(1e-6)
+    assert op(x, r, w) is None                       # as vLLM: nothing returned
+    assert x.data_ptr() == xp and r.data_ptr() == rp  # the caller's tensors were written
+    assert torch.equal(w, w0)
+    _assert_sum(r, x0 + r0)
+    _close(x, F.rms_norm(x0 + r0, (48,), w, 1e-6), torch.bfloat16)
+    rec = op.last_call
+    assert rec.written == ("input", "residual")
+    assert rec.traffic == {"input": (1, 1), "residual": (1, 1), "weight": (1, 0)}
+    # flops 5 per element + 3 per row; bytes: input and residual read and written, weight read
+    assert op.eval_roofline() == (5 * 10 * 48 + 3 * 10, (4 * 10 * 48 + 48) * 2)
+
+
+def test_rooflines():
+    op = RMSNormFwdOp([64])
+    op(torch.ones(3, 64), torch.ones(64))
+    assert op.eval_roofline() == (3 * 64 * 4 + 3 * 3, (2 * 3 * 64 + 64) * 4)
+    op(torch.ones(3, 64))
+    assert op.eval_roofline() == (3 * 64 * 3 + 3 * 3, 2 * 3 * 64 * 4)
+    ln = LayerNormFwdOp([64])
+    ln(torch.ones(2, 64, dtype=torch.float16), torch.ones(64, dtype=torch.float16),
+       torch.ones(64, dtype=torch.float16))
+    assert ln.eval_roofline() == (2 * 64 * 7 + 4 * 2, (2 * 2 * 64 + 2 * 64) * 2)
+
+
+def test_empty_calls_run_no_kernel():
+    y = RMSNormFwdOp([8])(torch.empty(0, 8))
+    assert y.shape == (0, 8)
+    y = LayerNormFwdOp([0])(torch.empty(3, 0), torch.empty(0), torch.empty(0))
+    assert y.shape == (3, 0)
+    x, r = torch.empty(0, 8), torch.empty(0, 8)
+    assert FusedAddRMSNormFwdOp(1e-6)(x, r, torch.ones(8)) is None
+
+
+def test_reference_kernels_serve_other_devices():
+    """The torch references are the general fallback: other devices dispatch to them, and
+    their forward computes the same results."""
+    op = RMSNormFwdOp([8])
+    call = NormCall("float32", (8,), DEFAULT_RMS_EPS, device=torch.device("mps"))
+    assert op.key_for("rms_norm", call) == "rms_norm_reference"
+    cuda = NormCall("bfloat16", (8,), 1e-6, device=torch.device("cuda"))
+    assert op.key_for("rms_norm", cuda, arch=90) == "rms_norm_triton"
+    fa = FusedAddRMSNormFwdOp(1e-6)
+    fcall = FusedAddRMSNormCall("bfloat16", 8, 1e-6, device=torch.device("cuda"))
+    assert fa.key_for("fused_add_rms_norm", fcall, arch=90) == "fused_add_rms_norm_triton"
+    x, w, b = _randn(3, 8), _randn(8, seed=1), _randn(8, seed=2)
+    out = torch.empty_like(x)
+    RMSNormReferenceKernel(NormCall("float32", (8,), 1e-6)).forward(x, w, out)
+    torch.testing.assert_close(out, F.rms_norm(x, (8,), w, 1e-6))
+    LayerNormReferenceKernel(NormCall("float32", (8,), 1e-5)).forward(x, w, b, out)
+    torch.testing.assert_close(out, F.layer_norm(x, (8,), w, b, 1e-5))
+    r, x0 = _randn(3, 8, seed=3), x.clone()
+    r0 = r.clone()
+    FusedAddRMSNormReferenceKernel(FusedAddRMSNormCall("float32", 8, 1e-6)).forward(x, r, w)
+    torch.testing.assert_close(r, x0 + r0)
+    torch.testing.assert_close(x, F.rms_norm(x0 + r0, (8,), w, 1e-6))
+
+
+# ============================================================================ spec violations
+
+def test_construction_errors():
+    with pytest.raises(SignatureError) as ei:
+        RMSNormFwdOp([])
+    expect_error(ei, SignatureError, "RMSNormFwdOp", "signature.shape_rules.0",
+                 "refinement `len(normalized_shape) >= 1`", "got False")
+    with pytest.raises(SignatureError) as ei:
+        LayerNormFwdOp([4, -1])
+    expect_error(ei, SignatureError, "LayerNormFwdOp", "signature.shape_rules.1",
+                 "refinement `all(n >= 0 for n in normalized_shape)`")
+    for bad, shown in (("abc", "'abc'"), (4, "4"), ([4.0], "[4.0]")):
+        with pytest.raises(SignatureTypeError) as ei:
+            RMSNormFwdOp(bad)
+        expect_error(ei, SignatureTypeError, "RMSNormFwdOp", "signature.params.normalized_shape",
+                     "parameter `normalized_shape` has type `list[int] | tuple[int, ...]`",
+                     f"got {shown}")
+    with pytest.raises(SignatureTypeError) as ei:
+        RMSNormFwdOp([4], eps="x")
+    expect_error(ei, SignatureTypeError, "RMSNormFwdOp", "signature.params.eps",
+                 "parameter `eps` has type `float | None`", "got 'x'")
+    with pytest.raises(SignatureTypeError) as ei:
+        LayerNormFwdOp([4], eps=None)
+    expect_error(ei, SignatureTypeError, "LayerNormFwdOp", "signature.params.eps",
+                 "parameter `eps` has type `float`", "got None")
+    with pytest.raises(TypeError, match="epsilon"):
+        FusedAddRMSNormFwdOp()
+
+
+def test_rms_norm_call_errors():
+    op = RMSNormFwdOp([2, 4])
+    cases_ = [
+        ((torch.randn(3, 2, 5),), "signature.inputs.input.shape",
+         ["input input, *normalized_shape of [*B, *normalized_shape]",
+          "expected normalized_shape = (2, 4), got (2, 5)"]),
+        ((torch.randn(4),), "signature.inputs.input.shape",
+         ["input input, the rank of [*B, *normalized_shape]", "expected at least 2, got 1"]),
+        ((torch.randn(3, 2, 4, dtype=torch.float64),), "signature.inputs.input.dtype",
+         ["input input, dtype T", "expected bfloat16 | float16 | float32, got float64"]),
+        ((torch.randn(3, 2, 4), torch.randn(8)), "signature.inputs.weight.shape",
+         ["input weight, the rank of [*normalized_shape]", "expected 2, got 1"]),
+        ((torch.randn(3, 2, 4), torch.randn(2, 3)), "signature.inputs.weight.shape",
+         ["expected normalized_shape = (2, 4), got (2, 3)"]),
+        ((torch.randn(3, 2, 4), torch.randn(2, 4, dtype=torch.float16)),
+         "signature.inputs.weight.dtype",
+         ["input weight, dtype T", "expected T = float32 (from input input), got float16"]),
+    ]
+    for args, path, fragments in cases_:
+        with pytest.raises(SignatureError) as ei:
+            op(*args)
+        expect_error(ei, SignatureError, "RMSNormFwdOp", path, *fragments)
+    with pytest.raises(SignatureTypeError) as ei:
+        op([1.0, 2.0])
+    expect_error(ei, SignatureTypeError, "RMSNormFwdOp", "signature.inputs.input",
+                 "input input: expected a torch.Tensor, got list")
+
+
+def test_layer_norm_call_errors():
+    op = LayerNormFwdOp([8])
+    x = torch.randn(2, 8, dtype=torch.bfloat16)
+    with pytest.raises(SignatureError) as ei:
+        op(x, None, torch.randn(7, dtype=torch.bfloat16))
+    expect_error(ei, SignatureError, "LayerNormFwdOp", "signature.inputs.bias.shape",
+                 "input bias, *normalized_shape of [*normalized_shape]",
+                 "expected normalized_shape = (8,), got (7,)")
+    with pytest.raises(SignatureError) as ei:
+        op(x, torch.ones(8, dtype=torch.bfloat16), torch.ones(8))
+    expect_error(ei, SignatureError, "LayerNormFwdOp", "signature.inputs.bias.dtype",
+                 "expected T = bfloat16 (from input input), got float32")
+
+
+def test_fused_call_errors_leave_the_tensors_unwritten():
+    op = FusedAddRMSNormFwdOp(1e-6)
+    x, r, w = torch.randn(2, 8), torch.randn(2, 8), torch.randn(8)
+    x0, r0 = x.clone(), r.clone()
+    bad = [
+        ((x, torch.randn(3, 8), w), SignatureError, "signature.inputs.residual.shape",
+         ["input residual, *B of [*B, D]", "expected B = (2,) (from input input), got (3,)"]),
+        ((x, r, torch.randn(9)), SignatureError, "signature.inputs.weight.shape",
+         ["input weight, axis 0 of [D]", "expected D = 8 (from input input), got 9"]),
+        ((x, r.half(), w), SignatureError, "signature.inputs.residual.dtype",
+         ["expected T = float32 (from input input), got float16"]),
+        ((torch.randn(()), torch.randn(()), w), SignatureError, "signature.inputs.input.shape",
+         ["input input, the rank of [*B, D]", "expected at least 1, got 0"]),
+        ((x, None, w), SignatureTypeError, "signature.inputs.residual",
+         ["input residual: expected a torch.Tensor, got NoneType"]),
+    ]
+    for args, exc, path, fragments in bad:
+        with pytest.raises(exc) as ei:
+            op(*args)
+        expect_error(ei, exc, "FusedAddRMSNormFwdOp", path, *fragments)
+    assert torch.equal(x, x0) and torch.equal(r, r0)
+
+
+# ============================================================================ compile boundary
+
+def test_operator_names_and_schemas():
+    assert RMSNormFwdOp.compile_op_names == ("opspec::norm_rms_norm_fwd_op",)
+    assert LayerNormFwdOp.compile_op_names == ("opspec::norm_layer_norm_fwd_op",)
+    assert FusedAddRMSNormFwdOp.compile_op_names == (
+        "opspec::norm_fused_add_rms_norm_fwd_op_writes_input_writes_residual",)
+    assert str(torch.ops.opspec.norm_rms_norm_fwd_op.default._schema) == \
+        "opspec::norm_rms_norm_fwd_op(Tensor input, Tensor? weight, str key) -> Tensor"
+    assert str(torch.ops.opspec.norm_fused_add_rms_norm_fwd_op_writes_input_writes_residual
+               .default._schema) == (
+        "opspec::norm_fused_add_rms_norm_fwd_op_writes_input_writes_residual(Tensor(a!) input, "
+        "Tensor(b!) residual, Tensor weight, str key) -> ()")
+
+
+def test_opcheck_every_operator():
+    rms = RMSNormFwdOp([6], eps=1e-6)
+    x = torch.randn(3, 6)
+    for w in (torch.randn(6), None):
+        torch.library.opcheck(torch.ops.opspec.norm_rms_norm_fwd_op.default,
+                              (x, w, rms._opspec_key))
+    ln = LayerNormFwdOp([2, 3])
+    xh = torch.randn(4, 2, 3).half()
+    torch.library.opcheck(torch.ops.opspec.norm_layer_norm_fwd_op.default,
+                          (xh, torch.randn(2, 3).half(), None, ln._opspec_key))
+    fa = FusedAddRMSNormFwdOp(1e-5)
+    torch.library.opcheck(
+        torch.ops.opspec.norm_fused_add_rms_norm_fwd_op_writes_input_writes_residual.default,
+        (torch.randn(2, 5), torch.randn(2, 5), torch.randn(5), fa._opspec_key))
+
+
+def test_cold_compile_fullgraph():
+    """The fused op writes its inputs inside a compiled graph, and RMSNorm reads the result:
+    one graph, both operators, the caller's tensors written."""
+    from torch._inductor import config
+    from torch._inductor.compile_fx import compile_fx
+
+    torch._dynamo.reset()
+    fa, rms = FusedAddRMSNormFwdOp(1e-6), RMSNormFwdOp([8])
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        with config.patch(fx_graph_cache=False):
+            return compile_fx(gm, example_inputs)
+
+    fn = torch.compile(lambda x, r, w: (fa(x, r, w), rms(x, w) * 2)[1], backend=backend,
+                       fullgraph=True)
+    x, r, w = torch.randn(3, 8), torch.randn(3, 8), torch.randn(8)
+    x0, r0 = x.clone(), r.clone()
+    y = fn(x, r, w)
+    targets = [str(n.target) for g in graphs for n in g.graph.nodes if n.op == "call_function"]
+    assert any("norm_fused_add_rms_norm_fwd_op_writes_input_writes_residual" in t
+               for t in targets), targets
+    assert any("norm_rms_norm_fwd_op" in t for t in targets), targets
+    torch.testing.assert_close(r, x0 + r0)
+    want = F.rms_norm(x0 + r0, (8,), w, 1e-6)
+    torch.testing.assert_close(x, want)
+    torch.testing.assert_close(y, F.rms_norm(want, (8,), w) * 2)
+
+
+# ============================================================================ workloads
+
+_OPS = (RMSNormFwdOp, LayerNormFwdOp, FusedAddRMSNormFwdOp)
+
+
+def _traffic_bytes(cls, inputs, some) -> int:
+    """The derived bytes of a case, from its meta tensors: inputs read, the output (or the
+    written inputs) written."""
+    size = lambda t: t.numel() * t.element_size()
+    read = sum(size(t) for t in inputs if t is not None)
+    return read + (size(inputs[0]) + size(inputs[1]) if cls is FusedAddRMSNormFwdOp
+                   else size(inputs[0]))
+
+
+@pytest.mark.parametrize("cls", _OPS, ids=lambda c: c.__name__)
+def test_workload_cases_instantiate(cls):
+    """Every case builds on the meta device (no data) and passes the op's checks with the
+    row's values; each op has a row moving at least 256 MiB (the bandwidth target)."""
+    spec = cls._info().spec
+    largest = 0
+    all_cases = cases(cls)
+    assert len({c.id for c in all_cases}) == len(all_cases)
+    for case in all_cases:
+        op = case.construct(cls)
+        inputs = case.inputs("meta")
+        ind = op.check_call(*inputs)
+        for name, v in case.values.items():
+            if name in spec.forall:
+                assert ind[name] == v, (case.id, name, ind)
+        assert {ind[n] for n in case.dtypes} == set(case.dtypes.values())
+        largest = max(largest, _traffic_bytes(cls, inputs, case.some))
+    assert largest >= 256 * 2**20, largest
+
+
+def test_optional_inputs_are_passed_and_omitted_by_some_row():
+    some = {c.label: set(c.some) for c in cases(RMSNormFwdOp)}
+    assert any("weight" in s for s in some.values()) and any(not s for s in some.values())
+    ln = [set(c.some) for c in cases(LayerNormFwdOp)]
+    for name in ("weight", "bias"):
+        assert any(name in s for s in ln) and any(name not in s for s in ln)
