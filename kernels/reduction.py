@@ -29,7 +29,8 @@ Two kernels cover the collapsed layouts:
   tile.
 
 **Split (2-stage) reduction.** When the output is too small to give every one of the 132
-SMs work (a whole-tensor reduction has one output element), ``R`` is split into
+SMs work (a whole-tensor reduction has one output element) and a program would walk
+``R`` in 4 steps or more, ``R`` is split into
 ``n_split`` chunks: stage 1 writes one partial per (output, chunk) into a float32 (float64)
 workspace, and stage 2 -- the same kernel, on the workspace -- reduces the partials,
 divides (mean) and casts.  The launch sizes are picked in plain Python from the shape (no
@@ -77,8 +78,9 @@ _REDUCE_CODE = {"sum": 0, "mean": 1, "amax": 2}
 #: Input bytes one program loads per step: with 8 warps, 64 bytes (four 16-byte vectors)
 #: per thread in flight, and several programs resident per SM.
 _TILE_BYTES = 16384
-#: A split is worth its second launch only when the input is at least this large.
-_SPLIT_MIN_BYTES = 1 << 20
+#: A split is worth its second launch (a few microseconds) only when a program would
+#: otherwise walk R in at least this many steps (each about a DRAM latency).
+_SPLIT_MIN_STEPS = 4
 _INT32_LIMIT = 2**31 - 1
 
 
@@ -236,10 +238,10 @@ def plan_launch(layout: Layout, elem_size: int, sm_count: int = 132,
     """The stage-1 launch for `layout` (R >= 2), from the shape alone.
 
     The row kernel serves layouts whose reduced stride is the smallest (or that keep
-    nothing); the column kernel the others. A split is made when the unsplit grid would
-    leave SMs idle (fewer than two programs per SM) and the input holds at least 1 MiB, so
-    that the grid reaches about 8 programs per SM; `num_splits` forces a split count
-    (clamped so that every chunk holds at least one block of R).
+    nothing); the column kernel the others. R is split when the unsplit grid would leave
+    SMs idle (fewer than two programs per SM) and each program would walk R in 4 steps or
+    more: the grid then reaches about 8 programs per SM, each chunk a whole number of
+    blocks of R. `num_splits` forces a split count (clamped to one block per chunk).
     """
     tile = max(16, _TILE_BYTES // elem_size)
     R = layout.R
@@ -263,11 +265,11 @@ def plan_launch(layout: Layout, elem_size: int, sm_count: int = 132,
         kind, block_m = "col", 1
         tile_elems = block_r * block_i
     num_warps = _warps(tile_elems * elem_size)
-    max_split = triton.cdiv(R, block_r)
+    steps = triton.cdiv(R, block_r)
     if num_splits is not None:
-        n_split = max(1, min(num_splits, max_split))
-    elif n_base < 2 * sm_count and n_out * R * elem_size >= _SPLIT_MIN_BYTES:
-        n_split = max(1, min(triton.cdiv(target, n_base), triton.cdiv(R, 2 * block_r)))
+        n_split = max(1, min(num_splits, steps))
+    elif n_base < 2 * sm_count and steps >= _SPLIT_MIN_STEPS:
+        n_split = min(triton.cdiv(target, n_base), steps)
     else:
         n_split = 1
     r_per_split = triton.cdiv(triton.cdiv(R, n_split), block_r) * block_r
@@ -278,9 +280,11 @@ def plan_launch(layout: Layout, elem_size: int, sm_count: int = 132,
 # -- the kernels ------------------------------------------------------------------------------
 
 @triton.jit
-def _max_nan(a, b):
-    # torch.amax propagates NaN; tl.maximum alone may drop it.
-    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+def _max_keep_nan(acc, AXIS: tl.constexpr):
+    # torch.amax propagates NaN, tl.max drops it: a reduced slice holding a NaN gives NaN.
+    res = tl.max(acc, axis=AXIS)
+    n_nan = tl.sum((acc != acc).to(tl.int32), axis=AXIS)
+    return tl.where(n_nan > 0, float("nan"), res)
 
 
 @triton.jit
@@ -316,7 +320,9 @@ def _row_reduce_kernel(
         acc = tl.zeros([BLOCK_M, BLOCK_R], ACC_TY)
     for r0 in range(r_start, r_end, BLOCK_R):
         cols = r0 + tl.arange(0, BLOCK_R)
-        mask = row_mask[:, None] & (cols < r_end)[None, :]
+        # Chunks are whole blocks, so `cols < R` is the only bound a block can cross; a
+        # mask against R (an argument, often a multiple of 16) keeps the loads vectorised.
+        mask = row_mask[:, None] & (cols < R)[None, :]
         ptrs = x_ptr + base[:, None] + cols[None, :] * s_r
         if REDUCE == 2:
             v = tl.load(ptrs, mask=mask, other=float("-inf"))
@@ -324,10 +330,10 @@ def _row_reduce_kernel(
         else:
             v = tl.load(ptrs, mask=mask, other=0.0)
             if CAST_TY is not None:
-                v = v.to(CAST_TY, fp_downcast_rounding="rtne")
+                v = v.to(CAST_TY)  # rounds to nearest even on GPUs
             acc += v.to(ACC_TY)
     if REDUCE == 2:
-        res = tl.reduce(acc, 1, _max_nan)
+        res = _max_keep_nan(acc, 1)
     else:
         res = tl.sum(acc, axis=1)
     if FINAL:
@@ -366,7 +372,7 @@ def _col_reduce_kernel(
         acc = tl.zeros([BLOCK_R, BLOCK_I], ACC_TY)
     for r0 in range(r_start, r_end, BLOCK_R):
         rr = r0 + tl.arange(0, BLOCK_R)
-        mask = (rr < r_end)[:, None] & col_mask[None, :]
+        mask = (rr < R)[:, None] & col_mask[None, :]
         ptrs = x_ptr + rr[:, None] * s_r + base[None, :]
         if REDUCE == 2:
             v = tl.load(ptrs, mask=mask, other=float("-inf"))
@@ -374,10 +380,10 @@ def _col_reduce_kernel(
         else:
             v = tl.load(ptrs, mask=mask, other=0.0)
             if CAST_TY is not None:
-                v = v.to(CAST_TY, fp_downcast_rounding="rtne")
+                v = v.to(CAST_TY)  # rounds to nearest even on GPUs
             acc += v.to(ACC_TY)
     if REDUCE == 2:
-        res = tl.reduce(acc, 0, _max_nan)
+        res = _max_keep_nan(acc, 0)
     else:
         res = tl.sum(acc, axis=0)
     if FINAL:
@@ -509,8 +515,8 @@ def reduction_triton(x: torch.Tensor, out: torch.Tensor, axes: tuple[int, ...], 
     else:
         # Partials laid out [n_split, O, I]: stage 2 is a column reduction over the chunks.
         dims = _col_dims(lay)
-        (O, _, _), (I, _, _) = dims
-        ws_dims = ((O, 0, I), (I, 0, 1))
+        (O, s_o, _), (I, s_i, _) = dims
+        ws_dims = ((O, s_o, I), (I, s_i, 1))
         _col(x, ws, lay, lp, reduce_code=partial_code, final=False, cast_ty=cast_ty,
              acc_ty=acc_ty, dims=ws_dims, os_s=n_out, n_div=R_total, use_int64=big)
         lay2 = Layout(((O, I), (I, 1)) if O > 1 else ((I, 1),), lp.n_split, n_out)
