@@ -24,7 +24,9 @@ and ``(0, 1)``, and ``[B, H, S, S] + [B, 1, S, S]`` becomes ``[B, H, S*S]``.  Th
 merged axis (length ``N``) is the *column* axis; all the others together are the ``R``
 *rows*.  A program takes a tile of ``BLOCK_R`` rows by ``BLOCK_C`` columns: the row
 offsets of each input come from a div/mod per row (never per element), the columns are a
-contiguous ``arange``, so unit-stride columns load as 16-byte vectors.  Up to
+contiguous ``arange``, so unit-stride columns load as 16-byte vectors; an operand that
+is constant along the columns (``[T, H] * [T, 1]``, a 0-d operand) is loaded once per row
+and broadcast in registers.  Up to
 :data:`MAX_OUTER` row axes are handled by one launch; more (which needs more than five
 axes that cannot merge) are split in Python over the leading axis.
 
@@ -53,6 +55,7 @@ __all__ = [
     "binary_reference",
     "binary_triton",
     "broadcast_geometry",
+    "broadcast_shape",
     "compute_dtype",
 ]
 
@@ -124,6 +127,20 @@ def binary_reference(op: str, a: torch.Tensor, b: torch.Tensor, alpha: int | flo
 
 
 # -- geometry --------------------------------------------------------------------------------
+
+def broadcast_shape(s: Sequence[int], t: Sequence[int]) -> tuple[int, ...]:
+    """The broadcast of two shapes (torch's rule); a ValueError when they do not broadcast.
+    Plain Python: `torch.broadcast_shapes` costs tens of microseconds a call."""
+    n = max(len(s), len(t))
+    s = (1,) * (n - len(s)) + tuple(s)
+    t = (1,) * (n - len(t)) + tuple(t)
+    out = []
+    for x, y in zip(s, t):
+        if x != y and x != 1 and y != 1:
+            raise ValueError(f"shapes {list(s)} and {list(t)} do not broadcast")
+        out.append(y if x == 1 else x)
+    return tuple(out)
+
 
 def _strides_over(t: torch.Tensor, shape: Sequence[int]) -> list[int]:
     """`t`'s strides over the axes of `shape` it broadcasts to (0 where it is broadcast)."""
@@ -203,6 +220,8 @@ def _binary_kernel(
     ALPHA: tl.constexpr,             # how alpha is passed (see _NO_ALPHA ...)
     COMPUTE: tl.constexpr,           # the compute dtype
     OUTER: tl.constexpr,             # number of row axes, 0..4
+    A_BCAST_C: tl.constexpr,         # a_sn == 0: a is constant along each row
+    B_BCAST_C: tl.constexpr,
     BLOCK_R: tl.constexpr,
     BLOCK_C: tl.constexpr,
     USE_INT64: tl.constexpr,
@@ -240,10 +259,16 @@ def _binary_kernel(
         a_row += rem * a_s0
         b_row += rem * b_s0
 
-    a_off = a_row[:, None] + cols[None, :] * a_sn
-    b_off = b_row[:, None] + cols[None, :] * b_sn
-    x = tl.load(a_ptr + a_off, mask=mask, other=0)
-    y = tl.load(b_ptr + b_off, mask=mask, other=0)
+    # An operand broadcast along the columns is loaded once per row and broadcast in
+    # registers; the others load a [BLOCK_R, BLOCK_C] tile (16-byte vectors at unit stride).
+    if A_BCAST_C:
+        x = tl.load(a_ptr + a_row, mask=rows < R, other=0)[:, None]
+    else:
+        x = tl.load(a_ptr + (a_row[:, None] + cols[None, :] * a_sn), mask=mask, other=0)
+    if B_BCAST_C:
+        y = tl.load(b_ptr + b_row, mask=rows < R, other=0)[:, None]
+    else:
+        y = tl.load(b_ptr + (b_row[:, None] + cols[None, :] * b_sn), mask=mask, other=0)
     # Each operand is first converted to the result dtype, as torch's TensorIterator does
     # (exact for every operand but a wider 0-d one), then to the compute dtype.
     if a_ptr.dtype.element_ty != out_ptr.dtype.element_ty:
@@ -262,6 +287,8 @@ def _binary_kernel(
         r = x + y
     else:
         r = x * y
+    if A_BCAST_C and B_BCAST_C:  # a single column (a one-element output)
+        r = tl.broadcast_to(r, (BLOCK_R, BLOCK_C))
     out_off = rows[:, None] * N + cols[None, :]
     tl.store(out_ptr + out_off, r.to(out_ptr.dtype.element_ty), mask=mask)
 
@@ -317,6 +344,7 @@ def _launch(op_code: int, alpha_mode: int, alpha_arg, ct, a, b, out, geometry, m
         sa[0], sa[1], sa[2], sa[3], a_sn,
         sb[0], sb[1], sb[2], sb[3], b_sn,
         OP=op_code, ALPHA=alpha_mode, COMPUTE=_TL_DTYPES[ct], OUTER=len(outer),
+        A_BCAST_C=a_sn == 0, B_BCAST_C=b_sn == 0,
         BLOCK_R=block_r, BLOCK_C=block_c, USE_INT64=use_int64,
         num_warps=num_warps,
     )
@@ -366,8 +394,8 @@ def binary_triton(op: str, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
         raise ValueError("out must be contiguous")
     shape = tuple(out.shape)
     try:
-        ok = torch.broadcast_shapes(a.shape, b.shape) == shape
-    except RuntimeError:
+        ok = broadcast_shape(a.shape, b.shape) == shape
+    except ValueError:
         ok = False
     if not ok:
         raise ValueError(f"a {list(a.shape)} and b {list(b.shape)} do not broadcast to "

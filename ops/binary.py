@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from opspec.kernels.binary import broadcast_shape
 from opspec.kernels.binary_impl import (
     BinaryCall, BinaryFwdInterface, BinaryReferenceKernel, BinaryTritonKernel,
 )
@@ -18,7 +19,7 @@ _INTERFACES = {"binary": BinaryFwdInterface}
 def _output(input: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
     # The spec's output type: the broadcast shape, and torch's promotion (torch.result_type
     # gives the spec's let T on every call the checks accept, 0-d operands included).
-    shape = torch.broadcast_shapes(input.shape, other.shape)
+    shape = broadcast_shape(input.shape, other.shape)
     return torch.empty(shape, dtype=torch.result_type(input, other), device=input.device)
 
 
