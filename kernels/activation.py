@@ -197,13 +197,15 @@ def _launch_2d(x: torch.Tensor, out: torch.Tensor, R: int, C: int, sx, so, code:
         R, C, sx, so = C, R, (sx[1], sx[0]), (so[1], so[0])
     block_c = min(triton.next_power_of_2(C), _TILE)
     block_r = min(triton.next_power_of_2(R), max(1, _TILE // block_c))
-    n_col_blocks = triton.cdiv(C, block_c)
-    reach = max((R - 1) * abs(sx[0]) + (C - 1) * abs(sx[1]),
-                (R - 1) * abs(so[0]) + (C - 1) * abs(so[1]))
-    _activation_2d_kernel[(triton.cdiv(R, block_r) * n_col_blocks,)](
+    n_row_blocks, n_col_blocks = triton.cdiv(R, block_r), triton.cdiv(C, block_c)
+    # The furthest element a (masked-off) lane can address, rows and columns both padded.
+    pad_r, pad_c = n_row_blocks * block_r, n_col_blocks * block_c
+    reach = max((pad_r - 1) * abs(sx[0]) + (pad_c - 1) * abs(sx[1]),
+                (pad_r - 1) * abs(so[0]) + (pad_c - 1) * abs(so[1]))
+    _activation_2d_kernel[(n_row_blocks * n_col_blocks,)](
         x, out, R, C, n_col_blocks, sx[0], sx[1], so[0], so[1],
         ACT=code, BLOCK_R=block_r, BLOCK_C=block_c,
-        USE_INT64=reach + _TILE > _INT32_LIMIT, num_warps=4,
+        USE_INT64=reach > _INT32_LIMIT, num_warps=4,
     )
 
 
@@ -211,9 +213,10 @@ def activation_triton(x: torch.Tensor, out: torch.Tensor, act: str) -> torch.Ten
     """Write ``act(x)`` into ``out`` and return ``out``.
 
     ``x`` and ``out`` have the same shape and dtype (fp16, bf16 or fp32), any strides.
-    ``out`` may be ``x`` itself (in place); otherwise the two must not overlap. The math is
-    done in fp32. Nothing is launched for an empty
-    tensor. No allocation except on the copy fallback described in the module docstring.
+    ``out`` may be ``x`` itself (in place; refused for a tensor whose elements share memory,
+    as torch refuses it); otherwise the two must not overlap. The math is done in fp32.
+    Nothing is launched for an empty tensor. No allocation except on the copy fallback
+    described in the module docstring.
     """
     code = ACTIVATIONS.get(act)
     if code is None:
@@ -223,14 +226,16 @@ def activation_triton(x: torch.Tensor, out: torch.Tensor, act: str) -> torch.Ten
     if out.dtype != x.dtype or x.dtype not in _SUPPORTED:
         raise TypeError(f"x and out must share a dtype in {_SUPPORTED}, got {x.dtype}, {out.dtype}")
     inplace = out is x or (out.data_ptr() == x.data_ptr() and out.stride() == x.stride())
-    if inplace and torch._debug_has_internal_overlap(x) == 1:
+    if inplace and not x.is_contiguous() and torch._debug_has_internal_overlap(x) == 1:
         # As torch: a broadcast (stride-0) tensor would get the activation applied once per
         # alias of each element.
         raise RuntimeError("cannot apply an activation in place to a tensor in which several "
                            "elements share one memory location; clone it first")
     if x.numel() == 0:
         return out
-    if x.stride() == out.stride() and _is_dense(x):
+    # is_contiguous first: it is a flag read, and the common case
+    if ((x.is_contiguous() and (inplace or out.is_contiguous()))
+            or (x.stride() == out.stride() and _is_dense(x))):
         _launch_flat(x, out, code)
         return out
     sizes, (sx, so) = merge_dims(x.shape, x.stride(), out.stride())
