@@ -311,6 +311,20 @@ def test_cold_compile_fullgraph():
     assert "MulFwdOp: output output, shape [*broadcast(A, B)]" in str(ei.value)
 
 
+def test_dynamic_shapes_trace_once():
+    # The output shape `[*broadcast(A, B)]` runs on SymInts (prove's `symint` warning):
+    # broadcasting guards on sizes, and one graph serves rows of any length.
+    torch._dynamo.reset()
+    add = AddFwdOp()
+    graphs = []
+    fn = torch.compile(lambda x, y: add(x, y), fullgraph=True, dynamic=True,
+                       backend=lambda gm, ex: graphs.append(gm) or gm.forward)
+    for m, n in ((8, 3), (16, 5), (4, 7)):
+        x, y = _t((m, n), F32, m), _t((n,), F32, n)
+        _close(fn(x, y), x + y)
+    assert len(graphs) == 1
+
+
 # ============================================================================ workloads, bench
 
 @pytest.mark.parametrize("cls", [AddFwdOp, MulFwdOp], ids=lambda c: c.__name__)
