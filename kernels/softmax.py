@@ -79,9 +79,9 @@ def softmax_reference(x: torch.Tensor, dim: int, out_dtype: torch.dtype | None =
     float32 and returned in ``out_dtype`` (default ``x.dtype``), ``x`` first cast to
     ``out_dtype`` as torch's ``dtype`` argument does."""
     dt = x.dtype if out_dtype is None else out_dtype
-    xf = x.to(dt).float()
-    y = torch.log_softmax(xf, dim) if log else torch.softmax(xf, dim)
-    return y.to(dt)
+    xt = x if dt == x.dtype else x.to(dt)
+    fn = torch.log_softmax if log else torch.softmax
+    return fn(xt, dim, dtype=torch.float32).to(dt)
 
 
 # -- kernels ---------------------------------------------------------------------------------
@@ -128,7 +128,7 @@ def _looped_kernel(x_ptr, out_ptr, n_rows, N, sxr, sxn, sor, son,
     for row in range(pid, n_rows, nprog):
         r = row
         if USE_INT64:
-            r = row.to(tl.int64)
+            r = tl.cast(row, tl.int64)
         x_row = x_ptr + r * sxr
         o_row = out_ptr + r * sor
         # Pass 1: running max and sum per group, the next chunk loaded ahead.
@@ -229,8 +229,8 @@ def _strided_kernel(x_ptr, out_ptr, n_outer, N, inner, n_iblk, sxo, sxn, sxi, so
         o = t // n_iblk
         ib = t % n_iblk
         if USE_INT64:
-            o = o.to(tl.int64)
-            ib = ib.to(tl.int64)
+            o = tl.cast(o, tl.int64)
+            ib = tl.cast(ib, tl.int64)
         icols = ib * BLOCK_I + ri
         imask = (icols < inner)[None, :]
         xb = x_ptr + o * sxo + icols[None, :] * sxi
@@ -320,7 +320,7 @@ def softmax_plan(outer: int, n: int, inner: int, in_bytes: int, *,
             block = triton.next_power_of_2(max(n, 1))
             rows = 1
             # Short rows: several per program, while the grid keeps a few programs per SM.
-            while rows * block < 2048 and rows < outer:
+            while rows * block < 1024 and rows < outer:
                 rows *= 2
             while rows > 1 and triton.cdiv(outer, rows) < 4 * sm:
                 rows //= 2

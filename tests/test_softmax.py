@@ -1,0 +1,494 @@
+"""The softmax family: SoftmaxFwdOp and LogSoftmaxFwdOp.
+
+Kernels: every Triton kernel (rows, looped, split, strided, strided looped) against the
+torch reference in fp32, fp16 and bf16, odd sizes, strided and copied views, casts, special
+values, int64 offsets and empty tensors. Without a GPU they run on the CPU through Triton's
+interpreter (tests/conftest.py sets TRITON_INTERPRET=1 before triton is imported); with one
+they run on CUDA. Sizes stay small: the interpreter runs each program through numpy. The
+looped kernels are reached with small tensors by lowering the register cap of the plan.
+
+Ops: results through the op, calls that break the spec (pinned to the declaration), the
+record and roofline, the empty-write rule, opcheck of the generated operators, one cold
+`torch.compile(fullgraph=True)`, and the workload rows (on the meta device).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from opspec.kernels import softmax as K
+from opspec.kernels.softmax import (
+    SoftmaxPlan, softmax_plan, softmax_reference, softmax_triton,
+)
+from opspec.kernels.softmax_impl import SoftmaxCall
+from opspec.ops import LogSoftmaxFwdOp, SoftmaxFwdOp
+from opspec.ops.workloads import cases
+from opspec.schema.errors import SignatureError, SignatureTypeError
+
+from runtime_user_ops import expect_error
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+if DEV == "cpu":
+    import triton.language as _tl
+
+    if type(_tl.cdiv).__name__ != "InterpretedFunction":
+        raise RuntimeError("the softmax kernel tests need TRITON_INTERPRET=1 set before "
+                           "triton is imported (tests/conftest.py does it without CUDA)")
+
+# Masked lanes of a tile (past the row, past `inner`) compute exp/log of -inf and NaN in
+# numpy under the interpreter; they are never stored.
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+TOL = {
+    torch.float32: dict(rtol=2e-5, atol=2e-6),
+    torch.float16: dict(rtol=2e-3, atol=2e-3),
+    torch.bfloat16: dict(rtol=1.6e-2, atol=1.6e-2),
+}
+H = torch.float16
+
+
+def _x(shape, dtype=torch.float32, seed=0, scale=3.0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g) * scale).to(dtype).to(DEV)
+
+
+def _expected(x, dim, out_dtype=None, log=False):
+    """float64 torch on x rounded to the output dtype first (torch's dtype= rule)."""
+    dt = out_dtype or x.dtype
+    x64 = x.to(dt).double()
+    y = torch.log_softmax(x64, dim) if log else torch.softmax(x64, dim)
+    return y.to(dt)
+
+
+def _run(x, dim, out_dtype=None, log=False, **kw):
+    out = torch.empty(x.shape, dtype=out_dtype or x.dtype, device=x.device)
+    got = softmax_triton(x, dim, out, log, **kw)
+    assert got is out
+    return out
+
+
+def _close(got, want):
+    torch.testing.assert_close(got.float().cpu(), want.float().cpu(), equal_nan=True,
+                               **TOL[got.dtype])
+
+
+def _plan(x, dim, **kw):
+    """The plan of x's [outer, n, inner] view, with `kw` (max_reg, sm_count) forcing a kernel."""
+    d = dim % x.dim()
+    outer, n, inner = math.prod(x.shape[:d]), x.shape[d], math.prod(x.shape[d + 1:])
+    return softmax_plan(outer, n, inner, x.element_size(), **kw)
+
+
+# ============================================================================ reference
+
+def test_reference_matches_torch_and_casts_first():
+    x = _x((4, 9))
+    torch.testing.assert_close(softmax_reference(x, -1), torch.softmax(x, -1))
+    torch.testing.assert_close(softmax_reference(x, 0, log=True), torch.log_softmax(x, 0))
+    y = softmax_reference(x, 1, torch.bfloat16)
+    assert y.dtype == torch.bfloat16
+    torch.testing.assert_close(y, torch.softmax(x.bfloat16().float(), 1).bfloat16())
+
+
+# ============================================================================ rows kernel
+
+ROW_SHAPES = [((1,), 0), ((1, 1), -1), ((3, 17), -1), ((5, 1000), 1), ((2, 3, 7), 2),
+              ((37, 5), -1)]
+
+
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape, dim", ROW_SHAPES, ids=str)
+def test_rows_kernel(shape, dim, dtype, log):
+    x = _x(shape, dtype)
+    assert _plan(x, dim).kind == "rows"
+    _close(_run(x, dim, log=log), _expected(x, dim, log=log))
+
+
+def test_rows_kernel_packs_short_rows_into_one_program():
+    x = _x((37, 5))
+    plan = _plan(x, -1, sm_count=1)
+    assert plan.kind == "rows" and plan.rows > 1 and plan.grid == math.ceil(37 / plan.rows)
+    _close(_run(x, -1, plan=plan), _expected(x, -1))
+
+
+# ============================================================================ strided kernel
+
+STRIDED = [((4, 37, 33), 1), ((17, 3), 0), ((3, 5, 2, 7), 1), ((6, 1, 9), 1), ((2, 3, 4), -2)]
+
+
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape, dim", STRIDED, ids=str)
+def test_strided_kernel(shape, dim, dtype, log):
+    x = _x(shape, dtype, seed=1)
+    plan = _plan(x, dim)
+    assert plan.kind == "strided" and not plan.looped
+    _close(_run(x, dim, log=log), _expected(x, dim, log=log))
+
+
+# ============================================================================ looped kernels
+
+# A register cap of 64 elements sends rows of 1000 to the looped kernels: `sm_count` decides
+# between the persistent one-row-per-program kernel (many rows per SM) and the split one.
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("kind, sms", [("looped", 1), ("split", 1000)])
+def test_long_row_kernels(kind, sms, dtype, log):
+    x = _x((5, 1000), dtype, seed=2)
+    plan = _plan(x, -1, max_reg=64, sm_count=sms)
+    assert plan.kind == kind
+    if kind == "looped":
+        assert plan.grid == 1 and plan.vec == 16 // x.element_size()  # persistent: 5 rows on 1
+        _close(_run(x, -1, log=log, plan=plan), _expected(x, -1, log=log))
+        plan = SoftmaxPlan("looped", 64, 1, 2, vec=plan.vec)         # 5 rows on 2 programs
+    else:
+        assert plan.chunks == math.ceil(1000 / plan.block) and plan.grid == 5 * plan.chunks
+    _close(_run(x, -1, log=log, plan=plan), _expected(x, -1, log=log))
+
+
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_strided_looped_kernel(dtype, log):
+    x = _x((3, 150, 40), dtype, seed=3)
+    plan = _plan(x, 1, max_reg=256, sm_count=2)
+    assert plan.kind == "strided" and plan.looped and plan.block * plan.block_inner <= 256
+    assert plan.block < 150                              # the column takes several chunks
+    _close(_run(x, 1, log=log, plan=plan), _expected(x, 1, log=log))
+
+
+@pytest.mark.parametrize("n", [1, 3, 64, 65, 129])
+def test_looped_kernels_on_chunk_edges(n):
+    x = _x((3, n), seed=n)
+    for plan in (SoftmaxPlan("looped", 64, 1, 2, vec=4),
+                 SoftmaxPlan("split", 16, 1, 3 * math.ceil(n / 16), chunks=math.ceil(n / 16))):
+        _close(_run(x, -1, plan=plan), _expected(x, -1))
+        _close(_run(x, -1, log=True, plan=plan), _expected(x, -1, log=True))
+
+
+# ============================================================================ layouts
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_non_contiguous_views(dtype):
+    base = _x((12, 40), dtype, seed=4)
+    views = {
+        "transposed": (base.t(), -1),                 # the softmax axis has stride 40
+        "column slice": (base[:, 3:30], -1),          # row stride 40, not 27
+        "step slice": (base[::3, ::2], 1),            # strides (120, 2)
+        "transposed dim 0": (base.t(), 0),            # strided kernel with inner stride 40
+    }
+    for name, (v, dim) in views.items():
+        assert not v.is_contiguous(), name
+        _close(_run(v, dim), _expected(v, dim))
+        _close(_run(v, dim, log=True), _expected(v, dim, log=True))
+
+
+def test_a_permuted_input_is_copied_and_the_caller_untouched():
+    x = _x((2, 3, 4, 5), seed=5).permute(2, 0, 3, 1)  # [4, 2, 5, 3]: axes 0..1 cannot merge
+    before = x.clone()
+    _close(_run(x, 2), _expected(x, 2))
+    assert torch.equal(x, before)
+
+
+def test_looped_kernels_read_strided_rows():
+    base = _x((4, 300), seed=6)
+    v = base[:, ::2]                                  # [4, 150], column stride 2
+    for sms in (1, 1000):
+        plan = softmax_plan(4, 150, 1, 4, max_reg=64, sm_count=sms)
+        _close(_run(v, -1, plan=plan), _expected(v, -1))
+
+
+# ============================================================================ dtypes and values
+
+@pytest.mark.parametrize("src, dst", [(torch.bfloat16, torch.float32), (torch.float16, torch.float32),
+                                      (torch.float32, torch.bfloat16), (torch.float32, torch.float16),
+                                      (torch.bfloat16, torch.float16)], ids=str)
+def test_output_dtype_casts_the_input_first(src, dst):
+    x = _x((3, 50), src, seed=7)
+    for log in (False, True):
+        got = _run(x, -1, dst, log=log)
+        assert got.dtype == dst
+        _close(got, _expected(x, -1, dst, log=log))
+        torch.testing.assert_close(got.cpu(), softmax_reference(x, -1, dst, log).cpu(),
+                                   **TOL[dst])
+
+
+def test_fp32_to_fp16_overflow_behaves_as_torch():
+    # 1e5 is inf in fp16: torch casts first, so the row becomes NaN.
+    x = torch.tensor([[1e5, 0.0, 1.0], [1.0, 2.0, 3.0]], device=DEV)
+    got = _run(x, -1, torch.float16)
+    want = torch.softmax(x.half().float(), -1).half()
+    torch.testing.assert_close(got.cpu(), want.cpu(), equal_nan=True)
+    assert torch.isnan(got[0]).all()
+
+
+def _special_rows(n):
+    x = _x((4, n), seed=8)
+    x[0, : n // 2] = -math.inf        # masked logits: half the row is -inf
+    x[1, :] = -math.inf               # a fully masked row: NaN, as torch
+    x[2, 5] = math.nan                # NaN poisons its row
+    return x
+
+
+@pytest.mark.parametrize("kind", ["rows", "looped", "split"])
+def test_masked_and_special_values(kind):
+    n = 200
+    x = _special_rows(n)
+    plan = None if kind == "rows" else _plan(x, -1, max_reg=64, sm_count=1 if kind == "looped" else 1000)
+    for log in (False, True):
+        got = _run(x, -1, log=log, plan=plan)
+        want = torch.log_softmax(x.double(), -1) if log else torch.softmax(x.double(), -1)
+        torch.testing.assert_close(got.double().cpu(), want.cpu(), equal_nan=True,
+                                   rtol=2e-5, atol=2e-6)
+        assert torch.isnan(got[1]).all() and torch.isnan(got[2]).all()
+        assert torch.isfinite(got[3]).all()
+        # the -inf half of row 0 spans whole chunks of the looped kernels: no NaN there
+        assert not torch.isnan(got[0]).any()
+
+
+def test_extreme_but_finite_values():
+    x = torch.tensor([[-1e30, 1e30, 0.0], [88.0, 89.0, -200.0], [3e38, -3e38, 0.0]], device=DEV)
+    for plan in (None, SoftmaxPlan("looped", 4, 1, 1, vec=4), SoftmaxPlan("split", 2, 1, 6, chunks=2)):
+        got = _run(x, -1, plan=plan)
+        torch.testing.assert_close(got.cpu(), torch.softmax(x, -1).cpu(), equal_nan=True)
+
+
+def test_int64_offsets(monkeypatch):
+    # Lower the int32 limit so that every kernel takes its int64 path on small tensors.
+    monkeypatch.setattr(K, "_INT32_LIMIT", 10)
+    x = _x((5, 300), seed=9)
+    for plan in (None, _plan(x, -1, max_reg=64, sm_count=1), _plan(x, -1, max_reg=64, sm_count=1000)):
+        _close(_run(x, -1, plan=plan), _expected(x, -1))
+    y = _x((3, 40, 9), seed=10)
+    for plan in (None, _plan(y, 1, max_reg=64, sm_count=1)):
+        _close(_run(y, 1, log=True, plan=plan), _expected(y, 1, log=True))
+
+
+# ============================================================================ empty and errors
+
+@pytest.mark.parametrize("shape, dim", [((0, 5), -1), ((3, 0), -1), ((2, 0, 4), 0), ((0,), 0)],
+                         ids=str)
+def test_empty_tensors_launch_nothing(shape, dim):
+    x = torch.empty(shape, dtype=H, device=DEV)
+    out = torch.empty(shape, dtype=H, device=DEV)
+    assert softmax_triton(x, dim, out) is out
+
+
+def test_launcher_rejects_bad_arguments():
+    x = _x((2, 8))
+    with pytest.raises(ValueError, match="shape"):
+        softmax_triton(x, -1, torch.empty(2, 7, device=DEV))
+    with pytest.raises(ValueError, match="contiguous"):
+        softmax_triton(x, -1, torch.empty(8, 2, device=DEV).t())
+    with pytest.raises(TypeError, match="float16, bfloat16 or float32"):
+        softmax_triton(x.double(), -1, torch.empty(2, 8, device=DEV))
+    with pytest.raises(IndexError, match=r"\[-2, 2\)"):
+        softmax_triton(x, 2, torch.empty(2, 8, device=DEV))
+
+
+# ============================================================================ plans
+
+def test_plans_of_the_workload_shapes():
+    # Attention rows stay in registers: 8 elements per thread, one 16-byte vector in bf16.
+    p = softmax_plan(32 * 1024, 1024, 1, 2)
+    assert (p.kind, p.block, p.rows, p.num_warps) == ("rows", 1024, 1, 4)
+    p = softmax_plan(4 * 8192, 8192, 1, 2)
+    assert (p.kind, p.block, p.num_warps) == ("rows", 8192, 16)
+    # Prefill vocabulary rows: the persistent looped kernel, one program per SM.
+    p = softmax_plan(4096, 128256, 1, 2)
+    assert (p.kind, p.grid, p.vec, p.block, p.num_warps) == ("looped", 132, 8, 8192, 16)
+    assert softmax_plan(1024, 151936, 1, 4).vec == 4
+    # Decode vocabulary rows: split so the grid covers the SMs (2 programs each or more).
+    p = softmax_plan(32, 128256, 1, 2)
+    assert p.kind == "split" and p.grid >= 2 * 132 and p.chunks * p.block >= 128256
+    p = softmax_plan(1, 128256, 1, 2)
+    assert p.kind == "split" and p.block == 2048
+    # A non-last axis: the strided kernel, in registers for 150 classes.
+    p = softmax_plan(16, 150, 128 * 128, 4)
+    assert (p.kind, p.looped, p.block, p.block_inner) == ("strided", False, 256, 64)
+    p = softmax_plan(1, 4800, 4800, 4)
+    assert p.kind == "strided" and p.looped and p.block_inner == 16 and p.grid == 2 * 132
+
+
+# ============================================================================ the ops
+
+@pytest.mark.parametrize("cls, log", [(SoftmaxFwdOp, False), (LogSoftmaxFwdOp, True)],
+                         ids=["softmax", "log_softmax"])
+def test_ops_compute_torch_softmax(cls, log):
+    fn = torch.log_softmax if log else torch.softmax
+    x = _x((3, 5, 7), torch.bfloat16, seed=11)
+    for dim in (-1, 0, 1, -3):
+        y = cls(dim)(x)
+        assert y.dtype == torch.bfloat16 and y.shape == x.shape
+        _close(y, fn(x.double(), dim))
+    for dt in (torch.float32, "float32"):
+        op = cls(1, dtype=dt)
+        y = op(x)
+        assert y.dtype == torch.float32
+        _close(y, fn(x.double(), 1))
+    # fp32 in, bf16 out: the input is rounded to bf16 first
+    xf = _x((4, 33), seed=12)
+    _close(cls(-1, dtype=torch.bfloat16)(xf), fn(xf.bfloat16().double(), -1))
+
+
+def test_op_record_and_roofline():
+    x = _x((6, 10, 4), H)
+    op = LogSoftmaxFwdOp(-2, dtype=torch.float32)
+    op(x)
+    rec = op.last_call
+    assert rec.indices["axis"] == 1 and rec.indices["rows"] == 24 and rec.indices["S"] == (6, 10, 4)
+    assert rec.indices["dtype"] == "float32" and rec.indices["T"] == "float16"
+    assert rec.tensors["output"].dtype == "float32"
+    assert op.eval_roofline() == (5 * 240 + 24, 240 * 2 + 240 * 4)
+    sm = SoftmaxFwdOp(0)
+    sm(x)
+    assert sm.last_call.indices["axis"] == 0 and sm.eval_roofline() == (5 * 240, 240 * 4)
+
+
+def test_op_picks_the_triton_kernel():
+    op = SoftmaxFwdOp(-1)
+    for dev in ("cuda", DEV):
+        call = SoftmaxCall("bfloat16", "float32", False, device=torch.device(dev))
+        assert op.key_for("softmax", call) == "softmax_triton"
+    call = SoftmaxCall("float16", "float16", True, device=torch.device("mps"))
+    assert op.key_for("softmax", call) == "softmax_reference"
+
+
+def test_op_rejects_calls_the_spec_refuses():
+    op = SoftmaxFwdOp(2)
+    with pytest.raises(SignatureError) as ei:
+        op(_x((3, 4)))
+    expect_error(ei, SignatureError, "SoftmaxFwdOp", "signature.shape_rules.1",
+                 "refinement `-len(S) <= dim < len(S)`", "got False", "S=(3, 4)", "axis=2")
+    with pytest.raises(SignatureError) as ei:
+        LogSoftmaxFwdOp(-3)(_x((3, 4)))
+    expect_error(ei, SignatureError, "LogSoftmaxFwdOp", "signature.shape_rules.1",
+                 "refinement `-len(S) <= dim < len(S)`", "S=(3, 4)", "axis=-1")
+    with pytest.raises(SignatureError) as ei:
+        SoftmaxFwdOp(0)(torch.tensor(1.0, device=DEV))
+    expect_error(ei, SignatureError, "SoftmaxFwdOp", "signature.shape_rules.0",
+                 "refinement `len(S) >= 1`", "S=()")
+    for bad in (torch.float64, torch.int32):
+        with pytest.raises(SignatureError) as ei:
+            SoftmaxFwdOp(-1)(torch.ones(2, 3, dtype=bad, device=DEV))
+        expect_error(ei, SignatureError, "SoftmaxFwdOp", "signature.inputs.input.dtype",
+                     "input input, dtype T", "expected bfloat16 | float16 | float32",
+                     f"got {str(bad).removeprefix('torch.')}")
+    with pytest.raises(SignatureTypeError) as ei:
+        SoftmaxFwdOp(-1)([1.0, 2.0])
+    expect_error(ei, SignatureTypeError, "SoftmaxFwdOp", "signature.inputs.input",
+                 "expected a torch.Tensor, got list")
+
+
+def test_op_rejects_bad_parameters_at_construction():
+    for bad in (torch.float64, "int8"):
+        with pytest.raises(SignatureError) as ei:
+            SoftmaxFwdOp(1, dtype=bad)
+        expect_error(ei, SignatureError, "SoftmaxFwdOp", "signature.params.dtype",
+                     "parameter `dtype` has type `float16 | bfloat16 | float32 | None`")
+    for bad in (1.5, True, None):
+        with pytest.raises(SignatureTypeError) as ei:
+            LogSoftmaxFwdOp(bad)
+        expect_error(ei, SignatureTypeError, "LogSoftmaxFwdOp", "signature.params.dim",
+                     "parameter `dim` has type `int`", f"got {bad!r}")
+    with pytest.raises(TypeError):
+        SoftmaxFwdOp(1, torch.float32)  # dtype is keyword-only, as in torch.softmax
+
+
+def test_op_empty_input_runs_no_kernel(monkeypatch):
+    op = LogSoftmaxFwdOp(-1, dtype=torch.float32)
+
+    def fail(*args, **kwargs):
+        raise AssertionError("a kernel ran on an empty call")
+
+    monkeypatch.setattr(op, "forward", fail)
+    y = op(torch.empty(0, 5, dtype=torch.bfloat16, device=DEV))
+    assert y.shape == (0, 5) and y.dtype == torch.float32
+    assert op.last_call.tensors["output"].dtype == "float32"
+
+
+def test_op_output_shares_no_storage_and_leaves_the_input():
+    x = _x((4, 9), seed=13)
+    before = x.clone()
+    y = SoftmaxFwdOp(-1)(x)
+    assert y.data_ptr() != x.data_ptr() and torch.equal(x, before) and y.is_contiguous()
+
+
+# ============================================================================ compile boundary
+
+def test_operator_names_and_opcheck():
+    assert SoftmaxFwdOp.compile_op_names == ("opspec::softmax_fwd_op",)
+    assert LogSoftmaxFwdOp.compile_op_names == ("opspec::softmax_log_softmax_fwd_op",)
+    assert str(torch.ops.opspec.softmax_fwd_op.default._schema) == \
+        "opspec::softmax_fwd_op(Tensor input, str key) -> Tensor"
+    cases_ = [(SoftmaxFwdOp(-1), torch.ops.opspec.softmax_fwd_op.default, _x((3, 8))),
+              (SoftmaxFwdOp(0, dtype=torch.float32), torch.ops.opspec.softmax_fwd_op.default,
+               _x((5, 2), H)),
+              (LogSoftmaxFwdOp(1), torch.ops.opspec.softmax_log_softmax_fwd_op.default,
+               _x((2, 6, 3), torch.bfloat16))]
+    for op, operator, x in cases_:
+        torch.library.opcheck(operator, (x, op._opspec_key))
+        torch.testing.assert_close(operator(x, op._opspec_key), op(x))
+
+
+def test_cold_compile_fullgraph():
+    torch._dynamo.reset()
+    sm, lsm = SoftmaxFwdOp(-1), LogSoftmaxFwdOp(0, dtype=torch.float32)
+    graphs = []
+
+    def backend(gm, example_inputs):  # inductor, keeping Dynamo's graph; no FX graph cache
+        from torch._inductor import config
+        from torch._inductor.compile_fx import compile_fx
+
+        graphs.append(gm)
+        with config.patch(fx_graph_cache=False):
+            return compile_fx(gm, example_inputs)
+
+    fn = torch.compile(lambda x: sm(x) * 2 + lsm(x), backend=backend, fullgraph=True)
+    x = _x((4, 16), H)
+    y = fn(x)
+    targets = [str(n.target).removesuffix(".default") for g in graphs for n in g.graph.nodes
+               if n.op == "call_function"]
+    assert targets.count("opspec.softmax_fwd_op") == 1
+    assert targets.count("opspec.softmax_log_softmax_fwd_op") == 1
+    torch.testing.assert_close(y, sm(x) * 2 + lsm(x))
+    assert y.dtype == torch.float32
+    with pytest.raises(Exception) as ei:  # the generated checks run while tracing
+        fn(torch.tensor(1.0, dtype=H, device=DEV))
+    assert "signature.shape_rules.0" in str(ei.value)
+
+
+# ============================================================================ workloads
+
+def _all_cases():
+    return [pytest.param(cls, c, id=f"{cls.__name__}-{c.id}")
+            for cls in (SoftmaxFwdOp, LogSoftmaxFwdOp) for c in cases(cls)]
+
+
+@pytest.mark.parametrize("cls, case", _all_cases())
+def test_workload_cases_instantiate_on_meta(cls, case):
+    op = case.construct(cls)
+    (x,) = case.inputs("meta")
+    assert x.device.type == "meta" and x.is_contiguous() and x.dim() >= 1
+    ind = op.check_call(x)
+    assert ind["S"] == case.values["S"] and ind["T"] == case.dtypes["T"]
+    assert op.dim == case.params["dim"]
+
+
+def test_workloads_cover_large_rows_and_a_non_last_axis():
+    for cls in (SoftmaxFwdOp, LogSoftmaxFwdOp):
+        traffic, non_last = [], []
+        for c in cases(cls):
+            (x,) = c.inputs("meta")
+            out_dt = c.params.get("dtype") or x.dtype
+            traffic.append(x.numel() * (x.element_size() + torch.empty(0, dtype=out_dt).element_size()))
+            if c.params["dim"] % x.dim() != x.dim() - 1:
+                non_last.append(c.id)
+        assert max(traffic) >= 256 * 2**20 and sum(t >= 256 * 2**20 for t in traffic) >= 3
+        assert non_last, cls
+    ids = [c.id for c in cases(SoftmaxFwdOp)]
+    assert "llama3-vocab-decode-bfloat16-float32" in ids and len(ids) == len(set(ids))
