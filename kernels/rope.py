@@ -31,6 +31,8 @@ hold fewer than ``4 * 132`` programs (decode), 8 elements per thread and operand
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -48,6 +50,16 @@ _MAX_TILE = 4096
 _INT32_LIMIT = 2**31 - 1
 
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _pow2(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1); plain Python, as `triton.cdiv` and
+    `triton.next_power_of_2` cost microseconds per host call."""
+    return 1 << max(n - 1, 0).bit_length()
 
 
 def _heads_view(x: torch.Tensor, head_size: int) -> torch.Tensor:
@@ -157,6 +169,7 @@ def _rope_kernel(
                       stride_kh, stride_kd, cos, sin, half, BLOCK_HK, HALF, IS_NEOX, USE_INT64)
 
 
+@functools.lru_cache(maxsize=4096)
 def rope_blocks(T: int, H: int, H_kv: int, rotary_dim: int) -> tuple[int, int, int]:
     """The ``(BLOCK_HQ, BLOCK_HK, num_warps)`` the launcher uses.
 
@@ -166,22 +179,33 @@ def rope_blocks(T: int, H: int, H_kv: int, rotary_dim: int) -> tuple[int, int, i
     key block is the query block capped by the key heads. ``num_warps`` gives each thread
     about 16 elements of the query tile (one 16-byte vector per half in fp16/bf16).
     """
-    width = 2 * triton.next_power_of_2(max(rotary_dim // 2, 1))
-    bq = min(triton.next_power_of_2(max(H, 1)), max(1, _MAX_TILE // width))
+    width = 2 * _pow2(rotary_dim // 2)
+    bq = min(_pow2(H), max(1, _MAX_TILE // width))
 
     def programs(b: int) -> int:
-        bk = min(b, triton.next_power_of_2(max(H_kv, 1)))
-        return T * (triton.cdiv(H, b) + triton.cdiv(H_kv, bk))
+        return T * (_cdiv(H, b) + _cdiv(H_kv, min(b, _pow2(H_kv))))
 
     while bq > 1 and programs(bq) < _TARGET_PROGRAMS:
         bq //= 2
-    bk = min(bq, triton.next_power_of_2(max(H_kv, 1)))
+    bk = min(bq, _pow2(H_kv))
     num_warps = max(1, min(8, bq * width // 512))
     return bq, bk, num_warps
 
 
-def _max_offset(x: torch.Tensor) -> int:
-    return sum((n - 1) * abs(s) for n, s in zip(x.shape, x.stride()) if n > 0)
+def _heads_layout(x: torch.Tensor, head_size: int) -> tuple[int, int, tuple[int, int, int]]:
+    """``(T, heads, (token, head, feature) strides)`` of ``[T, heads * head_size]`` or
+    ``[T, heads, head_size]``, without building a view (the launch stays cheap on the host)."""
+    shape, strides = x.shape, x.stride()
+    if len(shape) == 2 and shape[1] % head_size == 0:
+        return shape[0], shape[1] // head_size, (strides[0], head_size * strides[1], strides[1])
+    if len(shape) == 3 and shape[2] == head_size:
+        return shape[0], shape[1], strides
+    raise ValueError(
+        f"expected [T, heads * {head_size}] or [T, heads, {head_size}], got {list(shape)}")
+
+
+def _max_offset(shape, strides) -> int:
+    return sum((n - 1) * abs(s) for n, s in zip(shape, strides) if n > 0)
 
 
 def rotary_embedding_triton(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
@@ -189,8 +213,8 @@ def rotary_embedding_triton(positions: torch.Tensor, query: torch.Tensor, key: t
     """Rotate ``query`` and ``key`` in place; returns nothing.
 
     ``positions``: ``[T]`` integers in ``[0, max_position)`` (any stride; a position out of
-    range turns its token by angle 0 and reads nothing outside the cache). ``query``: ``[T, H * head_size]`` or
-    ``[T, H, head_size]``, ``key`` the same form with ``H_kv`` heads, both fp16, bf16 or fp32
+    range turns its token by angle 0 and reads nothing outside the cache). ``query``:
+    ``[T, H * head_size]`` or ``[T, H, head_size]``, ``key`` the same form with ``H_kv`` heads, both fp16, bf16 or fp32
     of one dtype, any strides (views of a fused qkv tensor are the usual case; the fast case
     has a unit feature stride). ``cos_sin_cache``: ``[max_position, rotary_dim]``, fp32 or the
     activations' dtype, ``rotary_dim`` even and at most ``head_size``. fp32 math. Nothing is
@@ -206,31 +230,26 @@ def rotary_embedding_triton(positions: torch.Tensor, query: torch.Tensor, key: t
     max_position, rotary_dim = cos_sin_cache.shape
     if rotary_dim % 2 or rotary_dim > head_size:
         raise ValueError(f"rotary_dim must be even and at most head_size {head_size}, got {rotary_dim}")
-    q, k = _heads_view(query, head_size), _heads_view(key, head_size)
-    T, H = q.shape[0], q.shape[1]
-    H_kv = k.shape[1]
-    if positions.dim() != 1 or positions.shape[0] != T or k.shape[0] != T:
+    T, H, sq = _heads_layout(query, head_size)
+    T_k, H_kv, sk = _heads_layout(key, head_size)
+    if positions.dim() != 1 or positions.shape[0] != T or T_k != T:
         raise ValueError(f"positions, query and key must have T = {T} tokens, got "
                          f"{list(positions.shape)}, {list(query.shape)}, {list(key.shape)}")
-    if q.shape[2] != head_size or k.shape[2] != head_size:
-        raise ValueError(f"heads of query and key must have {head_size} features")
     half = rotary_dim // 2
     if T == 0 or half == 0 or H + H_kv == 0:
         return
 
     bq, bk, num_warps = rope_blocks(T, H, H_kv, rotary_dim)
-    n_q_blocks = triton.cdiv(H, bq)
-    n_k_blocks = triton.cdiv(H_kv, bk)
-    use_int64 = max(_max_offset(q), _max_offset(k), (T - 1) * abs(positions.stride(0))) \
-        + _MAX_TILE > _INT32_LIMIT
+    n_q_blocks = _cdiv(H, bq)
+    n_k_blocks = _cdiv(H_kv, bk)
+    (sp,), sc = positions.stride(), cos_sin_cache.stride()
+    use_int64 = max(_max_offset((T, H, rotary_dim), sq), _max_offset((T, H_kv, rotary_dim), sk),
+                    (T - 1) * abs(sp)) + _MAX_TILE > _INT32_LIMIT
     _rope_kernel[(T, n_q_blocks + n_k_blocks)](
-        positions, q, k, cos_sin_cache,
+        positions, query, key, cos_sin_cache,
         H, H_kv, n_q_blocks, half, max_position,
-        positions.stride(0),
-        q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2),
-        cos_sin_cache.stride(0), cos_sin_cache.stride(1),
-        BLOCK_HQ=bq, BLOCK_HK=bk, HALF=triton.next_power_of_2(half),
+        sp, sq[0], sq[1], sq[2], sk[0], sk[1], sk[2], sc[0], sc[1],
+        BLOCK_HQ=bq, BLOCK_HK=bk, HALF=_pow2(half),
         IS_NEOX=bool(is_neox), USE_INT64=use_int64,
         num_warps=num_warps,
     )
