@@ -11,16 +11,16 @@ Plain functions; the dispatch classes are built in :mod:`opspec.kernels.norm_imp
 Every op here views its input as ``[R, N]``: ``R`` rows of ``N`` elements, each row
 normalised on its own. The work is bound by HBM bandwidth (``R * N`` elements read and
 written once, the weight and bias once per program), so the launcher picks the layout in
-plain Python from ``N``, ``R`` and the element size, with no autotuning at call time:
+plain Python from ``N`` and ``R``, with no autotuning at call time:
 
-* **a row in registers** (``next_power_of_2(N) <= 16384``): one program normalises
-  ``ROWS`` whole rows (``ROWS > 1`` only for short rows, so that a program still moves a
-  few thousand elements), reading each element once and writing it once; the statistics
-  are summed in float32 across the program's warps. The weight and bias are loaded once
-  per program, before the rows, so their latency overlaps the row loads.
-  ``num_warps`` gives each thread about 16 elements of a tile, two 16-byte vectors in
-  float16/bfloat16; Triton specialises a unit column stride, so contiguous rows load as
-  128-bit vectors.
+* **a row in registers** (``next_power_of_2(N) <= 16384``): a tile of ``ROWS`` whole rows
+  (``ROWS > 1`` only for short rows, so that a tile still moves a few thousand elements)
+  is read once and written once; the statistics are summed in float32 across the
+  program's warps. A program takes ``TILES`` tiles in turn (``TILES > 1`` only for large
+  grids) and loads the weight and bias once, before its first tile, so that they are read
+  from L2 once per program, not once per row. ``num_warps`` gives each thread about 16
+  elements of a tile, two 16-byte vectors in float16/bfloat16; Triton specialises a unit
+  column stride, so contiguous rows load as 128-bit vectors.
 * **a looped row** (longer rows): one program per row walks it in 4096-element chunks,
   once for the sum of squares (and, for LayerNorm, once more for the centred variance,
   which keeps its accuracy when the mean is large) and once to write the result; the later
@@ -31,6 +31,7 @@ Offsets are computed in int64 when any of them could pass ``2**31 - 1``.
 
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import torch
@@ -65,6 +66,9 @@ _MIN_TILE = 4096
 _ELEMS_PER_THREAD = 16
 #: Enough programs to keep every SM of an H200 (132) busy with a few each.
 _TARGET_PROGRAMS = 4 * 132
+#: A grid this large can give each program several tiles and still balance the SMs.
+_MANY_PROGRAMS = 16 * 132
+_MAX_TILES = 4
 _INT32_LIMIT = 2**31 - 1
 
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
@@ -141,19 +145,17 @@ def _norm_fwd_rows_kernel(
     x_ptr, r_ptr, w_ptr, b_ptr, y_ptr,
     M, N, eps,
     stride_xm, stride_xn, stride_rm, stride_rn, stride_ym, stride_yn, stride_w, stride_b,
-    ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+    ROWS: tl.constexpr, TILES: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
     HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, USE_INT64: tl.constexpr,
 ):
-    """``ROWS`` whole rows per program, each held in registers (``BLOCK_N >= N``)."""
+    """``TILES`` tiles of ``ROWS`` whole rows per program, one after the other, each row held
+    in registers (``BLOCK_N >= N``)."""
     pid = tl.program_id(0)
-    rows = pid * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
     if USE_INT64:
-        rows = rows.to(tl.int64)
         cols = cols.to(tl.int64)
     col_mask = cols < N
-    mask = (rows < M)[:, None] & col_mask[None, :]
 
     # The weight and bias first: loaded once for all the program's rows.
     if HAS_WEIGHT:
@@ -163,31 +165,37 @@ def _norm_fwd_rows_kernel(
         b = tl.load(b_ptr + cols * stride_b, mask=col_mask, other=0.0,
                     eviction_policy="evict_last").to(tl.float32)
 
-    x_offs = rows[:, None] * stride_xm + cols[None, :] * stride_xn
-    x = tl.load(x_ptr + x_offs, mask=mask, other=0.0, eviction_policy="evict_first")
-    x = x.to(tl.float32)
-    if HAS_RESIDUAL:
-        # residual += input, rounded to the stored dtype; the norm is of the stored value.
-        r_offs = rows[:, None] * stride_rm + cols[None, :] * stride_rn
-        r = tl.load(r_ptr + r_offs, mask=mask, other=0.0, eviction_policy="evict_first")
-        s = (x + r.to(tl.float32)).to(r_ptr.dtype.element_ty)
-        tl.store(r_ptr + r_offs, s, mask=mask)
-        x = s.to(tl.float32)
+    for t in tl.static_range(TILES):
+        rows = (pid * TILES + t) * ROWS + tl.arange(0, ROWS)
+        if USE_INT64:
+            rows = rows.to(tl.int64)
+        mask = (rows < M)[:, None] & col_mask[None, :]
 
-    if IS_RMS:
-        rstd = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps)
-        y = x * rstd[:, None]
-    else:
-        mean = tl.sum(x, axis=1) / N
-        xc = tl.where(mask, x - mean[:, None], 0.0)
-        rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / N + eps)
-        y = xc * rstd[:, None]
-    if HAS_WEIGHT:
-        y = y * w[None, :]
-    if HAS_BIAS:
-        y = y + b[None, :]
-    y_offs = rows[:, None] * stride_ym + cols[None, :] * stride_yn
-    tl.store(y_ptr + y_offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+        x_offs = rows[:, None] * stride_xm + cols[None, :] * stride_xn
+        x = tl.load(x_ptr + x_offs, mask=mask, other=0.0, eviction_policy="evict_first")
+        x = x.to(tl.float32)
+        if HAS_RESIDUAL:
+            # residual += input, rounded to the stored dtype; the norm is of the stored value.
+            r_offs = rows[:, None] * stride_rm + cols[None, :] * stride_rn
+            r = tl.load(r_ptr + r_offs, mask=mask, other=0.0, eviction_policy="evict_first")
+            s = (x + r.to(tl.float32)).to(r_ptr.dtype.element_ty)
+            tl.store(r_ptr + r_offs, s, mask=mask)
+            x = s.to(tl.float32)
+
+        if IS_RMS:
+            rstd = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps)
+            y = x * rstd[:, None]
+        else:
+            mean = tl.sum(x, axis=1) / N
+            xc = tl.where(mask, x - mean[:, None], 0.0)
+            rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / N + eps)
+            y = xc * rstd[:, None]
+        if HAS_WEIGHT:
+            y = y * w[None, :]
+        if HAS_BIAS:
+            y = y + b[None, :]
+        y_offs = rows[:, None] * stride_ym + cols[None, :] * stride_yn
+        tl.store(y_ptr + y_offs, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -265,40 +273,58 @@ def _norm_fwd_looped_kernel(
 # -- launch configuration ---------------------------------------------------------------------
 
 class NormConfig(tuple):
-    """``(looped, rows, block, num_warps)``: the launch the launcher makes for ``[M, N]``."""
+    """``(looped, rows, tiles, block, num_warps)``: the launch for ``[M, N]``. The register
+    kernel runs ``cdiv(M, rows * tiles)`` programs, each taking ``tiles`` tiles of ``rows``
+    rows in turn; the looped kernel one program per row (``rows == tiles == 1``) walking it
+    in ``block``-element chunks."""
 
     __slots__ = ()
 
-    def __new__(cls, looped: bool, rows: int, block: int, num_warps: int):
-        return super().__new__(cls, (looped, rows, block, num_warps))
+    def __new__(cls, looped: bool, rows: int, tiles: int, block: int, num_warps: int):
+        return super().__new__(cls, (looped, rows, tiles, block, num_warps))
 
     looped = property(lambda self: self[0])
     rows = property(lambda self: self[1])
-    block = property(lambda self: self[2])
-    num_warps = property(lambda self: self[3])
+    tiles = property(lambda self: self[2])
+    block = property(lambda self: self[3])
+    num_warps = property(lambda self: self[4])
 
 
+def _next_pow2(n: int) -> int:
+    return 1 << (n - 1).bit_length() if n > 1 else 1
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@functools.lru_cache(maxsize=4096)
 def norm_config(M: int, N: int, *, max_register_block: int = MAX_REGISTER_BLOCK,
                 loop_block: int = _LOOP_BLOCK) -> NormConfig:
     """The launch for ``M`` rows of ``N`` elements (the element size does not change it: the
     math is float32 whatever the input dtype, so registers per element are the same).
 
     A row fits in registers when ``next_power_of_2(N) <= max_register_block``. Short rows
-    are packed ``rows`` to a program up to a tile of 4096 elements, fewer while the grid
-    would hold under ``4 * 132`` programs. ``num_warps`` gives each thread about 16
-    elements of the tile (between 1 and 16 warps). Longer rows take the looped kernel with
-    ``loop_block``-element chunks and 8 warps.
+    are packed ``rows`` to a tile up to 4096 elements, fewer while the grid would hold under
+    ``4 * 132`` programs. ``num_warps`` gives each thread about 16 elements of a tile
+    (between 1 and 16 warps). When the grid is large, each program takes up to 4 tiles in
+    turn (while at least ``16 * 132`` programs remain), so the weight and bias are read
+    from L2 once per program rather than once per row. Longer rows take the looped kernel
+    with ``loop_block``-element chunks and 8 warps. Memoised: a call costs a dict lookup.
     """
-    block_n = triton.next_power_of_2(max(N, 1))
+    block_n = _next_pow2(max(N, 1))
     if block_n > max_register_block:
         block = min(loop_block, block_n)
-        return NormConfig(True, 1, block, max(1, min(8, block // (32 * 8))))
+        return NormConfig(True, 1, 1, block, max(1, min(8, block // (32 * 8))))
     rows = max(1, _MIN_TILE // block_n)
-    rows = min(rows, triton.next_power_of_2(max(M, 1)))
-    while rows > 1 and triton.cdiv(M, rows) < _TARGET_PROGRAMS:
+    rows = min(rows, _next_pow2(max(M, 1)))
+    while rows > 1 and _cdiv(M, rows) < _TARGET_PROGRAMS:
         rows //= 2
+    tiles = 1
+    while tiles < _MAX_TILES and _cdiv(M, rows * tiles * 2) >= _MANY_PROGRAMS:
+        tiles *= 2
     num_warps = max(1, min(16, rows * block_n // (32 * _ELEMS_PER_THREAD)))
-    return NormConfig(False, rows, block_n, num_warps)
+    return NormConfig(False, rows, tiles, block_n, num_warps)
 
 
 # -- launchers --------------------------------------------------------------------------------
@@ -312,29 +338,8 @@ def _as_rows(t: torch.Tensor, R: int, N: int) -> tuple[torch.Tensor, bool]:
         return t.reshape(R, N).contiguous(), True
 
 
-def _as_vector(t: torch.Tensor | None, N: int) -> torch.Tensor | None:
-    if t is None:
-        return None
-    if t.dim() == 1:
-        return t
-    return t.reshape(N)
-
-
-def _extent(t: torch.Tensor) -> int:
-    """The largest element offset a kernel forms from ``t``'s strides."""
-    return sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()))
-
-
-def _check_operands(x: torch.Tensor, others: dict[str, torch.Tensor | None], N: int) -> None:
-    if x.dtype not in _SUPPORTED:
-        raise TypeError(f"input must be float16, bfloat16 or float32, got {x.dtype}")
-    for name, t in others.items():
-        if t is None:
-            continue
-        if t.dtype != x.dtype:
-            raise TypeError(f"{name} must have the input's dtype {x.dtype}, got {t.dtype}")
-        if t.device != x.device:
-            raise ValueError(f"{name} is on {t.device}, the input on {x.device}")
+def _as_vector(t: torch.Tensor, N: int) -> torch.Tensor:
+    return t if t.dim() == 1 else t.reshape(N)
 
 
 def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
@@ -352,16 +357,26 @@ def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
     With ``residual`` (same shape as ``x``), ``residual += x`` is stored first and the
     norm is of the new residual. ``config`` overrides :func:`norm_config` (tests). Nothing
     is launched when there is nothing to write. No host sync.
+
+    The host work is kept small (decode calls are bound by it): the launch is memoised by
+    ``(R, N)`` and every check reads only shapes, strides, dtypes and devices.
     """
     numel = x.numel()
-    if out.numel() != numel or (residual is not None and residual.numel() != numel):
-        raise ValueError(f"out (and residual) must have the input's {numel} elements")
+    dtype, device = x.dtype, x.device
+    if dtype not in _SUPPORTED:
+        raise TypeError(f"input must be float16, bfloat16 or float32, got {dtype}")
     if N < 0 or (N == 0 and numel != 0) or (N and numel % N):
         raise ValueError(f"the input's {numel} elements are not rows of N = {N}")
-    _check_operands(x, {"out": out, "weight": weight, "bias": bias, "residual": residual}, N)
-    for name, t in (("weight", weight), ("bias", bias)):
-        if t is not None and t.numel() != N:
-            raise ValueError(f"{name} must hold N = {N} elements, got {t.numel()}")
+    for name, t, n in (("out", out, numel), ("residual", residual, numel),
+                       ("weight", weight, N), ("bias", bias, N)):
+        if t is None:
+            continue
+        if t.dtype != dtype:
+            raise TypeError(f"{name} must have the input's dtype {dtype}, got {t.dtype}")
+        if t.device != device:
+            raise ValueError(f"{name} is on {t.device}, the input on {device}")
+        if t.numel() != n:
+            raise ValueError(f"{name} must hold {n} elements (N = {N}), got {t.numel()}")
     if numel == 0:
         return out
     R = numel // N
@@ -371,33 +386,46 @@ def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
         ov, out_copied = xv, x_copied
     else:
         ov, out_copied = _as_rows(out, R, N)
-    rv, res_copied = _as_rows(residual, R, N) if residual is not None else (None, False)
-    w = _as_vector(weight, N)
-    b = _as_vector(bias, N)
+    sxm, sxn = xv.stride()
+    som, son = ov.stride()
+    srm = srn = sw = sb = 0
+    rv, res_copied = None, False
+    if residual is not None:
+        rv, res_copied = _as_rows(residual, R, N)
+        srm, srn = rv.stride()
+    w = b = None
+    if weight is not None:
+        w = _as_vector(weight, N)
+        sw = w.stride(0)
+    if bias is not None:
+        b = _as_vector(bias, N)
+        sb = b.stride(0)
 
     cfg = config if config is not None else norm_config(R, N)
-    dummy = xv  # an unused pointer argument (its flag is off)
-    use_int64 = any(_extent(t) + cfg.block * cfg.rows > _INT32_LIMIT
-                    for t in (xv, ov, rv, w, b) if t is not None)
-    args = (
-        xv, rv if rv is not None else dummy, w if w is not None else dummy,
-        b if b is not None else dummy, ov,
-    )
-    strides = (
-        xv.stride(0), xv.stride(1),
-        rv.stride(0) if rv is not None else 0, rv.stride(1) if rv is not None else 0,
-        ov.stride(0), ov.stride(1),
-        w.stride(0) if w is not None else 0, b.stride(0) if b is not None else 0,
-    )
-    flags = dict(IS_RMS=rms, HAS_RESIDUAL=rv is not None, HAS_WEIGHT=w is not None,
-                 HAS_BIAS=b is not None, USE_INT64=use_int64)
-    if cfg.looped:
-        _norm_fwd_looped_kernel[(R,)](
-            *args, N, float(eps), *strides, BLOCK=cfg.block, num_warps=cfg.num_warps, **flags)
+    looped, rows, tiles, block, num_warps = cfg
+    # The largest offset of the padded launch (whole tiles of rows, whole blocks of
+    # columns, masked lanes included) decides int64 offsets.
+    if looped:
+        rows_ix, cols_ix = R, _cdiv(N, block) * block
+        grid = (R,)
     else:
-        _norm_fwd_rows_kernel[(triton.cdiv(R, cfg.rows),)](
-            *args, R, N, float(eps), *strides, ROWS=cfg.rows, BLOCK_N=cfg.block,
-            num_warps=cfg.num_warps, **flags)
+        grid = (_cdiv(R, rows * tiles),)
+        rows_ix, cols_ix = grid[0] * rows * tiles, block
+    row_stride = max(abs(sxm), abs(som), abs(srm))
+    col_stride = max(abs(sxn), abs(son), abs(srn), abs(sw), abs(sb))
+    use_int64 = (rows_ix - 1) * row_stride + (cols_ix - 1) * col_stride > _INT32_LIMIT
+
+    dummy = xv  # stands for an absent tensor (its flag is off, it is never read)
+    args = (xv, dummy if rv is None else rv, dummy if w is None else w,
+            dummy if b is None else b, ov)
+    strides = (sxm, sxn, srm, srn, som, son, sw, sb)
+    flags = dict(IS_RMS=rms, HAS_RESIDUAL=rv is not None, HAS_WEIGHT=w is not None,
+                 HAS_BIAS=b is not None, USE_INT64=use_int64, num_warps=num_warps)
+    if looped:
+        _norm_fwd_looped_kernel[grid](*args, N, float(eps), *strides, BLOCK=block, **flags)
+    else:
+        _norm_fwd_rows_kernel[grid](*args, R, N, float(eps), *strides, ROWS=rows,
+                                    TILES=tiles, BLOCK_N=block, **flags)
     # A written tensor that could not be viewed as rows was computed in a copy.
     if res_copied:
         residual.copy_(rv.view(residual.shape))

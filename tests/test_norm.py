@@ -40,8 +40,9 @@ TOL = {
 }
 # (rows, N): a single element, odd sizes, a row wider than a power of two.
 SHAPES = [(1, 1), (3, 17), (4, 100), (2, 1000)]
-LOOPED = NormConfig(True, 1, 16, 1)       # 16-element chunks: several per row
-PACKED = NormConfig(False, 4, 32, 1)      # four short rows per program
+LOOPED = NormConfig(True, 1, 1, 16, 1)    # 16-element chunks: several per row
+PACKED = NormConfig(False, 4, 1, 32, 1)   # four short rows per program
+TILED = NormConfig(False, 2, 3, 32, 1)    # three tiles of two rows per program
 
 
 def _randn(*shape, dtype=torch.float32, seed=0, scale=1.0, shift=0.0):
@@ -156,16 +157,24 @@ def test_looped_kernel(dtype):
     _close(x, want_y, dtype)
 
 
+@pytest.mark.parametrize("cfg", [PACKED, TILED], ids=["packed", "tiled"])
 @pytest.mark.parametrize("rms", [True, False], ids=["rms", "layer"])
-def test_packed_short_rows(rms):
-    """Several rows per program, the last program partly past the rows (M = 10, 4 a program)."""
+def test_packed_short_rows(rms, cfg):
+    """Several rows per program, as one tile or as tiles in turn, the last program partly
+    past the rows (M = 10: 4 or 6 rows a program)."""
     x = _randn(10, 24, dtype=torch.bfloat16, scale=2.0)
     w, b = _randn(24, dtype=torch.bfloat16, seed=1), _randn(24, dtype=torch.bfloat16, seed=2)
     out = torch.full_like(x, 7.0)
-    norm_fwd_triton(x, out, 24, 1e-6, rms=rms, weight=w, bias=None if rms else b, config=PACKED)
+    norm_fwd_triton(x, out, 24, 1e-6, rms=rms, weight=w, bias=None if rms else b, config=cfg)
     ref = (rms_norm_reference(x, (24,), w, 1e-6) if rms
            else layer_norm_reference(x, (24,), w, b, 1e-6))
     _close(out, ref, torch.bfloat16)
+    if rms:
+        r = _randn(10, 24, dtype=torch.bfloat16, seed=3)
+        want_y, want_s = fused_add_rms_norm_reference(x, r, w, 1e-6)
+        norm_fwd_triton(x, x, 24, 1e-6, rms=True, weight=w, residual=r, config=cfg)
+        _assert_sum(r, want_s)
+        _close(x, want_y, torch.bfloat16)
 
 
 def test_strided_and_transposed_inputs():
@@ -259,26 +268,28 @@ def test_launcher_rejects_bad_arguments():
         norm_fwd_triton(x.double(), x.double(), 8, 1e-5, rms=True)
     with pytest.raises(ValueError, match="not rows of N = 3"):
         norm_fwd_triton(x, torch.empty(2, 8), 3, 1e-5, rms=True)
-    with pytest.raises(ValueError, match="weight must hold N = 8"):
+    with pytest.raises(ValueError, match=r"weight must hold 8 elements \(N = 8\), got 4"):
         norm_fwd_triton(x, torch.empty(2, 8), 8, 1e-5, rms=True, weight=torch.ones(4))
 
 
 def test_config_choice():
-    # Hidden sizes of the workloads: a row in registers, ~16 elements a thread.
-    assert norm_config(4096, 4096) == (False, 1, 4096, 8)
-    assert norm_config(16384, 8192) == (False, 1, 8192, 16)
-    assert norm_config(8192, 7168) == (False, 1, 8192, 16)
-    assert norm_config(8192, 3584) == (False, 1, 4096, 8)
+    # (looped, rows, tiles, block, num_warps). Hidden sizes of the workloads: a row in
+    # registers, ~16 elements a thread; large grids give each program several rows in turn.
+    assert norm_config(4096, 4096) == (False, 1, 1, 4096, 8)
+    assert norm_config(16384, 8192) == (False, 1, 4, 8192, 16)
+    assert norm_config(8192, 7168) == (False, 1, 2, 8192, 16)
+    assert norm_config(8192, 3584) == (False, 1, 2, 4096, 8)
     # Short rows are packed to a 4096-element tile while the grid stays large.
-    assert norm_config(131072, 128) == (False, 32, 128, 8)
-    assert norm_config(16384, 512) == (False, 8, 512, 8)
+    assert norm_config(131072, 128) == (False, 32, 1, 128, 8)
+    assert norm_config(2 * 131072, 128) == (False, 32, 2, 128, 8)
+    assert norm_config(16384, 512) == (False, 8, 1, 512, 8)
     # ... and unpacked when there are few rows (decode).
-    assert norm_config(64, 128) == (False, 1, 128, 1)
-    assert norm_config(1, 4096) == (False, 1, 4096, 8)
+    assert norm_config(64, 128) == (False, 1, 1, 128, 1)
+    assert norm_config(1, 4096) == (False, 1, 1, 4096, 8)
     # Longer than the register block: the looped kernel.
     assert MAX_REGISTER_BLOCK == 16384
     assert norm_config(4, 16384).looped is False
-    assert norm_config(4, 16385) == (True, 1, 4096, 8)
+    assert norm_config(4, 16385) == (True, 1, 1, 4096, 8)
     assert norm_config(64, 196608).looped
 
 
