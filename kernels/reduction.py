@@ -29,11 +29,10 @@ Two kernels cover the collapsed layouts:
   tile.
 
 **Split (2-stage) reduction.** When the output is too small to give every one of the 132
-SMs work (a whole-tensor reduction has one output element) and a program would walk
-``R`` in 4 steps or more, ``R`` is split into
-``n_split`` chunks: stage 1 writes one partial per (output, chunk) into a float32 (float64)
-workspace, and stage 2 -- the same kernel, on the workspace -- reduces the partials,
-divides (mean) and casts.  The launch sizes are picked in plain Python from the shape (no
+SMs work (a whole-tensor reduction has one output element) and a program would walk ``R``
+in 4 steps or more, ``R`` is split into ``n_split`` chunks: stage 1 writes one partial per
+(output, chunk) into a float32 (float64) workspace, and stage 2 -- the same kernel, on the
+workspace -- reduces the partials, divides (mean) and casts.  The launch sizes are picked in plain Python from the shape (no
 autotuning at call time): about 16 KiB of input per program per step, 8 warps for full
 tiles, and about ``8 * SMs`` programs after a split.
 
@@ -490,8 +489,8 @@ def reduction_triton(x: torch.Tensor, out: torch.Tensor, axes: tuple[int, ...], 
     lp = plan_launch(lay, x.element_size(), _sm_count(x.device.index if x.is_cuda else None),
                      num_splits)
     n_out = lay.n_out
-    big = force_int64 or _max_offset(x.shape, x.stride()) + lp.block_m * lp.block_r * lp.block_i \
-        + lp.r_per_split > _INT32_LIMIT or n_out * lp.n_split > _INT32_LIMIT
+    reach = _max_offset(x.shape, x.stride()) + lp.block_m * lp.block_r * lp.block_i + lp.r_per_split
+    big = force_int64 or reach > _INT32_LIMIT or n_out * lp.n_split > _INT32_LIMIT
     if lp.n_split == 1:
         if lp.kind == "row":
             _row(x, out_flat, lay, lp, reduce_code=code, final=True, cast_ty=cast_ty,
