@@ -132,11 +132,24 @@ def cache_key(loaded: LoadedSpec, types_raw: Any, rlimit: int) -> str:
         _FINGERPRINT = _code_fingerprint()
     # json_keys: a spec mixing key types (`1:` beside `x:`) made this dumps raise.
     blob = json.dumps({"spec": json_keys(loaded.raw), "name": loaded.name, "file": loaded.file,
+                       "where": _positions(loaded),
                        "types": types_raw, "opspec": __version__, "z3": z3.get_version_string(),
                        "code": _FINGERPRINT,
                        "rlimit": rlimit, "broken": sorted(loaded.broken)},
                       sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _positions(loaded: LoadedSpec) -> str:
+    """A digest of where each part of the spec is written: diagnostics carry `file:line:col`,
+    and a cached result replayed them at the old lines after a comment was added above."""
+    prefix, n = loaded.path_prefix, len(loaded.path_prefix)
+    h = hashlib.sha256()
+    for table in (loaded.source.values, loaded.source.keys):
+        for path in sorted((p for p in table if p[:n] == prefix), key=repr):
+            pos = table[path]
+            h.update(f"{path!r}:{pos.line}:{pos.column};".encode())
+    return h.hexdigest()[:16]
 
 
 def _types_raw(manifest: Manifest) -> Any:

@@ -253,6 +253,18 @@ def test_prove_family_gap_text(capsys, tmp_path: Path, prover) -> None:
     assert out.splitlines()[-1] == "code checks: 0 run; 1 skipped (no op class is bound to this manifest)"
 
 
+def test_a_cached_result_is_not_replayed_at_old_lines(capsys, tmp_path: Path, prover) -> None:
+    """The cache key holds where the spec's parts are written: a comment added above a
+    declaration moves its diagnostic, and the cached diagnostic at the old line is not used."""
+    path = write(tmp_path, "toy.yaml", GAP)
+    assert ":6:7: error[family-gap]" in run(capsys, "prove", str(path))[1]
+    assert "cached]" in run(capsys, "prove", str(path))[1].splitlines()[0]
+    path.write_text("# a comment moves every line down\n" + path.read_text())
+    code, out, _ = run(capsys, "prove", str(path))
+    assert code == 1 and "cached]" not in out.splitlines()[0]
+    assert ":7:7: error[family-gap]" in out and ":6:7:" not in out
+
+
 def test_prove_family_gap_sarif(capsys, tmp_path: Path, prover) -> None:
     path = write(tmp_path, "toy.yaml", GAP)
     code, out, _ = run(capsys, "prove", "--format", "sarif", str(path))
