@@ -278,12 +278,13 @@ def _binary_kernel(
     x = x.to(COMPUTE)
     y = y.to(COMPUTE)
     if OP == 0:
+        # tl.cast, not .to: Triton turns an integer argument equal to 1 into a constant.
         if ALPHA == 1:
-            y = y * alpha.to(COMPUTE)
+            y = y * tl.cast(alpha, COMPUTE)
         elif ALPHA == 2:
             y = y * alpha
         elif ALPHA == 3:
-            y = y * alpha.to(tl.int64).to(tl.float64, bitcast=True)
+            y = y * tl.cast(tl.cast(alpha, tl.int64), tl.float64, bitcast=True)
         r = x + y
     else:
         r = x * y

@@ -2,10 +2,11 @@
 CPU through Triton's interpreter, the ops' results and errors, their operators, one cold
 `torch.compile`, the workload rows and the bench entries.
 
-TRITON_INTERPRET=1 is set by conftest.py (no CUDA here) before triton is imported; sizes
-are kept small, the interpreter runs each program through numpy. The interpreter converts
-float32 to bfloat16 by truncation (a GPU rounds to nearest), so bfloat16 results are
-compared within a bfloat16 tolerance, never exactly.
+Without CUDA, conftest.py sets TRITON_INTERPRET=1 before triton is imported and every
+tensor lives on the CPU; sizes are kept small, the interpreter runs each program through
+numpy. With CUDA (and no interpreter) the same tests run the compiled kernels on the GPU.
+The interpreter converts float32 to bfloat16 by truncation (a GPU rounds to nearest), so
+bfloat16 results are compared within a bfloat16 tolerance, never exactly.
 """
 
 from __future__ import annotations
@@ -20,12 +21,15 @@ from opspec.kernels.binary import (
     binary_blocks, binary_reference, binary_triton, broadcast_geometry,
 )
 from opspec.kernels.binary_impl import BinaryCall, BinaryReferenceKernel
+from opspec.kernels.devices import TRITON_INTERPRETED
 from opspec.ops import AddFwdOp, MulFwdOp
 from opspec.ops.workloads import cases
 from opspec.schema.errors import SignatureError, SignatureTypeError
 
 from runtime_user_ops import expect_error
 
+#: Where the Triton kernels run in this session: the GPU, or the CPU through the interpreter.
+DEV = torch.device("cuda" if torch.cuda.is_available() and not TRITON_INTERPRETED else "cpu")
 F16, BF16, F32, F64 = torch.float16, torch.bfloat16, torch.float32, torch.float64
 FLOATS = [F32, F16, BF16]
 INTS = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64]
@@ -36,14 +40,20 @@ TOL = {F64: dict(rtol=1e-12, atol=1e-12), F32: dict(rtol=1e-6, atol=1e-6),
 def _t(shape, dtype, seed=0):
     g = torch.Generator().manual_seed(seed)
     if dtype.is_floating_point:
-        return (torch.randn(shape, generator=g, dtype=torch.float64) * 3).to(dtype)
-    info = torch.iinfo(dtype)
-    return torch.randint(info.min, info.max, shape, generator=g, dtype=torch.int64).to(dtype)
+        t = (torch.randn(shape, generator=g, dtype=torch.float64) * 3).to(dtype)
+    else:
+        info = torch.iinfo(dtype)
+        t = torch.randint(info.min, info.max, shape, generator=g, dtype=torch.int64).to(dtype)
+    return t.to(DEV)
+
+
+def _e(*shape, dtype=F32):
+    return torch.empty(shape, dtype=dtype, device=DEV)
 
 
 def _triton(op, a, b, alpha=1):
     dt = torch.result_type(a, b)
-    out = torch.empty(torch.broadcast_shapes(a.shape, b.shape), dtype=dt)
+    out = torch.empty(torch.broadcast_shapes(a.shape, b.shape), dtype=dt, device=DEV)
     assert binary_triton(op, a, b, out, alpha) is out
     return out
 
@@ -120,7 +130,7 @@ def test_triton_promotes_like_torch(pair):
         assert got.dtype == torch.result_type(a, b)
         _close(got, _torch(op, a, b, alpha))
     # a 0-d operand of a wider dtype takes no part: fp16[N] + fp64[] is float16
-    s = torch.tensor(1.0 / 3, dtype=F64)
+    s = torch.tensor(1.0 / 3, dtype=F64, device=DEV)
     got = _triton("add", _t((7,), F16), s)
     assert got.dtype == F16
     _close(got, torch.add(_t((7,), F16), s))
@@ -145,7 +155,7 @@ def test_triton_alpha_conversions():
     a, b = _t((33,), F64, 1), _t((33,), F64, 2)
     # float64 math takes alpha at full precision (its IEEE bits), not rounded to fp32
     alpha = 1.0 / 3
-    torch.testing.assert_close(_triton("add", a, b, alpha), a + alpha * b, rtol=1e-15, atol=1e-15)
+    torch.testing.assert_close(_triton("add", a, b, alpha), a + alpha * b, rtol=1e-14, atol=1e-14)
     # an int alpha with float tensors, and a huge one (converted once, as torch does)
     x, y = _t((33,), F32, 1), _t((33,), F32, 2)
     _close(_triton("add", x, y, 7), torch.add(x, y, alpha=7))
@@ -192,25 +202,25 @@ def test_triton_int64_offsets(monkeypatch):
 
 def test_triton_empty_and_checks():
     # empty: nothing is launched, out comes back as it is
-    for a, b in ((torch.empty(0, 5), torch.empty(5)), (torch.empty(3, 0), torch.empty(1, 0))):
-        out = torch.empty(torch.broadcast_shapes(a.shape, b.shape))
+    for a, b in ((_e(0, 5), _e(5)), (_e(3, 0), _e(1, 0))):
+        out = _e(*torch.broadcast_shapes(a.shape, b.shape))
         assert binary_triton("add", a, b, out) is out
-    out = torch.empty(3, 4)
+    out = _e(3, 4)
     with pytest.raises(ValueError, match="do not broadcast to out"):
-        binary_triton("add", torch.ones(3, 4), torch.ones(5), out)
+        binary_triton("add", _e(3, 4), _e(5), out)
     with pytest.raises(ValueError, match="contiguous"):
-        binary_triton("add", torch.ones(3, 4), torch.ones(3, 4), torch.empty(4, 3).t())
+        binary_triton("add", _e(3, 4), _e(3, 4), _e(4, 3).t())
     with pytest.raises(TypeError, match="all be floating or all integer"):
-        binary_triton("add", torch.ones(3), torch.ones(3, dtype=torch.int32), out[0, :3])
+        binary_triton("add", _e(3), _e(3, dtype=torch.int32), out[0, :3])
     with pytest.raises(TypeError, match="binary kernels support"):
-        binary_triton("mul", torch.ones(3, dtype=torch.bool), torch.ones(3, dtype=torch.bool),
-                      torch.empty(3, dtype=torch.bool))
+        binary_triton("mul", _e(3, dtype=torch.bool), _e(3, dtype=torch.bool),
+                      _e(3, dtype=torch.bool))
 
 
 def test_reference_kernel_writes_out():
     k = BinaryReferenceKernel(BinaryCall("add", "bfloat16", "float32", "float32"))
     a, b = _t((4, 6), BF16), _t((6,), F32)
-    out = torch.empty(4, 6)
+    out = _e(4, 6)
     assert k.forward(a, b, out, 2) is out
     _close(out, torch.add(a, b, alpha=2))
 
@@ -219,7 +229,7 @@ def test_reference_kernel_writes_out():
 
 def test_ops_compute_and_record():
     add, mul = AddFwdOp(alpha=2), MulFwdOp()
-    assert add.key_for("binary", BinaryCall("add", "float32", "float32", "float32")) \
+    assert add.key_for("binary", BinaryCall("add", "float32", "float32", "float32", device=DEV)) \
         == "binary_triton"
     a, b = _t((8, 16), BF16, 1), _t((16,), F32, 2)
     y = add(a, b)
@@ -237,22 +247,22 @@ def test_ops_compute_and_record():
         _close(mul(x, w), x * w)
         assert add.last_call.indices["T"] == str(torch.result_type(x, w)).removeprefix("torch.")
     # an empty output: no kernel runs (the empty-write rule), the types are still the spec's
-    e = mul(torch.empty(0, 4, dtype=F16), torch.empty(4, dtype=F32))
+    e = mul(_e(0, 4, dtype=F16), _e(4))
     assert e.shape == (0, 4) and e.dtype == F32
 
 
 def test_op_errors_name_their_declaration():
-    x = torch.ones(2, 3)
+    x = torch.ones(2, 3, device=DEV)
     with pytest.raises(SignatureError) as ei:
-        AddFwdOp()(x, torch.ones(4))
+        AddFwdOp()(x, _e(4))
     expect_error(ei, SignatureError, "AddFwdOp", "signature.outputs.output.shape",
                  "output output, shape [*broadcast(A, B)]", "not broadcastable",
                  "A=(2, 3)", "B=(4,)")
     with pytest.raises(SignatureError) as ei:
-        MulFwdOp()(x, torch.ones(3, dtype=torch.int32))
+        MulFwdOp()(x, _e(3, dtype=torch.int32))
     expect_error(ei, SignatureError, "MulFwdOp", "signature.shape_rules.0",
                  "category(TA) == category(TB)", "TA=float32", "TB=int32")
-    i8 = torch.ones(3, dtype=torch.int8)
+    i8 = torch.ones(3, dtype=torch.int8, device=DEV)
     with pytest.raises(SignatureError) as ei:
         AddFwdOp(alpha=1.5)(i8, i8)
     expect_error(ei, SignatureError, "AddFwdOp", "signature.shape_rules.1",
@@ -273,7 +283,7 @@ def test_op_errors_name_their_declaration():
     with pytest.raises(SignatureTypeError) as ei:
         AddFwdOp(alpha=True)
     expect_error(ei, SignatureTypeError, "AddFwdOp", "signature.params.alpha", "got True")
-    b = torch.ones(3, dtype=torch.bool)
+    b = _e(3, dtype=torch.bool)
     with pytest.raises(SignatureError) as ei:
         MulFwdOp()(b, b)
     expect_error(ei, SignatureError, "MulFwdOp", "signature.inputs.input.dtype", "got bool")
@@ -282,7 +292,8 @@ def test_op_errors_name_their_declaration():
     expect_error(ei, SignatureTypeError, "MulFwdOp", "signature.inputs.other", "got float")
     with pytest.raises(SignatureError) as ei:
         AddFwdOp()(x, torch.ones(3, device="meta"))
-    expect_error(ei, SignatureError, "AddFwdOp", "signature.inputs.other", "expected cpu, got meta")
+    expect_error(ei, SignatureError, "AddFwdOp", "signature.inputs.other",
+                 f"expected {x.device}, got meta")
 
 
 def test_opcheck_every_operator():
@@ -307,7 +318,7 @@ def test_cold_compile_fullgraph():
     # (the bfloat16 product: Triton's CPU interpreter truncates fp32 -> bf16, a GPU rounds)
     torch.testing.assert_close(y, torch.add(x * w, r, alpha=-1), rtol=1e-2, atol=5e-2)
     with pytest.raises(Exception) as ei:
-        fn(x, torch.ones(5, dtype=BF16), r)
+        fn(x, _e(5, dtype=BF16), r)
     assert "MulFwdOp: output output, shape [*broadcast(A, B)]" in str(ei.value)
 
 
