@@ -70,7 +70,9 @@ DEFAULT_SM_COUNT = 132
 #: Bytes of column strips / rows in flight that the looped kernels plan to keep in L2
 #: (60 MB on an H200; the rest is left to the outputs and other traffic).
 _L2_BUDGET = 32 * 2**20
-_NEG_BIG: tl.constexpr = -3.4028234663852886e38  # -FLT_MAX
+#: Elements of one tile of the strided kernel.
+_STRIDED_TILE = 8192
+_NEG_BIG = tl.constexpr(-3.4028234663852886e38)  # -FLT_MAX
 
 
 def softmax_reference(x: torch.Tensor, dim: int, out_dtype: torch.dtype | None = None,
@@ -308,6 +310,7 @@ def _warps(elems: int, per_thread: int = 8) -> int:
     return max(1, min(16, elems // (32 * per_thread)))
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function of its arguments, asked every call
 def softmax_plan(outer: int, n: int, inner: int, in_bytes: int, *,
                  sm_count: int = DEFAULT_SM_COUNT, max_reg: int = MAX_REG_ELEMS) -> SoftmaxPlan:
     """The plan for a ``[outer, n, inner]`` view normalised over ``n``, of an input with
@@ -337,22 +340,24 @@ def softmax_plan(outer: int, n: int, inner: int, in_bytes: int, *,
         vec = max(1, 16 // in_bytes)
         block = max(vec, min(8192, max_reg))
         return SoftmaxPlan("looped", block, _warps(block, 16), min(outer, sm), vec=vec)
-    # dim is not the last axis: tiles [BLOCK_N, BLOCK_I], inner across the threads.
-    min_bi = min(16, triton.next_power_of_2(inner))
+    # dim is not the last axis: tiles [BLOCK_N, BLOCK_I], inner across the threads, at
+    # most 8192 elements (16 per thread at 16 warps) so that a few tiles share an SM.
+    budget = min(max_reg, _STRIDED_TILE)
+    min_bi = min(16, triton.next_power_of_2(inner))  # 16 columns: 32 bytes of bf16
     bi = min(64, triton.next_power_of_2(inner))
-    while bi > min_bi and outer * triton.cdiv(inner, bi) < 2 * sm:
-        bi //= 2
     bn = triton.next_power_of_2(max(n, 1))
-    if bn * bi <= max_reg:
+    while bi > min_bi and (bn * bi > budget or outer * triton.cdiv(inner, bi) < 2 * sm):
+        bi //= 2
+    if bn * bi <= budget:
         tiles = outer * triton.cdiv(inner, bi)
         return SoftmaxPlan("strided", bn, _warps(bn * bi), tiles, block_inner=bi)
     # Looped over N: narrow strips, so that those in flight (about 2 per SM) stay in L2.
+    # One program per tile: the hardware balances tiles over the SMs.
     while bi > min_bi and 2 * sm * n * bi * in_bytes > _L2_BUDGET:
         bi //= 2
-    bn = max(1, min(bn, max_reg // bi))
+    bn = max(1, min(bn, budget // bi))
     tiles = outer * triton.cdiv(inner, bi)
-    return SoftmaxPlan("strided", bn, _warps(bn * bi, 16), min(tiles, 2 * sm),
-                       block_inner=bi, looped=True)
+    return SoftmaxPlan("strided", bn, _warps(bn * bi, 16), tiles, block_inner=bi, looped=True)
 
 
 @functools.lru_cache(maxsize=None)

@@ -309,9 +309,96 @@ def test_plans_of_the_workload_shapes():
     assert p.kind == "split" and p.block == 2048
     # A non-last axis: the strided kernel, in registers for 150 classes.
     p = softmax_plan(16, 150, 128 * 128, 4)
-    assert (p.kind, p.looped, p.block, p.block_inner) == ("strided", False, 256, 64)
+    assert (p.kind, p.looped, p.block, p.block_inner, p.num_warps) == ("strided", False, 256, 32, 16)
+    p = softmax_plan(1, 64, 32 * 4096, 2)
+    assert (p.kind, p.looped, p.block, p.block_inner) == ("strided", False, 64, 64)
     p = softmax_plan(1, 4800, 4800, 4)
-    assert p.kind == "strided" and p.looped and p.block_inner == 16 and p.grid == 2 * 132
+    assert p.kind == "strided" and p.looped and p.block_inner == 16 and p.grid == 300
+    assert p.block * p.block_inner == 8192
+
+
+# ============================================================================ sm_90 build
+
+_COMPILE_SCRIPT = r"""
+import json, re, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+import opspec.kernels.softmax as K
+
+def build(fn, args, consts, num_warps):
+    # As the launcher specialises: pointers and multiples of 16 are 16-divisible, 1 is a constant.
+    sig, attrs, cexpr = {}, {}, dict(consts)
+    for i, name in enumerate(fn.arg_names):
+        if name in consts:
+            sig[name] = "constexpr"
+            continue
+        v = args[name]
+        if isinstance(v, str):
+            sig[name], attrs[(i,)] = v, [["tt.divisibility", 16]]
+        elif v == 1:
+            sig[name], cexpr[name] = "constexpr", 1
+        else:
+            sig[name] = "i32"
+            if v % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    src = ASTSource(fn=fn, signature=sig, constexprs=cexpr, attrs=attrs)
+    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps}).asm["ptx"]
+    return {"ld": re.findall(r"ld\.global[.\w:]*", ptx), "st": re.findall(r"st\.global[.\w:]*", ptx),
+            "local": ptx.count(".local")}
+
+B, F = "*bf16", "*fp32"
+V = 128256
+out = {
+    "rows": build(K._rows_kernel, dict(x_ptr=B, out_ptr=B, n_rows=32768, N=1024, sxr=1024, sxn=1,
+                                       sor=1024, son=1),
+                  dict(ROWS=1, BLOCK_N=1024, LOG=False, USE_INT64=False), 4),
+    "looped": build(K._looped_kernel, dict(x_ptr=B, out_ptr=F, n_rows=2048, N=V, sxr=V, sxn=1,
+                                           sor=V, son=1),
+                    dict(BLOCK_R=1024, VEC=8, LOG=True, USE_INT64=False), 16),
+    "split": build(K._split_partials_kernel, dict(x_ptr=B, out_ptr=B, ws_ptr=F, n_rows=32, N=V, C=16,
+                                                  sxr=V, sxn=1),
+                   dict(CHUNK=8192, USE_INT64=True), 16),
+    "finish": build(K._split_finish_kernel, dict(x_ptr=B, out_ptr=B, ws_ptr=F, n_rows=32, N=V, C=16,
+                                                 sxr=V, sxn=1, sor=V, son=1),
+                    dict(CHUNK=8192, C_POW2=16, LOG=False, USE_INT64=False), 16),
+    "strided": build(K._strided_kernel, dict(x_ptr=F, out_ptr=F, n_outer=1, N=4800, inner=4800,
+                                             n_iblk=300, sxo=4800 * 4800, sxn=4800, sxi=1,
+                                             soo=4800 * 4800, son=4800, soi=1),
+                     dict(BLOCK_N=512, BLOCK_I=16, LOOPED=True, LOG=False, USE_INT64=False), 16),
+}
+json.dump(out, sys.stdout)
+"""
+
+
+def test_kernels_build_for_sm90_with_16_byte_accesses():
+    """Each kernel compiles for sm_90 (ptxas included) the way the launcher specialises it,
+    and every global load and store of a contiguous row is one 16-byte vector; the looped
+    kernels carry their L2 eviction hints. Compiled in a fresh process: under the
+    interpreter, triton.language is patched."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], capture_output=True, text=True,
+                         env=env, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    built = json.loads(res.stdout)
+    v4 = lambda ops: [op for op in ops if not op.endswith(".v4.b32")]  # the other accesses
+    for name, k in built.items():
+        assert k["ld"] and k["st"] and k["local"] == 0, (name, k)
+        assert len(v4(k["ld"])) < len(k["ld"]), (name, k)
+    for name in ("rows", "looped", "strided"):
+        assert not v4(built[name]["ld"]) and not v4(built[name]["st"]), built[name]
+    # split: a chunk in 16-byte loads, its (max, sum) in two scalar stores; finish: the
+    # row's partials in two scalar loads, the chunk in 16-byte loads and stores.
+    assert len(v4(built["split"]["st"])) == 2 and len(v4(built["finish"]["ld"])) == 2
+    assert not v4(built["finish"]["st"])
+    for name in ("looped", "strided"):
+        assert any("evict_last" in op for op in built[name]["ld"]), built[name]
+        assert all("evict_first" in op for op in built[name]["st"]), built[name]
 
 
 # ============================================================================ the ops
