@@ -38,8 +38,10 @@ Tile sizes are picked in plain Python from the shape; nothing is autotuned at ca
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -142,12 +144,12 @@ def broadcast_shape(s: Sequence[int], t: Sequence[int]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _strides_over(t: torch.Tensor, shape: Sequence[int]) -> list[int]:
-    """`t`'s strides over the axes of `shape` it broadcasts to (0 where it is broadcast)."""
-    lead = len(shape) - t.dim()
-    out = [0] * lead
-    for i in range(t.dim()):
-        out.append(0 if t.shape[i] == 1 else t.stride(i))
+def _strides_over(t_shape: Sequence[int], t_stride: Sequence[int], shape: Sequence[int]
+                  ) -> list[int]:
+    """A tensor's strides over the axes of `shape` it broadcasts to (0 where broadcast)."""
+    out = [0] * (len(shape) - len(t_shape))
+    for n, st in zip(t_shape, t_stride):
+        out.append(0 if n == 1 else st)
     return out
 
 
@@ -156,7 +158,11 @@ def broadcast_geometry(shape: Sequence[int], a: torch.Tensor, b: torch.Tensor
     """The iteration space of a contiguous output of `shape`: `(size, a_stride, b_stride)`
     per axis, outermost first, with size-1 axes dropped and mergeable neighbours merged
     (an empty list for a one-element output)."""
-    sa, sb = _strides_over(a, shape), _strides_over(b, shape)
+    return _geometry(tuple(shape), tuple(a.shape), a.stride(), tuple(b.shape), b.stride())
+
+
+def _geometry(shape, a_shape, a_stride, b_shape, b_stride) -> list[tuple[int, int, int]]:
+    sa, sb = _strides_over(a_shape, a_stride, shape), _strides_over(b_shape, b_stride, shape)
     merged: list[list[int]] = []  # innermost first
     for i in range(len(shape) - 1, -1, -1):
         n = shape[i]
@@ -319,54 +325,76 @@ def _max_offset(geometry: Sequence[tuple[int, int, int]], which: int) -> int:
     return sum((d[0] - 1) * abs(d[which]) for d in geometry)
 
 
-def _launch(op_code: int, alpha_mode: int, alpha_arg, ct, a, b, out, geometry, max_elem_bytes
-            ) -> None:
+@dataclass(frozen=True)
+class _Launch:
+    """One kernel launch: element offsets of its base in a, b and out, the grid, the
+    run-time arguments after `alpha` and the constexprs that depend on the shape."""
+
+    a_off: int
+    b_off: int
+    out_off: int
+    grid: int
+    args: tuple[int, ...]   # R, N, n_col_blocks, O1..O3, a strides (5), b strides (5)
+    outer: int
+    a_bcast_c: bool
+    b_bcast_c: bool
+    block_r: int
+    block_c: int
+    use_int64: bool
+    num_warps: int
+
+
+def _launch_of(geometry: Sequence[tuple[int, int, int]], offs: tuple[int, int, int],
+               max_elem_bytes: int) -> _Launch:
     numel = math.prod(d[0] for d in geometry)
     if geometry:
-        N, _, _ = geometry[-1]
-        a_sn, b_sn = geometry[-1][1], geometry[-1][2]
+        N, a_sn, b_sn = geometry[-1]
         outer = list(geometry[:-1])
     else:  # a single element
         N, a_sn, b_sn, outer = 1, 0, 0, []
     R = numel // N
-    O = [d[0] for d in outer] + [1] * (MAX_OUTER - len(outer))
-    sa = [d[1] for d in outer] + [0] * (MAX_OUTER - len(outer))
-    sb = [d[2] for d in outer] + [0] * (MAX_OUTER - len(outer))
+    pad = MAX_OUTER - len(outer)
+    O = [d[0] for d in outer] + [1] * pad
+    sa = [d[1] for d in outer] + [0] * pad
+    sb = [d[2] for d in outer] + [0] * pad
     block_r, block_c, num_warps = binary_blocks(R, N, max_elem_bytes)
     n_col_blocks = triton.cdiv(N, block_c)
     use_int64 = (numel + block_r * block_c > _INT32_LIMIT
                  or _max_offset(geometry, 1) + block_c * abs(a_sn) > _INT32_LIMIT
                  or _max_offset(geometry, 2) + block_c * abs(b_sn) > _INT32_LIMIT)
-    grid = (triton.cdiv(R, block_r) * n_col_blocks,)
-    _binary_kernel[grid](
-        a, b, out, alpha_arg,
-        R, N, n_col_blocks,
-        O[1], O[2], O[3],
-        sa[0], sa[1], sa[2], sa[3], a_sn,
-        sb[0], sb[1], sb[2], sb[3], b_sn,
-        OP=op_code, ALPHA=alpha_mode, COMPUTE=_TL_DTYPES[ct], OUTER=len(outer),
-        A_BCAST_C=a_sn == 0, B_BCAST_C=b_sn == 0,
-        BLOCK_R=block_r, BLOCK_C=block_c, USE_INT64=use_int64,
-        num_warps=num_warps,
-    )
+    return _Launch(*offs, grid=triton.cdiv(R, block_r) * n_col_blocks,
+                   args=(R, N, n_col_blocks, O[1], O[2], O[3], *sa, a_sn, *sb, b_sn),
+                   outer=len(outer), a_bcast_c=a_sn == 0, b_bcast_c=b_sn == 0,
+                   block_r=block_r, block_c=block_c, use_int64=use_int64, num_warps=num_warps)
 
 
-def _offset_view(t: torch.Tensor, elements: int) -> torch.Tensor:
-    """A one-element view of `t`'s storage starting `elements` past `t`'s first element
-    (the launcher passes only base pointers; the geometry carries the strides)."""
-    return t.as_strided((1,), (1,), t.storage_offset() + elements)
-
-
-def _run(op_code, alpha_mode, alpha_arg, ct, a, b, out, geometry, max_elem_bytes) -> None:
+def _split(geometry, offs: tuple[int, int, int], max_elem_bytes: int, into: list) -> None:
     if len(geometry) - 1 <= MAX_OUTER:
-        _launch(op_code, alpha_mode, alpha_arg, ct, a, b, out, geometry, max_elem_bytes)
+        into.append(_launch_of(geometry, offs, max_elem_bytes))
         return
     # More row axes than one launch takes: one launch per index of the leading axis.
     (n, sa, sb), rest = geometry[0], geometry[1:]
     step = math.prod(d[0] for d in rest)
     for i in range(n):
-        _run(op_code, alpha_mode, alpha_arg, ct, _offset_view(a, i * sa), _offset_view(b, i * sb),
-             _offset_view(out, i * step), rest, max_elem_bytes)
+        _split(rest, (offs[0] + i * sa, offs[1] + i * sb, offs[2] + i * step),
+               max_elem_bytes, into)
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan(shape: tuple[int, ...], a_shape: tuple[int, ...], a_stride: tuple[int, ...],
+          b_shape: tuple[int, ...], b_stride: tuple[int, ...], max_elem_bytes: int
+          ) -> tuple[_Launch, ...]:
+    """The launches of one call layout (cached: a model repeats its layouts every step)."""
+    geometry = _geometry(shape, a_shape, a_stride, b_shape, b_stride)
+    launches: list[_Launch] = []
+    _split(geometry, (0, 0, 0), max_elem_bytes, launches)
+    return tuple(launches)
+
+
+def _offset_view(t: torch.Tensor, elements: int) -> torch.Tensor:
+    """A one-element view of `t`'s storage starting `elements` past `t`'s first element
+    (the kernel takes only base pointers; the launch carries the strides)."""
+    return t if elements == 0 else t.as_strided((1,), (1,), t.storage_offset() + elements)
 
 
 def binary_triton(op: str, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
@@ -405,7 +433,16 @@ def binary_triton(op: str, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
         return out
     ct = compute_dtype(out.dtype)
     alpha_mode, alpha_arg = _alpha_arg(op, alpha, ct)
-    geometry = broadcast_geometry(shape, a, b)
     max_elem_bytes = max(a.element_size(), b.element_size(), out.element_size())
-    _run(BINARY_OPS.index(op), alpha_mode, alpha_arg, ct, a, b, out, geometry, max_elem_bytes)
+    plan = _plan(shape, tuple(a.shape), a.stride(), tuple(b.shape), b.stride(), max_elem_bytes)
+    op_code, compute = BINARY_OPS.index(op), _TL_DTYPES[ct]
+    for L in plan:
+        _binary_kernel[(L.grid,)](
+            _offset_view(a, L.a_off), _offset_view(b, L.b_off), _offset_view(out, L.out_off),
+            alpha_arg, *L.args,
+            OP=op_code, ALPHA=alpha_mode, COMPUTE=compute, OUTER=L.outer,
+            A_BCAST_C=L.a_bcast_c, B_BCAST_C=L.b_bcast_c,
+            BLOCK_R=L.block_r, BLOCK_C=L.block_c, USE_INT64=L.use_int64,
+            num_warps=L.num_warps,
+        )
     return out

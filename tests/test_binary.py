@@ -195,9 +195,13 @@ def test_triton_deep_iteration_space_is_split():
 def test_triton_int64_offsets(monkeypatch):
     # The int64 index path, taken here by lowering the limit it is chosen by.
     monkeypatch.setattr(KB, "_INT32_LIMIT", 64)
+    KB._plan.cache_clear()                     # plans made under the real limit
     a, b = _t((6, 50), BF16, 1), _t((6, 1), BF16, 2)
     _close(_triton("add", a, b, -1), torch.add(a, b, alpha=-1))
     _close(_triton("mul", a.t(), _t((50, 6), BF16, 3)), a.t() * _t((50, 6), BF16, 3))
+    assert any(p.use_int64 for p in KB._plan(
+        (6, 50), (6, 50), (50, 1), (6, 1), (1, 1), 2))
+    KB._plan.cache_clear()
 
 
 def test_triton_empty_and_checks():
