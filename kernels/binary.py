@@ -7,14 +7,14 @@ Plain functions; the dispatch classes are in :mod:`opspec.kernels.binary_impl`.
 * :func:`broadcast_geometry` -- the collapsed iteration space the kernel walks.
 
 Semantics follow ``torch.add`` / ``torch.mul`` for two inputs of one category (floating or
-integer): the inputs broadcast to ``out``'s shape, each is converted to the *compute dtype*
-of ``out`` (float32 for float16 / bfloat16 / float32 results, float64 for float64, int32
-for integer results of at most 32 bits, int64 for int64), the arithmetic runs there and
-the result is cast to ``out``'s dtype once.  For integers, truncating a wider two's
-complement result gives exactly the wrap-around of the narrow type, as torch computes it.
-Before that each operand is converted to ``out``'s dtype, as torch's TensorIterator does:
-exact for every operand except a 0-d one of a wider dtype (``fp16[N] + fp64[]`` is
-float16 in torch, the 0-d operand rounded to float16 first).
+integer): the inputs broadcast to ``out``'s shape; each is converted to ``out``'s dtype,
+as torch's TensorIterator does (exact for every operand except a 0-d one of a wider dtype:
+``fp16[N] + fp64[]`` is float16 in torch, the 0-d operand rounded to float16 first), then
+to the *compute dtype* of ``out`` (float32 for float16 / bfloat16 / float32 results,
+float64 for float64, int32 for integer results of at most 32 bits, int64 for int64); the
+arithmetic runs there and the result is cast to ``out``'s dtype once.  For integers,
+truncating a wider two's complement result gives exactly the wrap-around of the narrow
+type, as torch computes it.
 
 Layout of the work.  ``out`` is contiguous; each input gets its strides over ``out``'s
 axes (0 on an axis it is broadcast along).  Axes of size 1 are dropped and neighbouring
@@ -24,16 +24,18 @@ and ``(0, 1)``, and ``[B, H, S, S] + [B, 1, S, S]`` becomes ``[B, H, S*S]``.  Th
 merged axis (length ``N``) is the *column* axis; all the others together are the ``R``
 *rows*.  A program takes a tile of ``BLOCK_R`` rows by ``BLOCK_C`` columns: the row
 offsets of each input come from a div/mod per row (never per element), the columns are a
-contiguous ``arange``, so unit-stride columns load as 16-byte vectors; an operand that
-is constant along the columns (``[T, H] * [T, 1]``, a 0-d operand) is loaded once per row
-and broadcast in registers.  Up to
-:data:`MAX_OUTER` row axes are handled by one launch; more (which needs more than five
-axes that cannot merge) are split in Python over the leading axis.
+contiguous ``arange``, so unit-stride columns load as 16-byte vectors; an operand that is
+constant along the columns (``[T, H] * [T, 1]``, a 0-d operand) is loaded once per row
+and broadcast in registers.  Up to :data:`MAX_OUTER` row axes are handled by one launch;
+more (which needs more than five axes that cannot merge) are split in Python over the
+leading axis.
 
 The tile holds about ``8192 / max element size`` elements (16 bytes per thread and
 operand twice over with 8 warps), so the whole problem streams through HBM once: read
 ``a`` and ``b`` (the broadcast operand only once when it fits in L2) and write ``out``.
-Tile sizes are picked in plain Python from the shape; nothing is autotuned at call time.
+Tile sizes are picked in plain Python from the shape, nothing is autotuned at call time,
+and the launches of a call layout (shapes, strides, element sizes) are planned once and
+cached.
 """
 
 from __future__ import annotations
