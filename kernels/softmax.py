@@ -16,7 +16,8 @@ output dtype, as torch casts the input before the op. Four kernels:
 
 ``rows``
     ``inner == 1`` and a row of at most ``max_reg`` (16384) elements: the row stays in
-    registers, one read and one write, ``ROWS`` short rows per program.
+    registers, one read and one write, ``ROWS`` short rows per program; about 8 elements
+    per thread (16 at 8192, 32 at 16384).
 ``looped``
     ``inner == 1``, long rows (vocabulary logits) and enough rows to fill the GPU: a
     persistent grid of one program per SM, each taking whole rows. Pass 1 streams the row
@@ -34,10 +35,10 @@ output dtype, as torch casts the input before the op. Four kernels:
     (the re-read hits L2: the whole input is a few MB).
 ``strided``
     ``inner > 1`` (``dim`` is not the last axis, which is contiguous): tiles of
-    ``[BLOCK_N, BLOCK_I]`` with the ``inner`` axis across the threads (coalesced
-    loads), reduced over ``N``. When the column does not fit in registers, the tile is
-    looped over ``N`` in two passes, with a persistent grid sized so that the column
-    strips in flight fit in L2.
+    ``[BLOCK_N, BLOCK_I]`` (at most 8192 elements) with the ``inner`` axis across the
+    threads (coalesced loads), reduced over ``N``. When the column does not fit, the tile
+    loops over ``N`` in two passes (the second in reverse), its strips narrowed (down to
+    16 columns) so that those in flight stay in L2.
 
 Masking and special values follow torch: a slice of ``-inf`` only gives NaN (as
 ``exp(-inf - -inf)`` does in torch), an ``inf`` or NaN in a slice gives NaN there. The

@@ -6,6 +6,8 @@ values, int64 offsets and empty tensors. Without a GPU they run on the CPU throu
 interpreter (tests/conftest.py sets TRITON_INTERPRET=1 before triton is imported); with one
 they run on CUDA. Sizes stay small: the interpreter runs each program through numpy. The
 looped kernels are reached with small tensors by lowering the register cap of the plan.
+Each kernel is also built for sm_90 (no GPU needed) and its global accesses checked to be
+16-byte vectors.
 
 Ops: results through the op, calls that break the spec (pinned to the declaration), the
 record and roofline, the empty-write rule, opcheck of the generated operators, one cold
