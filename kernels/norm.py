@@ -16,15 +16,16 @@ plain Python from ``N`` and ``R``, with no autotuning at call time:
 * **a row in registers** (``next_power_of_2(N) <= 16384``): a tile of ``ROWS`` whole rows
   (``ROWS > 1`` only for short rows, so that a tile still moves a few thousand elements)
   is read once and written once; the statistics are summed in float32 across the
-  program's warps. A program takes ``TILES`` tiles in turn (``TILES > 1`` only for large
-  grids) and loads the weight and bias once, before its first tile, so that they are read
-  from L2 once per program, not once per row. ``num_warps`` gives each thread about 16
-  elements of a tile, two 16-byte vectors in float16/bfloat16; Triton specialises a unit
-  column stride, so contiguous rows load as 128-bit vectors.
+  program's warps, LayerNorm's variance from the centred row in registers. The weight and
+  bias are loaded once per program, before the rows, so that their latency overlaps the
+  row loads. ``num_warps`` sets the elements each thread holds: 32 on large grids, where
+  the rows in flight per SM (bounded by its registers) keep HBM busy, fewer on decode
+  grids (see :func:`norm_config`). Triton specialises a unit column stride and sizes that
+  are multiples of 16, so contiguous rows load and store as 128-bit vectors.
 * **a looped row** (longer rows): one program per row walks it in 4096-element chunks,
-  once for the sum of squares (and, for LayerNorm, once more for the centred variance,
-  which keeps its accuracy when the mean is large) and once to write the result; the later
-  passes re-read the row, mostly from L2.
+  once for the statistics (the sum of squares; for LayerNorm a per-lane Welford mean and
+  sum of squared deviations, merged at the end, which stays accurate when the mean is large)
+  and once to write the result, re-reading the row mostly from L2.
 
 Offsets are computed in int64 when any of them could pass ``2**31 - 1``.
 """
@@ -62,13 +63,9 @@ MAX_REGISTER_BLOCK = 16384
 _LOOP_BLOCK = 4096
 #: Elements a program of the register kernel covers at least (short rows are packed).
 _MIN_TILE = 4096
-#: Elements per thread the warp count aims at (two 16-byte vectors of a 2-byte dtype).
-_ELEMS_PER_THREAD = 16
-#: Enough programs to keep every SM of an H200 (132) busy with a few each.
-_TARGET_PROGRAMS = 4 * 132
-#: A grid this large can give each program several tiles and still balance the SMs.
-_MANY_PROGRAMS = 16 * 132
-_MAX_TILES = 4
+#: Streaming multiprocessors of an H200, and a grid that gives each a few programs.
+_SMS = 132
+_TARGET_PROGRAMS = 4 * _SMS
 _INT32_LIMIT = 2**31 - 1
 
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
@@ -148,20 +145,23 @@ def _norm_fwd_rows_kernel(
     ROWS: tl.constexpr, TILES: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
     HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, USE_INT64: tl.constexpr,
+    LATE_AFFINE: tl.constexpr,
 ):
     """``TILES`` tiles of ``ROWS`` whole rows per program, one after the other, each row held
-    in registers (``BLOCK_N >= N``)."""
+    in registers (``BLOCK_N >= N``). The weight and bias are loaded once per program, before
+    the rows so that their latency overlaps the row loads; or, with ``LATE_AFFINE``, once
+    per tile after its statistics, which keeps fewer registers live while the rows load
+    (more programs per SM, for an L2 round trip per tile)."""
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     if USE_INT64:
         cols = cols.to(tl.int64)
     col_mask = cols < N
 
-    # The weight and bias first: loaded once for all the program's rows.
-    if HAS_WEIGHT:
+    if HAS_WEIGHT and not LATE_AFFINE:
         w = tl.load(w_ptr + cols * stride_w, mask=col_mask, other=0.0,
                     eviction_policy="evict_last").to(tl.float32)
-    if HAS_BIAS:
+    if HAS_BIAS and not LATE_AFFINE:
         b = tl.load(b_ptr + cols * stride_b, mask=col_mask, other=0.0,
                     eviction_policy="evict_last").to(tl.float32)
 
@@ -191,11 +191,26 @@ def _norm_fwd_rows_kernel(
             rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / N + eps)
             y = xc * rstd[:, None]
         if HAS_WEIGHT:
+            if LATE_AFFINE:
+                w = tl.load(w_ptr + cols * stride_w, mask=col_mask, other=0.0,
+                            eviction_policy="evict_last").to(tl.float32)
             y = y * w[None, :]
         if HAS_BIAS:
+            if LATE_AFFINE:
+                b = tl.load(b_ptr + cols * stride_b, mask=col_mask, other=0.0,
+                            eviction_policy="evict_last").to(tl.float32)
             y = y + b[None, :]
         y_offs = rows[:, None] * stride_ym + cols[None, :] * stride_yn
         tl.store(y_ptr + y_offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _welford_combine(mean_a, m2_a, n_a, mean_b, m2_b, n_b):
+    """Chan's merge of two (mean, sum of squared deviations, count) partials."""
+    n = n_a + n_b
+    delta = mean_b - mean_a
+    frac = tl.where(n > 0, n_b / tl.maximum(n, 1.0), 0.0)
+    return mean_a + delta * frac, m2_a + m2_b + delta * delta * n_a * frac, n
 
 
 @triton.jit
@@ -207,7 +222,8 @@ def _norm_fwd_looped_kernel(
     IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
     HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, USE_INT64: tl.constexpr,
 ):
-    """One row per program, walked in ``BLOCK`` chunks (rows too long for registers)."""
+    """One row per program, walked in ``BLOCK`` chunks (rows too long for registers): one
+    pass for the statistics, one to normalise and write."""
     row = tl.program_id(0)
     base = tl.arange(0, BLOCK)
     if USE_INT64:
@@ -217,11 +233,15 @@ def _norm_fwd_looped_kernel(
     r_row = r_ptr + row * stride_rm
     y_row = y_ptr + row * stride_ym
 
-    # Pass 1: the sum (LayerNorm) or the sum of squares (RMSNorm); the fused op also writes
-    # the new residual here and reads it back in the later passes.
+    # Pass 1: the sum of squares (RMSNorm), or per lane a running mean and sum of squared
+    # deviations (LayerNorm, Welford: accurate when the mean is large against the spread).
+    # A lane takes one element of each chunk, so after chunk k an active lane has seen k + 1
+    # elements; only the last chunk has inactive lanes, and it leaves them as they were.
+    # The fused op also writes the new residual here and reads it back in pass 2.
     acc = tl.zeros([BLOCK], dtype=tl.float32)
-    for start in range(0, N, BLOCK):
-        cols = start + base
+    m2 = tl.zeros([BLOCK], dtype=tl.float32)
+    for k in range(0, tl.cdiv(N, BLOCK)):
+        cols = k * BLOCK + base
         m = cols < N
         x = tl.load(x_row + cols * stride_xn, mask=m, other=0.0).to(tl.float32)
         if HAS_RESIDUAL:
@@ -232,7 +252,10 @@ def _norm_fwd_looped_kernel(
         if IS_RMS:
             acc += x * x
         else:
-            acc += x
+            inv_n = 1.0 / (k + 1.0)
+            delta = tl.where(m, x - acc, 0.0)
+            acc += delta * inv_n
+            m2 += delta * (x - acc)
     if HAS_RESIDUAL:
         tl.debug_barrier()  # the residual just written is read back below
 
@@ -240,20 +263,13 @@ def _norm_fwd_looped_kernel(
         mean = 0.0
         rstd = tl.rsqrt(tl.sum(acc, axis=0) / N + eps)
     else:
-        mean = tl.sum(acc, axis=0) / N
-        acc2 = tl.zeros([BLOCK], dtype=tl.float32)
-        for start in range(0, N, BLOCK):
-            cols = start + base
-            m = cols < N
-            if HAS_RESIDUAL:
-                x = tl.load(r_row + cols * stride_rn, mask=m, other=0.0).to(tl.float32)
-            else:
-                x = tl.load(x_row + cols * stride_xn, mask=m, other=0.0).to(tl.float32)
-            xc = tl.where(m, x - mean, 0.0)
-            acc2 += xc * xc
-        rstd = tl.rsqrt(tl.sum(acc2, axis=0) / N + eps)
+        # Elements each lane saw: one per full chunk, one more where the last chunk reached.
+        full = N // BLOCK
+        cnt = (full + (base < N - full * BLOCK).to(tl.int32)).to(tl.float32)
+        mean, m2_row, _ = tl.reduce((acc, m2, cnt), 0, _welford_combine)
+        rstd = tl.rsqrt(m2_row / N + eps)
 
-    # Last pass: normalise and write.
+    # Pass 2: normalise and write.
     for start in range(0, N, BLOCK):
         cols = start + base
         m = cols < N
@@ -302,15 +318,23 @@ def _cdiv(a: int, b: int) -> int:
 def norm_config(M: int, N: int, *, max_register_block: int = MAX_REGISTER_BLOCK,
                 loop_block: int = _LOOP_BLOCK) -> NormConfig:
     """The launch for ``M`` rows of ``N`` elements (the element size does not change it: the
-    math is float32 whatever the input dtype, so registers per element are the same).
+    math is float32 whatever the input dtype). Memoised: a call costs a dict lookup.
 
     A row fits in registers when ``next_power_of_2(N) <= max_register_block``. Short rows
-    are packed ``rows`` to a tile up to 4096 elements, fewer while the grid would hold under
-    ``4 * 132`` programs. ``num_warps`` gives each thread about 16 elements of a tile
-    (between 1 and 16 warps). When the grid is large, each program takes up to 4 tiles in
-    turn (while at least ``16 * 132`` programs remain), so the weight and bias are read
-    from L2 once per program rather than once per row. Longer rows take the looped kernel
-    with ``loop_block``-element chunks and 8 warps. Memoised: a call costs a dict lookup.
+    are packed ``rows`` to a tile of up to 4096 elements, fewer while the grid would hold
+    under ``4 * 132`` programs. The warp count sets the elements each thread holds:
+
+    * a large grid (``>= 4 * 132`` programs): 32 elements a thread. HBM is kept busy by the
+      rows in flight, and those are bounded by the registers of an SM: compiled for sm_90,
+      a bfloat16 RMSNorm of 8192 takes 64 registers with 8 warps (4 programs, 64 KiB of
+      rows in flight per SM) against 37 with 16 warps (3 programs, 48 KiB);
+    * a smaller grid: 16 elements a thread, and 8 under one program per SM (decode), so
+      that the few programs finish sooner;
+
+    between 1 and 32 warps. A program takes one tile (``tiles == 1``): holding the weight
+    across several tiles costs registers (64 -> 80 for two tiles of 8192 in bfloat16) and
+    so rows in flight. Longer rows take the looped kernel with ``loop_block``-element
+    chunks and 8 warps.
     """
     block_n = _next_pow2(max(N, 1))
     if block_n > max_register_block:
@@ -320,11 +344,10 @@ def norm_config(M: int, N: int, *, max_register_block: int = MAX_REGISTER_BLOCK,
     rows = min(rows, _next_pow2(max(M, 1)))
     while rows > 1 and _cdiv(M, rows) < _TARGET_PROGRAMS:
         rows //= 2
-    tiles = 1
-    while tiles < _MAX_TILES and _cdiv(M, rows * tiles * 2) >= _MANY_PROGRAMS:
-        tiles *= 2
-    num_warps = max(1, min(16, rows * block_n // (32 * _ELEMS_PER_THREAD)))
-    return NormConfig(False, rows, tiles, block_n, num_warps)
+    programs = _cdiv(M, rows)
+    per_thread = 32 if programs >= _TARGET_PROGRAMS else 16 if programs >= _SMS else 8
+    num_warps = max(1, min(32, rows * block_n // (32 * per_thread)))
+    return NormConfig(False, rows, 1, block_n, num_warps)
 
 
 # -- launchers --------------------------------------------------------------------------------
@@ -346,7 +369,8 @@ def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
                     rms: bool, weight: torch.Tensor | None = None,
                     bias: torch.Tensor | None = None,
                     residual: torch.Tensor | None = None,
-                    config: NormConfig | None = None) -> torch.Tensor:
+                    config: NormConfig | None = None,
+                    late_affine: bool | None = None) -> torch.Tensor:
     """Normalise every row of ``N`` trailing elements of ``x`` into ``out``; return ``out``.
 
     ``x`` and ``out`` hold ``R * N`` elements each, of one dtype among float16, bfloat16 and
@@ -355,8 +379,9 @@ def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
     back). ``out`` may be ``x`` itself (rows are read in full before they are written).
     ``rms`` picks RMSNorm (else LayerNorm); ``weight`` and ``bias`` hold ``N`` elements.
     With ``residual`` (same shape as ``x``), ``residual += x`` is stored first and the
-    norm is of the new residual. ``config`` overrides :func:`norm_config` (tests). Nothing
-    is launched when there is nothing to write. No host sync.
+    norm is of the new residual. ``config`` overrides :func:`norm_config` and
+    ``late_affine`` the choice of when the weight and bias are loaded (tests). Nothing is
+    launched when there is nothing to write. No host sync.
 
     The host work is kept small (decode calls are bound by it): the launch is memoised by
     ``(R, N)`` and every check reads only shapes, strides, dtypes and devices.
@@ -424,8 +449,15 @@ def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
     if looped:
         _norm_fwd_looped_kernel[grid](*args, N, float(eps), *strides, BLOCK=block, **flags)
     else:
+        # On large grids, LayerNorm and float32 load the weight and bias after the
+        # statistics: compiled for sm_90 this frees 15-50 registers a thread and adds
+        # programs per SM (bfloat16 LayerNorm of 8192: 80 -> 63 registers, 3 -> 4 programs;
+        # float32 LayerNorm of 4096: 126 -> 72, 4 -> 7), while 16-bit RMSNorm keeps its
+        # count and gains nothing from the later load.
+        late = (grid[0] >= _TARGET_PROGRAMS and (not rms or dtype == torch.float32)
+                if late_affine is None else late_affine)
         _norm_fwd_rows_kernel[grid](*args, R, N, float(eps), *strides, ROWS=rows,
-                                    TILES=tiles, BLOCK_N=block, **flags)
+                                    TILES=tiles, BLOCK_N=block, LATE_AFFINE=late, **flags)
     # A written tensor that could not be viewed as rows was computed in a copy.
     if res_copied:
         residual.copy_(rv.view(residual.shape))

@@ -100,7 +100,8 @@ class LayerNormFwdInterface(KernelInterface):
 
 class LayerNormTritonKernel(Kernel, LayerNormFwdInterface):
     """Whole rows in registers (mean, then the centred variance, from registers); a looped
-    kernel of three passes for rows longer than 16384 elements."""
+    kernel of two passes (Welford statistics, then the output) for rows longer than 16384
+    elements."""
 
     devices = TRITON_DEVICES
 

@@ -177,6 +177,26 @@ def test_packed_short_rows(rms, cfg):
         _close(x, want_y, torch.bfloat16)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_affine_parameters_loaded_late(dtype):
+    """`LATE_AFFINE` (chosen on large grids for LayerNorm and float32): the weight and bias
+    are loaded after the statistics; the results are the same."""
+    assert norm_fwd_triton.__kwdefaults__["late_affine"] is None
+    x = _randn(10, 24, dtype=dtype, shift=2.0)
+    r = _randn(10, 24, dtype=dtype, seed=3)
+    w, b = _randn(24, dtype=dtype, seed=1), _randn(24, dtype=dtype, seed=2)
+    for cfg in (None, TILED):
+        out = torch.empty_like(x)
+        norm_fwd_triton(x, out, 24, 1e-5, rms=False, weight=w, bias=b, config=cfg,
+                        late_affine=True)
+        _close(out, layer_norm_reference(x, (24,), w, b, 1e-5), dtype)
+    xf, rf = x.clone(), r.clone()
+    want_y, want_s = fused_add_rms_norm_reference(x, r, w, 1e-5)
+    norm_fwd_triton(xf, xf, 24, 1e-5, rms=True, weight=w, residual=rf, late_affine=True)
+    _assert_sum(rf, want_s)
+    _close(xf, want_y, dtype)
+
+
 def test_strided_and_transposed_inputs():
     # every other row and a column slice of a wider tensor: row stride 2 * 40, unit columns
     big = _randn(8, 40, seed=4)
@@ -273,19 +293,23 @@ def test_launcher_rejects_bad_arguments():
 
 
 def test_config_choice():
-    # (looped, rows, tiles, block, num_warps). Hidden sizes of the workloads: a row in
-    # registers, ~16 elements a thread; large grids give each program several rows in turn.
-    assert norm_config(4096, 4096) == (False, 1, 1, 4096, 8)
-    assert norm_config(16384, 8192) == (False, 1, 4, 8192, 16)
-    assert norm_config(8192, 7168) == (False, 1, 2, 8192, 16)
-    assert norm_config(8192, 3584) == (False, 1, 2, 4096, 8)
+    # (looped, rows, tiles, block, num_warps). Prefill-sized grids: a row in registers, 32
+    # elements a thread (more rows in flight per SM).
+    assert norm_config(4096, 4096) == (False, 1, 1, 4096, 4)
+    assert norm_config(16384, 8192) == (False, 1, 1, 8192, 8)
+    assert norm_config(8192, 7168) == (False, 1, 1, 8192, 8)
+    assert norm_config(8192, 3584) == (False, 1, 1, 4096, 4)
+    assert norm_config(2048, 16384) == (False, 1, 1, 16384, 16)
     # Short rows are packed to a 4096-element tile while the grid stays large.
-    assert norm_config(131072, 128) == (False, 32, 1, 128, 8)
-    assert norm_config(2 * 131072, 128) == (False, 32, 2, 128, 8)
-    assert norm_config(16384, 512) == (False, 8, 1, 512, 8)
-    # ... and unpacked when there are few rows (decode).
+    assert norm_config(131072, 128) == (False, 32, 1, 128, 4)
+    assert norm_config(16384, 512) == (False, 8, 1, 512, 4)
+    assert norm_config(16384, 1536) == (False, 2, 1, 2048, 4)
+    # Smaller grids: fewer elements a thread, so that the few programs finish sooner.
+    assert norm_config(256, 4096) == (False, 1, 1, 4096, 8)
     assert norm_config(64, 128) == (False, 1, 1, 128, 1)
-    assert norm_config(1, 4096) == (False, 1, 1, 4096, 8)
+    assert norm_config(1, 4096) == (False, 1, 1, 4096, 16)
+    assert norm_config(32, 8192) == (False, 1, 1, 8192, 32)
+    assert norm_config(1, 16384) == (False, 1, 1, 16384, 32)
     # Longer than the register block: the looped kernel.
     assert MAX_REGISTER_BLOCK == 16384
     assert norm_config(4, 16384).looped is False
