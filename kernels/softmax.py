@@ -27,7 +27,8 @@ output dtype, as torch casts the input before the op. Four kernels:
     chunk order and writes it. With one row per SM in flight (132 x 250 KiB for bf16
     Llama-3 logits, about 33 MB) the re-read is served by the 60 MB L2: the first
     pass loads with ``evict_last``, the second and the stores with ``evict_first``.
-    Each loop prefetches its next chunk, so two chunks are in flight per SM.
+    Chunks are 32 KB of input; each loop loads its next chunk ahead, so two are in
+    flight per SM.
 ``split``
     ``inner == 1``, long rows but too few rows to fill the GPU (decode): each row is cut
     into ``C`` chunks of ``CHUNK`` elements; one kernel writes each chunk's (max, sum)
@@ -71,6 +72,9 @@ DEFAULT_SM_COUNT = 132
 #: Bytes of column strips / rows in flight that the looped kernels plan to keep in L2
 #: (60 MB on an H200; the rest is left to the outputs and other traffic).
 _L2_BUDGET = 32 * 2**20
+#: Bytes of input one program of the looped kernel loads per chunk (16384 bf16 elements,
+#: 32 per thread at 16 warps); with the next chunk loaded ahead, 64 KB in flight per SM.
+_LOOP_CHUNK_BYTES = 32 * 1024
 #: Elements of one tile of the strided kernel.
 _STRIDED_TILE = 8192
 _NEG_BIG = tl.constexpr(-3.4028234663852886e38)  # -FLT_MAX
@@ -339,7 +343,7 @@ def softmax_plan(outer: int, n: int, inner: int, in_bytes: int, *,
             return SoftmaxPlan("split", chunk, _warps(chunk, 16), outer * chunks,
                                chunks=chunks)
         vec = max(1, 16 // in_bytes)
-        block = max(vec, min(8192, max_reg))
+        block = max(vec, min(_LOOP_CHUNK_BYTES // in_bytes, max_reg))
         return SoftmaxPlan("looped", block, _warps(block, 16), min(outer, sm), vec=vec)
     # dim is not the last axis: tiles [BLOCK_N, BLOCK_I], inner across the threads, at
     # most 8192 elements (16 per thread at 16 warps) so that a few tiles share an SM.

@@ -302,8 +302,9 @@ def test_plans_of_the_workload_shapes():
     assert (p.kind, p.block, p.num_warps) == ("rows", 8192, 16)
     # Prefill vocabulary rows: the persistent looped kernel, one program per SM.
     p = softmax_plan(4096, 128256, 1, 2)
-    assert (p.kind, p.grid, p.vec, p.block, p.num_warps) == ("looped", 132, 8, 8192, 16)
-    assert softmax_plan(1024, 151936, 1, 4).vec == 4
+    assert (p.kind, p.grid, p.vec, p.block, p.num_warps) == ("looped", 132, 8, 16384, 16)
+    p = softmax_plan(1024, 151936, 1, 4)
+    assert (p.kind, p.vec, p.block) == ("looped", 4, 8192)
     # Decode vocabulary rows: split so the grid covers the SMs (2 programs each or more).
     p = softmax_plan(32, 128256, 1, 2)
     assert p.kind == "split" and p.grid >= 2 * 132 and p.chunks * p.block >= 128256
@@ -357,7 +358,7 @@ out = {
                   dict(ROWS=1, BLOCK_N=1024, LOG=False, USE_INT64=False), 4),
     "looped": build(K._looped_kernel, dict(x_ptr=B, out_ptr=F, n_rows=2048, N=V, sxr=V, sxn=1,
                                            sor=V, son=1),
-                    dict(BLOCK_R=1024, VEC=8, LOG=True, USE_INT64=False), 16),
+                    dict(BLOCK_R=2048, VEC=8, LOG=True, USE_INT64=False), 16),
     "split": build(K._split_partials_kernel, dict(x_ptr=B, out_ptr=B, ws_ptr=F, n_rows=32, N=V, C=16,
                                                   sxr=V, sxn=1),
                    dict(CHUNK=8192, USE_INT64=True), 16),
