@@ -1169,8 +1169,13 @@ def test_bundled_manifest_rows_instantiate(monkeypatch):
     manifest = load_paths([MANIFEST_DIR], strict=True)
     report = prove_manifest(manifest)
     assert not [d.render() for d in report.all_diagnostics if d.check == "workload"]
-    assert {s.op for s in report.specs} == {"SiluAndMulFwdOp", "GemmFwdOp"}
-    assert count["cases"] == 18
+    assert {s.op for s in report.specs} == set(manifest.specs)
+    assert {"SiluAndMulFwdOp", "GemmFwdOp", "RMSNormFwdOp", "SumFwdOp"} <= set(manifest.specs)
+    # every case of every row is instantiated once
+    adts, _ = elaborate_adts(manifest.adts)
+    total = sum(len(r.dtype_cases or [{}]) for s in manifest.specs.values()
+                for r in elaborate(s, adts)[0].workloads)
+    assert count["cases"] == total
     # The case ids the check keys its RNG by are the runtime's.
     adts, _ = elaborate_adts(manifest.adts)
     for s in manifest.specs.values():
