@@ -37,7 +37,7 @@ class RMSNormFwdOp(Op):
         self._eps = DEFAULT_RMS_EPS if eps is None else float(eps)
 
     def forward(self, input: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
-        out = torch.empty(input.shape, dtype=input.dtype, device=input.device)
+        out = torch.empty_like(input, memory_format=torch.contiguous_format)
         call = NormCall(DTYPE_NAMES[input.dtype], self._shape, self._eps, device=input.device)
         return self.kernel_for("rms_norm", call).forward(input, weight, out)
 
@@ -61,7 +61,7 @@ class LayerNormFwdOp(Op):
 
     def forward(self, input: torch.Tensor, weight: torch.Tensor | None = None,
                 bias: torch.Tensor | None = None) -> torch.Tensor:
-        out = torch.empty(input.shape, dtype=input.dtype, device=input.device)
+        out = torch.empty_like(input, memory_format=torch.contiguous_format)
         call = NormCall(DTYPE_NAMES[input.dtype], self._shape, self._eps, device=input.device)
         return self.kernel_for("layer_norm", call).forward(input, weight, bias, out)
 

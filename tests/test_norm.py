@@ -332,6 +332,11 @@ def test_rms_norm_op_matches_torch(dtype):
         _close(y, want, dtype)
     assert op.last_call.indices["eps_value"] == DEFAULT_RMS_EPS
     assert op.last_call.indices["B"] == (2, 3, 4) and op.last_call.indices["R"] == 24
+    # a transposed input: read through its strides, the output is contiguous
+    xt = _randn(6, 5, dtype=dtype).t()
+    y = op(xt)
+    assert y.is_contiguous() and y.shape == (5, 6)
+    _close(y, F.rms_norm(xt, (6,)), dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
