@@ -214,22 +214,26 @@ def rotary_embedding_triton(positions: torch.Tensor, query: torch.Tensor, key: t
 
     ``positions``: ``[T]`` integers in ``[0, max_position)`` (any stride; a position out of
     range turns its token by angle 0 and reads nothing outside the cache). ``query``:
-    ``[T, H * head_size]`` or ``[T, H, head_size]``, ``key`` the same form with ``H_kv`` heads, both fp16, bf16 or fp32
-    of one dtype, any strides (views of a fused qkv tensor are the usual case; the fast case
-    has a unit feature stride). ``cos_sin_cache``: ``[max_position, rotary_dim]``, fp32 or the
-    activations' dtype, ``rotary_dim`` even and at most ``head_size``. fp32 math. Nothing is
-    launched when there is nothing to rotate. No allocation, no host sync.
+    ``[T, H * head_size]`` or ``[T, H, head_size]``, ``key`` the same form with ``H_kv``
+    heads, both fp16, bf16 or fp32 of one dtype, any strides (views of a fused qkv tensor are
+    the usual case; the fast case has a unit feature stride). ``cos_sin_cache``:
+    ``[max_position, rotary_dim]``, fp32 or the activations' dtype, ``rotary_dim`` even and at
+    most ``head_size``. fp32 math. Nothing is launched when there is nothing to rotate. No
+    allocation, no host sync.
     """
     if query.dtype != key.dtype or query.dtype not in _SUPPORTED:
         raise TypeError(f"query and key must share a dtype in {_SUPPORTED}, got "
                         f"{query.dtype}, {key.dtype}")
     if cos_sin_cache.dtype not in _SUPPORTED:
-        raise TypeError(f"cos_sin_cache must have a dtype in {_SUPPORTED}, got {cos_sin_cache.dtype}")
+        raise TypeError(f"cos_sin_cache must have a dtype in {_SUPPORTED}, "
+                        f"got {cos_sin_cache.dtype}")
     if cos_sin_cache.dim() != 2:
-        raise ValueError(f"cos_sin_cache must be [max_position, rotary_dim], got {list(cos_sin_cache.shape)}")
+        raise ValueError("cos_sin_cache must be [max_position, rotary_dim], "
+                         f"got {list(cos_sin_cache.shape)}")
     max_position, rotary_dim = cos_sin_cache.shape
     if rotary_dim % 2 or rotary_dim > head_size:
-        raise ValueError(f"rotary_dim must be even and at most head_size {head_size}, got {rotary_dim}")
+        raise ValueError(f"rotary_dim (cos_sin_cache.shape[1]) must be even and at most "
+                         f"head_size {head_size}, got {rotary_dim}")
     T, H, sq = _heads_layout(query, head_size)
     T_k, H_kv, sk = _heads_layout(key, head_size)
     if positions.dim() != 1 or positions.shape[0] != T or T_k != T:

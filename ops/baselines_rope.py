@@ -51,8 +51,10 @@ def _rope_fn(op: Any) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
                 x1, x2 = r[..., 0::2], r[..., 1::2]
             o1 = x1 * cos - x2 * sin
             o2 = x2 * cos + x1 * sin
-            y = torch.cat((o1, o2), dim=-1) if is_neox else torch.stack((o1, o2), dim=-1).flatten(-2)
-            rot.copy_(y)
+            if is_neox:
+                rot.copy_(torch.cat((o1, o2), dim=-1))
+            else:
+                rot.copy_(torch.stack((o1, o2), dim=-1).flatten(-2))
         return query, key
 
     return rotary_embedding

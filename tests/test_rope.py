@@ -169,7 +169,7 @@ def test_triton_strided_everything():
     element, a cache that is a column slice of a wider table, and one stored transposed."""
     T, H, H_kv, D, R, P = 6, 3, 2, 8, 6, 11
     g = _gen(4)
-    q = torch.randn(H, T, D, generator=g).to(DEVICE).transpose(0, 1)  # [T, H, D], strides (D, T*D, 1)
+    q = torch.randn(H, T, D, generator=g).to(DEVICE).transpose(0, 1)  # strides (D, T * D, 1)
     kw = torch.randn(T, H_kv, 2 * D, generator=g).to(DEVICE)
     k = kw[..., ::2]  # feature stride 2
     pos = torch.randint(0, P, (2 * T,), generator=g).to(DEVICE)[::2]
