@@ -8,7 +8,8 @@ inputs and empty tensors. Ops: results against torch.nn.functional, errors that 
 declaration they break, the in-place effects of the fused op, the compile boundary
 (`opcheck` on every operator, one cold `torch.compile(fullgraph=True)`), and every workload
 case instantiated on the meta device. Sizes are small: the interpreter runs programs
-through numpy.
+through numpy. Where CUDA is available the same tests run on the GPU (every tensor a test
+makes is made there), so this file is also the GPU correctness check of the family.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from opspec.schema.errors import SignatureError, SignatureTypeError
 
 from runtime_user_ops import expect_error
 
+DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 TOL = {
     torch.float32: dict(rtol=1e-4, atol=1e-4),
@@ -45,9 +47,17 @@ PACKED = NormConfig(False, 4, 1, 32, 1)   # four short rows per program
 TILED = NormConfig(False, 2, 3, 32, 1)    # three tiles of two rows per program
 
 
+@pytest.fixture(autouse=True)
+def _on_device():
+    """Tensors the tests make without naming a device are made on DEV."""
+    with torch.device(DEV):
+        yield
+
+
 def _randn(*shape, dtype=torch.float32, seed=0, scale=1.0, shift=0.0):
     g = torch.Generator().manual_seed(seed)
-    return (torch.randn(*shape, generator=g) * scale + shift).to(dtype)
+    x = torch.randn(*shape, generator=g, device="cpu") * scale + shift
+    return x.to(device=DEV, dtype=dtype)
 
 
 def _close(got, want, dtype):
@@ -78,7 +88,7 @@ def test_references_match_torch():
     xh, wh = x.bfloat16(), w.bfloat16()
     got = rms_norm_reference(xh, (3, 24), wh)
     assert got.dtype == torch.bfloat16
-    torch.testing.assert_close(got, F.rms_norm(xh, (3, 24), wh), rtol=0, atol=0.0)
+    _close(got, F.rms_norm(xh, (3, 24), wh), torch.bfloat16)
 
 
 def test_reference_default_eps_is_torchs():
