@@ -231,8 +231,12 @@ def results_markdown(result: Mapping[str, Any], plot: str | None = None,
           f"- **timing**: {meta.get('timing', '?')}"
           + (f", L2 flushed before every sample ({meta['l2_flush_bytes'] // 2**20} MiB written)"
              if meta.get("l2_flush_bytes") else ", no cache flush")
+          + (f", the device kept busy {meta['lead_cycles']:,} cycles before each sample while "
+             "the host enqueues the call" if meta.get("lead_cycles") else "")
           + "; median of all samples, passes interleaved A B C C B A",
-          "- **ceilings** (measured in the same run): " + ("; ".join(_ceiling_text(meta)) or "–"),
+          ("- **ceilings** (measured in the same run): " if not meta.get("runs") else
+           f"- **ceilings** (median over {len(meta['runs'])} runs, one per op; each row's rates "
+           "use its own run's ceilings): ") + ("; ".join(_ceiling_text(meta)) or "–"),
           "- SOL time = max(bytes / bandwidth, flops / compute), flops and bytes from "
           "`op.eval_roofline()`; efficiency = SOL time / measured time; speedup = baseline time "
           f"/ {IMPL} time (> 1: {IMPL} is faster)."]

@@ -559,3 +559,41 @@ def test_an_op_with_two_outputs_is_judged_on_both(U):
     assert row["verified"] is True and row["impls"]["eager"]["status"] == "ok"
     assert row["impls"]["off"]["status"] == "wrong"
     assert row["impls"]["off"]["reason"].startswith("result 1: ")
+
+
+def _merge_bench():
+    spec = importlib.util.spec_from_file_location("merge_bench", ROOT / "benchmarks" / "merge_bench.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_merge_bench_keeps_every_row_and_says_which_runs(tmp_path):
+    """Per-op runs merge into one result: rows as measured (a later row of the same case
+    replaces the earlier one), ceilings the median over the runs, every run listed."""
+    a, b = _fake_result(), _fake_result()
+    a["meta"]["ops"], b["meta"]["ops"] = ["GemmFwdOp"], ["SiluAndMulFwdOp"]
+    a["rows"] = [r for r in a["rows"] if r["op"] == "GemmFwdOp"]
+    b["rows"] = [r for r in b["rows"] if r["op"] == "SiluAndMulFwdOp"]
+    b["meta"]["date"] = "2026-11-30T01:00:00+00:00"
+    b["meta"]["ceilings"] = {**b["meta"]["ceilings"], "bandwidth_tbps": 4.1}
+    again = json.loads(json.dumps(b))
+    again["rows"] = [dict(b["rows"][0], times_us={"opspec": 1.0})]
+    paths = []
+    for i, r in enumerate((a, b, again)):
+        paths.append(tmp_path / f"{i}.json")
+        paths[-1].write_text(json.dumps(r))
+    out = tmp_path / "merged.json"
+    assert _merge_bench().main([str(out), *map(str, paths)]) == 0
+    m = json.loads(out.read_text())
+    assert [(r["op"], r["case"]) for r in m["rows"]] == [
+        ("GemmFwdOp", "g1"), ("GemmFwdOp", "g2"), ("GemmFwdOp", "g3"),
+        ("SiluAndMulFwdOp", "s1"), ("SiluAndMulFwdOp", "s2")]
+    assert m["rows"][3]["times_us"] == {"opspec": 1.0}  # the later run's row
+    assert m["meta"]["ceilings"]["bandwidth_tbps"] == pytest.approx(4.1)  # median of 4.3, 4.1, 4.1
+    assert m["meta"]["date"] == "2026-11-30T01:00:00+00:00" and len(m["meta"]["runs"]) == 3
+    assert m["meta"]["ops"] == ["GemmFwdOp", "SiluAndMulFwdOp"]
+    assert [f["case"] for f in m["summary"]["failures"]] == ["g3"]
+    md = R.results_markdown(m)
+    assert "median over 3 runs, one per op" in md
+    assert _merge_bench().main([str(out)]) == 2  # nothing to merge

@@ -1,0 +1,73 @@
+"""Merge the JSON results of several `opspec bench` runs (one per op, from
+`benchmarks/bench_ops.sh`) into one result that `benchmarks/make_results.py` renders.
+
+    python benchmarks/merge_bench.py OUT.json IN.json [IN.json ...]
+
+Rows are kept as measured, each with the rates its own run computed against its own
+ceilings; a later file's row replaces an earlier one of the same (op, case). The merged
+meta is the first run's, with `ceilings` the median over the runs, `date` the latest, and
+`runs` listing each file's date and ceilings, so nothing measured is hidden.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+
+def merge(results: list[dict]) -> dict:
+    if not results:
+        raise ValueError("no results to merge")
+    formats = {r.get("format") for r in results}
+    if len(formats) != 1:
+        raise ValueError(f"results of different formats: {sorted(map(str, formats))}")
+    rows: dict[tuple[str, str], dict] = {}
+    for r in results:
+        for row in r["rows"]:
+            rows[(row["op"], row["case"])] = row
+    meta = dict(results[0]["meta"])
+    runs = [{"ops": r["meta"].get("ops"), "date": r["meta"].get("date"),
+             "ceilings": {k: r["meta"]["ceilings"].get(k)
+                          for k in ("bandwidth_tbps", "compute_tflops")}} for r in results]
+    for key in ("bandwidth_tbps", "compute_tflops"):
+        vals = [r["ceilings"][key] for r in runs if r["ceilings"].get(key)]
+        if vals:
+            meta["ceilings"] = {**meta["ceilings"], key: statistics.median(vals)}
+    meta["date"] = max(r["date"] for r in runs if r["date"])
+    meta["runs"] = runs
+    meta["ops"] = sorted({op for r in results for op in r["meta"].get("ops", [])})
+    meta["baselines"] = sorted({b for r in results for b in r["meta"].get("baselines", [])})
+    meta["unavailable_baselines"] = {k: v for r in results
+                                     for k, v in r["meta"].get("unavailable_baselines", {}).items()}
+    meta["baseline_descriptions"] = {k: v for r in results
+                                     for k, v in r["meta"].get("baseline_descriptions", {}).items()}
+    merged_rows = list(rows.values())
+    failures = [{"op": r["op"], "case": r["case"], "status": r["status"], "error": r["error"]}
+                for r in merged_rows if r["status"] != "ok"]
+    return {"format": results[0]["format"], "meta": meta, "rows": merged_rows,
+            "summary": {"rows": len(merged_rows),
+                        "verified": sum(bool(r["verified"]) for r in merged_rows),
+                        "failures": failures}}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2:
+        sys.stderr.write(__doc__)
+        return 2
+    out, *ins = argv
+    try:
+        results = [json.loads(Path(p).read_text()) for p in ins]
+        merged = merge(results)
+    except (OSError, ValueError, KeyError) as exc:
+        sys.stderr.write(f"merge_bench: {exc}\n")
+        return 2
+    Path(out).write_text(json.dumps(merged, indent=1) + "\n")
+    print(f"merge_bench: {len(merged['rows'])} rows of {len(merged['meta']['ops'])} ops "
+          f"from {len(ins)} files -> {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
