@@ -135,22 +135,38 @@ def test_strided_kernel(shape, dim, dtype, log):
 
 # ============================================================================ looped kernels
 
-# A register cap of 64 elements sends rows of 1000 to the looped kernels: `sm_count` decides
-# between the persistent one-row-per-program kernel (many rows per SM) and the split one.
+# A register cap of 64 elements sends rows of 1000 to the long-row kernels: `sm_count` decides
+# between the cooperative one (many rows: 16 programs of 64 elements per row) and the split
+# one (few rows); the persistent looped kernel takes rows of more than 64 chunks.
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("kind, sms", [("looped", 1), ("split", 1000)])
+@pytest.mark.parametrize("kind, sms", [("coop", 1), ("looped", 1), ("split", 1000)])
 def test_long_row_kernels(kind, sms, dtype, log):
     x = _x((5, 1000), dtype, seed=2)
-    plan = _plan(x, -1, max_reg=64, sm_count=sms)
-    assert plan.kind == kind
     if kind == "looped":
+        plan = _plan(x, -1, max_reg=8, sm_count=sms)      # 125 chunks of 8: over 64
+        assert plan.kind == kind
         assert plan.grid == 1 and plan.vec == 16 // x.element_size()  # persistent: 5 rows on 1
         _close(_run(x, -1, log=log, plan=plan), _expected(x, -1, log=log))
         plan = SoftmaxPlan("looped", 64, 1, 2, vec=plan.vec)         # 5 rows on 2 programs
     else:
+        plan = _plan(x, -1, max_reg=64, sm_count=sms)
+        assert plan.kind == kind
         assert plan.chunks == math.ceil(1000 / plan.block) and plan.grid == 5 * plan.chunks
     _close(_run(x, -1, log=log, plan=plan), _expected(x, -1, log=log))
+
+
+def test_coop_kernel_waits_or_reads_the_row_itself():
+    # Under the interpreter programs run one after another: every chunk but a row's last
+    # finds its peers missing and takes the fallback (reads the whole row); the last finds
+    # all partials in. On a GPU the chunks wait for each other. Both must agree with torch.
+    x = _x((3, 200), seed=11)
+    x[1, :130] = -math.inf                                   # whole chunks of -inf
+    for block in (16, 64, 256):
+        plan = SoftmaxPlan("coop", block, 1, 3 * math.ceil(200 / block),
+                           chunks=math.ceil(200 / block))
+        for log in (False, True):
+            _close(_run(x, -1, log=log, plan=plan), _expected(x, -1, log=log))
 
 
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log"])
@@ -167,6 +183,7 @@ def test_strided_looped_kernel(dtype, log):
 def test_looped_kernels_on_chunk_edges(n):
     x = _x((3, n), seed=n)
     for plan in (SoftmaxPlan("looped", 64, 1, 2, vec=4),
+                 SoftmaxPlan("coop", 16, 1, 3 * math.ceil(n / 16), chunks=math.ceil(n / 16)),
                  SoftmaxPlan("split", 16, 1, 3 * math.ceil(n / 16), chunks=math.ceil(n / 16))):
         _close(_run(x, -1, plan=plan), _expected(x, -1))
         _close(_run(x, -1, log=True, plan=plan), _expected(x, -1, log=True))
@@ -199,8 +216,9 @@ def test_a_permuted_input_is_copied_and_the_caller_untouched():
 def test_looped_kernels_read_strided_rows():
     base = _x((4, 300), seed=6)
     v = base[:, ::2]                                  # [4, 150], column stride 2
-    for sms in (1, 1000):
-        plan = softmax_plan(4, 150, 1, 4, max_reg=64, sm_count=sms)
+    for cap, sms, kind in ((64, 1, "coop"), (2, 1, "looped"), (64, 1000, "split")):
+        plan = softmax_plan(4, 150, 1, 4, max_reg=cap, sm_count=sms)
+        assert plan.kind == kind
         _close(_run(v, -1, plan=plan), _expected(v, -1))
 
 
@@ -236,11 +254,13 @@ def _special_rows(n):
     return x
 
 
-@pytest.mark.parametrize("kind", ["rows", "looped", "split"])
+@pytest.mark.parametrize("kind", ["rows", "coop", "looped", "split"])
 def test_masked_and_special_values(kind):
     n = 200
     x = _special_rows(n)
-    plan = None if kind == "rows" else _plan(x, -1, max_reg=64, sm_count=1 if kind == "looped" else 1000)
+    cap = {"coop": 64, "looped": 2, "split": 64}.get(kind)   # looped: over 64 chunks
+    plan = None if kind == "rows" else _plan(x, -1, max_reg=cap, sm_count=1000 if kind == "split" else 1)
+    assert plan is None or plan.kind == kind
     for log in (False, True):
         got = _run(x, -1, log=log, plan=plan)
         want = torch.log_softmax(x.double(), -1) if log else torch.softmax(x.double(), -1)
@@ -254,7 +274,8 @@ def test_masked_and_special_values(kind):
 
 def test_extreme_but_finite_values():
     x = torch.tensor([[-1e30, 1e30, 0.0], [88.0, 89.0, -200.0], [3e38, -3e38, 0.0]], device=DEV)
-    for plan in (None, SoftmaxPlan("looped", 4, 1, 1, vec=4), SoftmaxPlan("split", 2, 1, 6, chunks=2)):
+    for plan in (None, SoftmaxPlan("looped", 4, 1, 1, vec=4), SoftmaxPlan("split", 2, 1, 6, chunks=2),
+                 SoftmaxPlan("coop", 2, 1, 6, chunks=2)):
         got = _run(x, -1, plan=plan)
         torch.testing.assert_close(got.cpu(), torch.softmax(x, -1).cpu(), equal_nan=True)
 
@@ -263,7 +284,8 @@ def test_int64_offsets(monkeypatch):
     # Lower the int32 limit so that every kernel takes its int64 path on small tensors.
     monkeypatch.setattr(K, "_INT32_LIMIT", 10)
     x = _x((5, 300), seed=9)
-    for plan in (None, _plan(x, -1, max_reg=64, sm_count=1), _plan(x, -1, max_reg=64, sm_count=1000)):
+    for plan in (None, _plan(x, -1, max_reg=64, sm_count=1), _plan(x, -1, max_reg=4, sm_count=1),
+                 _plan(x, -1, max_reg=64, sm_count=1000)):
         _close(_run(x, -1, plan=plan), _expected(x, -1))
     y = _x((3, 40, 9), seed=10)
     for plan in (None, _plan(y, 1, max_reg=64, sm_count=1)):
@@ -300,11 +322,14 @@ def test_plans_of_the_workload_shapes():
     assert (p.kind, p.block, p.rows, p.num_warps) == ("rows", 1024, 1, 4)
     p = softmax_plan(4 * 8192, 8192, 1, 2)
     assert (p.kind, p.block, p.num_warps) == ("rows", 8192, 16)
-    # Prefill vocabulary rows: the persistent looped kernel, one program per SM.
+    # Prefill vocabulary rows: the cooperative kernel, 16 (19) programs of 8192 per row.
     p = softmax_plan(4096, 128256, 1, 2)
-    assert (p.kind, p.grid, p.vec, p.block, p.num_warps) == ("looped", 132, 8, 16384, 16)
+    assert (p.kind, p.block, p.chunks, p.grid, p.num_warps) == ("coop", 8192, 16, 4096 * 16, 8)
     p = softmax_plan(1024, 151936, 1, 4)
-    assert (p.kind, p.vec, p.block) == ("looped", 4, 8192)
+    assert (p.kind, p.block, p.chunks) == ("coop", 8192, 19)
+    # Rows of more than 64 chunks: the persistent looped kernel, one program per SM.
+    p = softmax_plan(1024, 65 * 8192, 1, 2)
+    assert (p.kind, p.grid, p.vec, p.block, p.num_warps) == ("looped", 132, 8, 16384, 16)
     # Decode vocabulary rows: split so the grid covers the SMs (2 programs each or more).
     p = softmax_plan(32, 128256, 1, 2)
     assert p.kind == "split" and p.grid >= 2 * 132 and p.chunks * p.block >= 128256
@@ -359,6 +384,9 @@ out = {
     "looped": build(K._looped_kernel, dict(x_ptr=B, out_ptr=F, n_rows=2048, N=V, sxr=V, sxn=1,
                                            sor=V, son=1),
                     dict(BLOCK_R=2048, VEC=8, LOG=True, USE_INT64=False), 16),
+    "coop": build(K._coop_kernel, dict(x_ptr=B, out_ptr=B, ws_ptr=F, cnt_ptr="*i32", n_rows=4096,
+                                       N=V, G=16, spin=65536, sxr=V, sxn=1, sor=V, son=1),
+                  dict(BLOCK=8192, FB=1024, G_POW2=16, LOG=False, USE_INT64=False), 8),
     "split": build(K._split_partials_kernel, dict(x_ptr=B, out_ptr=B, ws_ptr=F, n_rows=32, N=V, C=16,
                                                   sxr=V, sxn=1),
                    dict(CHUNK=8192, USE_INT64=True), 16),
@@ -399,6 +427,10 @@ def test_kernels_build_for_sm90_with_16_byte_accesses():
     # row's partials in two scalar loads, the chunk in 16-byte loads and stores.
     assert len(v4(built["split"]["st"])) == 2 and len(v4(built["finish"]["ld"])) == 2
     assert not v4(built["finish"]["st"])
+    # coop: its chunk in 16-byte loads and stores, its (max, sum) in two scalar stores, the
+    # arrival count polled with an acquiring load.
+    assert len(v4(built["coop"]["st"])) == 2
+    assert any(op.endswith(".v4.b32") and "evict_first" in op for op in built["coop"]["ld"])
     for name in ("looped", "strided"):
         assert any("evict_last" in op for op in built[name]["ld"]), built[name]
         assert all("evict_first" in op for op in built[name]["st"]), built[name]
