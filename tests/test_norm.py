@@ -18,6 +18,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from opspec.kernels import norm as norm_mod
 from opspec.kernels.norm import (
     DEFAULT_RMS_EPS, MAX_REGISTER_BLOCK, NormConfig, fused_add_rms_norm_reference,
     fused_add_rms_norm_triton, layer_norm_reference, layer_norm_triton, norm_config,
@@ -165,6 +166,30 @@ def test_looped_kernel(dtype):
     norm_fwd_triton(x, x, 50, 1e-5, rms=True, weight=w, residual=r, config=LOOPED)
     _assert_sum(r, want_s)
     _close(x, want_y, dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_rows_of_32k_stay_in_registers(dtype, monkeypatch):
+    """A row of 16385 to 32768 elements takes the register kernel (32 warps), its affine
+    parameters loaded late whatever the grid (the register cap of 32 warps)."""
+    x = _randn(2, 20000, dtype=dtype, scale=0.5, shift=3.0)
+    w, b = _randn(20000, dtype=dtype, seed=1), _randn(20000, dtype=dtype, seed=2)
+    assert norm_config(2, 20000) == (False, 1, 1, 32768, 32)
+    seen = []
+    real = norm_mod._norm_fwd_rows_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*args, **kw):
+                seen.append(kw["LATE_AFFINE"])
+                return real[grid](*args, **kw)
+            return launch
+
+    monkeypatch.setattr(norm_mod, "_norm_fwd_rows_kernel", Spy())
+    out = torch.empty_like(x)
+    layer_norm_triton(x, (20000,), w, b, 1e-5, out)
+    _close(out, layer_norm_reference(x, (20000,), w, b, 1e-5), dtype)
+    assert seen == [True]
 
 
 @pytest.mark.parametrize("cfg", [PACKED, TILED], ids=["packed", "tiled"])
@@ -320,10 +345,13 @@ def test_config_choice():
     assert norm_config(1, 4096) == (False, 1, 1, 4096, 16)
     assert norm_config(32, 8192) == (False, 1, 1, 8192, 32)
     assert norm_config(1, 16384) == (False, 1, 1, 16384, 32)
+    # Rows of 32768 (LayerNorm of [2, 16384]) still in registers: 32 warps, 32 a thread.
+    assert norm_config(2048, 32768) == (False, 1, 1, 32768, 32)
+    assert norm_config(4, 16385) == (False, 1, 1, 32768, 32)
     # Longer than the register block: the looped kernel.
-    assert MAX_REGISTER_BLOCK == 16384
-    assert norm_config(4, 16384).looped is False
-    assert norm_config(4, 16385) == (True, 1, 1, 4096, 8)
+    assert MAX_REGISTER_BLOCK == 32768
+    assert norm_config(4, 32768).looped is False
+    assert norm_config(4, 32769) == (True, 1, 1, 4096, 8)
     assert norm_config(64, 196608).looped
 
 
