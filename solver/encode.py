@@ -1554,6 +1554,10 @@ class Encoder:
             return self._var(name)
         if name == "inf":
             return _float_const(math.inf)
+        if name in shared().dtype_consts:
+            # A bare dtype name (`float64` in a let or a rule, `dtype: int64` of an input)
+            # is that dtype; it used to leave the question undecided.
+            return DTypeV(shared().dtype_consts[name], DTypeK(frozenset({name})))
         raise EncodeError(f"{name} is not a known name")
 
     def _tuple(self, e: TupleExpr) -> _Val:

@@ -645,3 +645,23 @@ def test_a_float_divisor_is_not_asked_about_its_sign(tmp_path, let):
     report = prove_text(tmp_path, spec(BASE + f'let: {{Q: "{let}"}}\n'))
     assert not [d for d in report.all_diagnostics if d.check == "divisor"]
     assert checks(report) <= REFUSALS
+
+
+def test_a_literal_dtype_beside_an_unsolvable_index_is_refuted(tmp_path):
+    """A literal dtype (`dtype: int64`) reached the encoder as a bare name it did not know:
+    the question whether `H` in `[T, H * d]` is determined was left undecided (`unknown`,
+    "int64 is not a known name") instead of refuted with two solutions."""
+    report = prove_text(tmp_path, spec('''
+        forall: {T: Dim, H: Dim}
+        params:
+          d: {type: int}
+        inputs:
+          ids: {dtype: int64, shape: "[T]"}
+          x: {dtype: float32, shape: "[T, H * d]"}
+        outputs:
+          y: {dtype: float32, shape: "[T, H]"}
+        ''', workloads="- {T: 4, H: 2, d: 3, label: w}", roofline='flops: "T"'))
+    (d,) = [d for d in report.all_diagnostics if d.is_error]
+    assert d.check == "ambiguous" and d.path == "signature.inputs.x.shape"
+    assert d.counterexample["H (solution 1)"] != d.counterexample["H (solution 2)"]
+    assert not [d for d in report.all_diagnostics if "not a known name" in d.message]
