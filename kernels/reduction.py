@@ -19,22 +19,32 @@ Two kernels cover the collapsed layouts:
 
 * **row** (``_row_reduce_kernel``): the reduced dimension is the innermost in memory (the
   per-token reductions over the hidden size or the vocabulary, and whole-tensor
-  reductions).  A program owns ``BLOCK_M`` output rows and walks ``R`` in chunks of
-  ``BLOCK_R`` contiguous elements, keeping a ``[BLOCK_M, BLOCK_R]`` accumulator (a row of
-  up to 8192 bf16 elements is read in one step, a longer one in a loop) and reducing it
-  once at the end; vectorised 16-byte loads along ``R``.
+  reductions).  A row of up to 32 KiB (16384 bf16 elements) is one block: a program loads
+  its ``BLOCK_M`` rows whole, with no loop, and reduces them (a persistent reduction, as
+  torch.compile's).  A longer row (or a chunk of a split one) is walked by one program in
+  blocks of ``BLOCK_R`` elements, each read as an ``[UNROLL, BLOCK_R // UNROLL]`` tile
+  (one 16-byte vector per thread and tile row) reduced within each thread into an
+  accumulator of one tile row; every block but the last loads unmasked.
 * **column** (``_col_reduce_kernel``): a kept dimension is the innermost in memory (column
   sums over tokens).  A program owns ``BLOCK_I`` contiguous columns of one outer index and
-  walks ``R`` in steps of ``BLOCK_R`` rows, each step one coalesced ``[BLOCK_R, BLOCK_I]``
-  tile.
+  walks ``R`` in blocks of ``BLOCK_R`` rows, each an ``[UNROLL, BLOCK_R // UNROLL,
+  BLOCK_I]`` tile reduced within each thread over its first axis; a short ``R`` is one
+  block, no loop.
+
+Both forms exist for ptxas: with a whole-block loop-carried accumulator and masked loads
+it consumed each 16-byte load before issuing the next (one vector in flight per thread;
+the bf16 reductions ran at 1.7 to 3.4 TB/s on the H200); the loop-free blocks and the
+small accumulators compile to all four loads of a step in flight (checked on sm_90 builds
+by tests/test_reduction.py).
 
 **Split (2-stage) reduction.** When the output is too small to give every one of the 132
 SMs work (a whole-tensor reduction has one output element) and a program would walk ``R``
-in 4 steps or more, ``R`` is split into ``n_split`` chunks: stage 1 writes one partial per
+in 4 blocks or more, ``R`` is split into ``n_split`` chunks: stage 1 writes one partial per
 (output, chunk) into a float32 (float64) workspace, and stage 2 -- the same kernel, on the
-workspace -- reduces the partials, divides (mean) and casts.  The launch sizes are picked in plain Python from the shape (no
-autotuning at call time): about 16 KiB of input per program per step, 8 warps for full
-tiles, and about ``8 * SMs`` programs after a split.
+workspace -- reduces the partials, divides (mean) and casts.  The launch sizes are picked
+in plain Python from the shape (no autotuning at call time; :func:`plan_launch` says why
+each): 64 bytes of input per thread per step (16 KiB blocks for 8 warps), and up to
+``4 * SMs`` programs after a split (all resident at once).
 
 **Numerics.** As torch: the input is cast to the result dtype first (``dtype=`` of sum and
 mean), then accumulated in float32, or float64 for a float64 result; mean divides the sum
@@ -74,12 +84,23 @@ _TL_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16,
               torch.float32: tl.float32, torch.float64: tl.float64}
 _REDUCE_CODE = {"sum": 0, "mean": 1, "amax": 2}
 
-#: Input bytes one program loads per step: with 8 warps, 64 bytes (four 16-byte vectors)
-#: per thread in flight, and several programs resident per SM.
+#: Input bytes one program of a loop loads per step: with 8 warps, 64 bytes (four 16-byte
+#: vectors) per thread in flight, and several programs resident per SM.
 _TILE_BYTES = 16384
+_BYTES_PER_THREAD = 64
+#: A loop step reads its block as this many sub-blocks (one 16-byte vector per thread each).
+_UNROLL = _BYTES_PER_THREAD // 16
+#: Rows up to this many bytes (rounded up to a power of 2) are reduced in one block, no loop.
+_ONE_BLOCK_MAX_BYTES = 32768
+#: A one-block program takes several short rows until it holds this many bytes.
+_ONE_BLOCK_MIN_BYTES = 8192
 #: A split is worth its second launch (a few microseconds) only when a program would
 #: otherwise walk R in at least this many steps (each about a DRAM latency).
 _SPLIT_MIN_STEPS = 4
+#: A split grid has at most this many programs per SM: every program resident at once (8
+#: warps at up to 64 registers a thread), so no partial second wave, and 64 KiB of loads in
+#: flight per SM (the float32 rows reached 4.3 TB/s with 32 KiB).
+_SPLIT_PROGRAMS_PER_SM = 4
 _INT32_LIMIT = 2**31 - 1
 
 
@@ -205,7 +226,9 @@ def collapse(shape, strides, axes: tuple[int, ...]) -> Layout | None:
 @dataclass(frozen=True)
 class Launch:
     """One stage-1 launch: `kind` 'row' or 'col', block sizes, warps, and the split of R
-    (`n_split` chunks of `r_per_split`; 1 chunk: no second stage)."""
+    (`n_split` chunks of `r_per_split`; 1 chunk: no second stage). `one_block`: R fits in
+    one block and is not split, so the kernel reduces a register-resident block without a
+    loop (a persistent reduction)."""
 
     kind: str
     block_m: int  # rows per program (row kernel); unused by the column kernel
@@ -214,6 +237,7 @@ class Launch:
     num_warps: int
     n_split: int
     r_per_split: int
+    one_block: bool = False
 
 
 @functools.lru_cache(maxsize=None)
@@ -224,66 +248,143 @@ def _sm_count(index: int | None) -> int:
 
 
 def _warps(tile_bytes: int) -> int:
-    # About 64 bytes per thread: 16 KiB tiles get 8 warps.
-    return max(1, min(8, tile_bytes // 2048))
+    # 64 bytes (four 16-byte vectors) per thread: 16 KiB tiles get 8 warps, 8 KiB 4 warps;
+    # at most 8 warps (a 32 KiB one-block row: 128 bytes a thread).
+    return max(1, min(8, tile_bytes // (_BYTES_PER_THREAD * 32)))
 
 
-def _pow2_at_most(n: int) -> int:
-    return 1 << (max(n, 1).bit_length() - 1)
-
-
+@functools.lru_cache(maxsize=4096)
 def plan_launch(layout: Layout, elem_size: int, sm_count: int = 132,
                 num_splits: int | None = None) -> Launch:
-    """The stage-1 launch for `layout` (R >= 2), from the shape alone.
+    """The stage-1 launch for `layout` (R >= 2), from the shape alone (cached).
 
-    The row kernel serves layouts whose reduced stride is the smallest (or that keep
-    nothing); the column kernel the others. R is split when the unsplit grid would leave
-    SMs idle (fewer than two programs per SM) and each program would walk R in 4 steps or
-    more: the grid then reaches about 8 programs per SM, each chunk a whole number of
-    blocks of R. `num_splits` forces a split count (clamped to one block per chunk).
+    Row kernel (the reduced stride is the smallest, or nothing is kept):
+
+    * R of at most 32 KiB (16384 bf16 elements): one block holds the whole row, no loop.
+      Measured on the H200 (an earlier looped kernel): [4096, 4096] bf16 rows took 19.9 us
+      against torch.compile's 14.8 us (one row per program, the row in registers); the
+      loop's carried accumulator and masked loads made ptxas consume each 16-byte load
+      before issuing the next (one vector in flight per thread), where the loop-free form
+      issues all of a thread's loads first. One row per program (several when a row is
+      under 8 KiB, as long as the grid keeps 4 programs per SM), 64 bytes per thread.
+    * Longer rows: a loop over 16 KiB blocks (8 warps, four 16-byte vectors per thread),
+      unmasked but for the last block, so that all four loads are in flight (the bf16
+      vocabulary rows [2048, 128256] ran at 3.3 TB/s with serialised loads, float32 at
+      4.3 TB/s, and 4.2 TB/s is the copy bandwidth).
+
+    Column kernel (a kept dimension is innermost): 512-byte row segments (32 lanes x 16
+    bytes: bf16 [16384, 4096] column sums were 1.5x slower than torch.compile with
+    serialised loads), blocks of 16 KiB walked down R unmasked but for the last. When no
+    split is made and the grid has fewer than 2 programs per SM (the second stage of a
+    split column reduction: a few dozen partial rows), the segments narrow to 128 bytes to
+    spread the columns over more SMs.
+
+    Split: R is split when the unsplit grid would leave SMs idle (fewer than two programs
+    per SM) and each program would walk R in 4 blocks or more (the second launch costs a
+    few microseconds): the grid then holds up to 4 programs per SM, all resident at once
+    (no partial second wave; 64 KiB of loads in flight per SM), each chunk a whole number
+    of blocks of R. `num_splits` forces a split count (clamped to one block per
+    chunk).
     """
-    tile = max(16, _TILE_BYTES // elem_size)
     R = layout.R
     kept_strides = [s for _, s in layout.kept]
     n_out = layout.n_out
-    target = 8 * sm_count
+    target = _SPLIT_PROGRAMS_PER_SM * sm_count
+    tile = max(16, _TILE_BYTES // elem_size)
     if not kept_strides or layout.s_r <= min(kept_strides):
-        block_r = min(triton.next_power_of_2(R), tile)
-        block_m = min(max(1, tile // block_r), triton.next_power_of_2(n_out))
-        while block_m > 1 and triton.cdiv(n_out, block_m) < 4 * sm_count:
-            block_m //= 2
-        n_base = triton.cdiv(n_out, block_m)
         kind, block_i = "row", 1
+        row_elems = triton.next_power_of_2(R)
+        if row_elems * elem_size <= _ONE_BLOCK_MAX_BYTES and (num_splits or 1) == 1:
+            # One block, no loop: [4096, 4096] bf16 rows were 19.9 us looped, 14.8 us under
+            # torch.compile's one-row-per-program persistent form.
+            block_r, block_m = row_elems, 1
+            cap = triton.next_power_of_2(n_out)
+            while (block_m * row_elems * elem_size < _ONE_BLOCK_MIN_BYTES and block_m < cap
+                   and triton.cdiv(n_out, 2 * block_m) >= 4 * sm_count):
+                block_m *= 2
+        else:
+            # Long rows ([2048, 128256] bf16: 157 us looped with serialised loads, 133 us
+            # eager): 16 KiB blocks, one row per program.
+            block_r, block_m = min(row_elems, tile), 1
+        n_base = triton.cdiv(n_out, block_m)
         tile_elems = block_m * block_r
     else:
+        kind, block_m = "col", 1
         inner = min(range(len(layout.kept)), key=lambda k: layout.kept[k][1])
         I = layout.kept[inner][0]
+        n_outer = n_out // I
+
+        def col_tile(bi):
+            br = min(max(1, tile // bi), triton.next_power_of_2(R))
+            return br, n_outer * triton.cdiv(I, bi), triton.cdiv(R, br)
+
+        # 512-byte row segments, 16 KiB blocks (bf16 [16384, 4096] columns: 70.5 us with
+        # serialised loads against 46.6 us under torch.compile).
         block_i = min(triton.next_power_of_2(I), max(1, 512 // elem_size))
-        block_r = min(max(1, tile // block_i), triton.next_power_of_2(R))
-        n_base = (n_out // I) * triton.cdiv(I, block_i)
-        kind, block_m = "col", 1
+        block_r, n_base, steps = col_tile(block_i)
+        unsplit = num_splits == 1 or (num_splits is None and not (
+            n_base < 2 * sm_count and steps >= _SPLIT_MIN_STEPS))
+        # An unsplit short R with a small grid (a split's second stage): narrower segments,
+        # down to 128 bytes, for more programs.
+        min_i = max(1, 128 // elem_size)
+        while unsplit and n_base < 2 * sm_count and block_i > min_i:
+            block_i //= 2
+            block_r, n_base, steps = col_tile(block_i)
         tile_elems = block_r * block_i
     num_warps = _warps(tile_elems * elem_size)
     steps = triton.cdiv(R, block_r)
     if num_splits is not None:
         n_split = max(1, min(num_splits, steps))
     elif n_base < 2 * sm_count and steps >= _SPLIT_MIN_STEPS:
-        n_split = min(triton.cdiv(target, n_base), steps)
+        # Up to 4 programs per SM, all resident: no partial second wave.
+        n_split = max(2, min(target // n_base, steps))
     else:
         n_split = 1
     r_per_split = triton.cdiv(triton.cdiv(R, n_split), block_r) * block_r
     n_split = triton.cdiv(R, r_per_split)
-    return Launch(kind, block_m, block_r, block_i, num_warps, n_split, r_per_split)
+    one_block = n_split == 1 and block_r >= R
+    return Launch(kind, block_m, block_r, block_i, num_warps, n_split, r_per_split, one_block)
 
 
 # -- the kernels ------------------------------------------------------------------------------
 
 @triton.jit
-def _max_keep_nan(acc, AXIS: tl.constexpr):
-    # torch.amax propagates NaN, tl.max drops it: a reduced slice holding a NaN gives NaN.
-    res = tl.max(acc, axis=AXIS)
-    n_nan = tl.sum((acc != acc).to(tl.int32), axis=AXIS)
-    return tl.where(n_nan > 0, float("nan"), res)
+def _max_nan(a, b):
+    # torch.amax propagates NaN: max.NaN (tl.max alone would drop a NaN).
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _load_acc(ptrs, mask, REDUCE: tl.constexpr, CAST_TY: tl.constexpr, ACC_TY: tl.constexpr,
+              MASKED: tl.constexpr):
+    """A block of x as ACC_TY, cast to CAST_TY first; masked-off elements are the identity."""
+    if REDUCE == 2:
+        if MASKED:
+            v = tl.load(ptrs, mask=mask, other=float("-inf"))
+        else:
+            v = tl.load(ptrs)
+    else:
+        if MASKED:
+            v = tl.load(ptrs, mask=mask, other=0.0)
+        else:
+            v = tl.load(ptrs)
+        if CAST_TY is not None:
+            v = v.to(CAST_TY)  # rounds to nearest even on GPUs
+    return v.to(ACC_TY)
+
+
+@triton.jit
+def _combine(acc, v, REDUCE: tl.constexpr):
+    if REDUCE == 2:
+        return _max_nan(acc, v)
+    return acc + v
+
+
+@triton.jit
+def _reduce(v, AXIS: tl.constexpr, REDUCE: tl.constexpr):
+    if REDUCE == 2:
+        return tl.reduce(v, AXIS, _max_nan)
+    return tl.sum(v, axis=AXIS)
 
 
 @triton.jit
@@ -298,6 +399,9 @@ def _row_reduce_kernel(
     HAS_INNER: tl.constexpr,   # two kept dimensions: row m is (m // I, m % I)
     BLOCK_M: tl.constexpr,
     BLOCK_R: tl.constexpr,
+    ONE_BLOCK: tl.constexpr,   # R <= BLOCK_R, not split: no loop
+    UNROLL: tl.constexpr,      # sub-blocks per step of the loop
+    EVEN_M: tl.constexpr,      # n_rows % BLOCK_M == 0
     USE_INT64: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
@@ -307,34 +411,48 @@ def _row_reduce_kernel(
         pid_s = pid_s.to(tl.int64)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     row_mask = rows < n_rows
+    # Rows past the end read the last row again (loads stay unmasked); their store is masked.
+    src = rows if EVEN_M else tl.minimum(rows, n_rows - 1)
     if HAS_INNER:
-        base = (rows // I) * s_o + (rows % I) * s_i
+        base = (src // I) * s_o + (src % I) * s_i
     else:
-        base = rows * s_o
-    r_start = pid_s * r_per_split
-    r_end = tl.minimum(r_start + r_per_split, R)
-    if REDUCE == 2:
-        acc = tl.full([BLOCK_M, BLOCK_R], float("-inf"), ACC_TY)
+        base = src * s_o
+    cols = tl.arange(0, BLOCK_R)
+    if ONE_BLOCK:
+        # The whole row in registers: every load issued before the first add.
+        v = _load_acc(x_ptr + base[:, None] + cols[None, :] * s_r, (cols < R)[None, :],
+                      REDUCE, CAST_TY, ACC_TY, True)
+        res = _reduce(v, 1, REDUCE)
     else:
-        acc = tl.zeros([BLOCK_M, BLOCK_R], ACC_TY)
-    for r0 in range(r_start, r_end, BLOCK_R):
-        cols = r0 + tl.arange(0, BLOCK_R)
-        # Chunks are whole blocks, so `cols < R` is the only bound a block can cross; a
-        # mask against R (an argument, often a multiple of 16) keeps the loads vectorised.
-        mask = row_mask[:, None] & (cols < R)[None, :]
-        ptrs = x_ptr + base[:, None] + cols[None, :] * s_r
-        if REDUCE == 2:
-            v = tl.load(ptrs, mask=mask, other=float("-inf"))
-            acc = tl.maximum(acc, v.to(ACC_TY), propagate_nan=tl.PropagateNan.ALL)
+        # One row per program (the plan's loop layouts are long rows).
+        tl.static_assert(BLOCK_M == 1)
+        if HAS_INNER:
+            base1 = (pid_m // I) * s_o + (pid_m % I) * s_i
         else:
-            v = tl.load(ptrs, mask=mask, other=0.0)
-            if CAST_TY is not None:
-                v = v.to(CAST_TY)  # rounds to nearest even on GPUs
-            acc += v.to(ACC_TY)
-    if REDUCE == 2:
-        res = _max_keep_nan(acc, 1)
-    else:
-        res = tl.sum(acc, axis=1)
+            base1 = pid_m * s_o
+        r_start = pid_s * r_per_split
+        r_stop = tl.minimum(r_start + r_per_split, R)
+        # Chunks are whole blocks: only the last block of R can be partial. A block is read
+        # as an [UNROLL, BLOCK_R // UNROLL] tile (one 16-byte vector per thread and row of
+        # the tile), reduced over its rows within each thread into an accumulator of one
+        # row: full blocks load unmasked, and the small accumulator lets ptxas issue every
+        # load of a step before the first add (with a whole-block accumulator and masked
+        # loads it consumed each load before issuing the next).
+        r_full = r_start + (r_stop - r_start) // BLOCK_R * BLOCK_R
+        blk = (tl.arange(0, UNROLL)[:, None] * (BLOCK_R // UNROLL)
+               + tl.arange(0, BLOCK_R // UNROLL)[None, :])
+        if REDUCE == 2:
+            acc = tl.full([BLOCK_R // UNROLL], float("-inf"), ACC_TY)
+        else:
+            acc = tl.zeros([BLOCK_R // UNROLL], ACC_TY)
+        for r0 in range(r_start, r_full, BLOCK_R):
+            v = _load_acc(x_ptr + base1 + (r0 + blk) * s_r, None, REDUCE, CAST_TY, ACC_TY, False)
+            acc = _combine(acc, _reduce(v, 0, REDUCE), REDUCE)
+        if r_full < r_stop:
+            rc = r_full + blk
+            v = _load_acc(x_ptr + base1 + rc * s_r, rc < r_stop, REDUCE, CAST_TY, ACC_TY, True)
+            acc = _combine(acc, _reduce(v, 0, REDUCE), REDUCE)
+        res = _reduce(acc, 0, REDUCE)
     if FINAL:
         if REDUCE == 1:
             res = res / n_div
@@ -352,6 +470,9 @@ def _col_reduce_kernel(
     ACC_TY: tl.constexpr,
     BLOCK_R: tl.constexpr,
     BLOCK_I: tl.constexpr,
+    ONE_BLOCK: tl.constexpr,   # R <= BLOCK_R, not split: no loop
+    UNROLL: tl.constexpr,      # sub-blocks per step of the loop
+    EVEN_I: tl.constexpr,      # I % BLOCK_I == 0: no column mask
     USE_INT64: tl.constexpr,
 ):
     pid = tl.program_id(0)
@@ -363,28 +484,37 @@ def _col_reduce_kernel(
     cols = (pid % n_i_blocks) * BLOCK_I + tl.arange(0, BLOCK_I)
     col_mask = cols < I
     base = o * s_o + cols * s_i
-    r_start = pid_s * r_per_split
-    r_end = tl.minimum(r_start + r_per_split, R)
-    if REDUCE == 2:
-        acc = tl.full([BLOCK_R, BLOCK_I], float("-inf"), ACC_TY)
+    rr = tl.arange(0, BLOCK_R)
+    if ONE_BLOCK:
+        v = _load_acc(x_ptr + rr[:, None] * s_r + base[None, :],
+                      (rr < R)[:, None] & col_mask[None, :], REDUCE, CAST_TY, ACC_TY, True)
+        res = _reduce(v, 0, REDUCE)
     else:
-        acc = tl.zeros([BLOCK_R, BLOCK_I], ACC_TY)
-    for r0 in range(r_start, r_end, BLOCK_R):
-        rr = r0 + tl.arange(0, BLOCK_R)
-        mask = (rr < R)[:, None] & col_mask[None, :]
-        ptrs = x_ptr + rr[:, None] * s_r + base[None, :]
+        r_start = pid_s * r_per_split
+        r_stop = tl.minimum(r_start + r_per_split, R)
+        # As the row kernel: a block of BLOCK_R rows is read as an [UNROLL, BLOCK_R // UNROLL,
+        # BLOCK_I] tile reduced over its first axis within each thread; full blocks unmasked
+        # along R.
+        r_full = r_start + (r_stop - r_start) // BLOCK_R * BLOCK_R
+        blk = (tl.arange(0, UNROLL)[:, None, None] * (BLOCK_R // UNROLL)
+               + tl.arange(0, BLOCK_R // UNROLL)[None, :, None])
         if REDUCE == 2:
-            v = tl.load(ptrs, mask=mask, other=float("-inf"))
-            acc = tl.maximum(acc, v.to(ACC_TY), propagate_nan=tl.PropagateNan.ALL)
+            acc = tl.full([BLOCK_R // UNROLL, BLOCK_I], float("-inf"), ACC_TY)
         else:
-            v = tl.load(ptrs, mask=mask, other=0.0)
-            if CAST_TY is not None:
-                v = v.to(CAST_TY)  # rounds to nearest even on GPUs
-            acc += v.to(ACC_TY)
-    if REDUCE == 2:
-        res = _max_keep_nan(acc, 0)
-    else:
-        res = tl.sum(acc, axis=0)
+            acc = tl.zeros([BLOCK_R // UNROLL, BLOCK_I], ACC_TY)
+        for r0 in range(r_start, r_full, BLOCK_R):
+            ptrs = x_ptr + (r0 + blk) * s_r + base[None, None, :]
+            if EVEN_I:
+                v = _load_acc(ptrs, None, REDUCE, CAST_TY, ACC_TY, False)
+            else:
+                v = _load_acc(ptrs, col_mask[None, None, :], REDUCE, CAST_TY, ACC_TY, True)
+            acc = _combine(acc, _reduce(v, 0, REDUCE), REDUCE)
+        if r_full < r_stop:
+            rc = r_full + blk
+            v = _load_acc(x_ptr + rc * s_r + base[None, None, :],
+                          (rc < r_stop) & col_mask[None, None, :], REDUCE, CAST_TY, ACC_TY, True)
+            acc = _combine(acc, _reduce(v, 0, REDUCE), REDUCE)
+        res = _reduce(acc, 0, REDUCE)
     if FINAL:
         if REDUCE == 1:
             res = res / n_div
@@ -407,7 +537,8 @@ def _row(x, out_flat, lay: Layout, lp: Launch, *, reduce_code, final, cast_ty, a
         x, out_flat, n_rows, lay.R, I, s_o, s_i, lay.s_r,
         lp.r_per_split, os_m, os_s, n_div,
         REDUCE=reduce_code, FINAL=final, CAST_TY=cast_ty, ACC_TY=acc_ty,
-        HAS_INNER=I > 1, BLOCK_M=lp.block_m, BLOCK_R=lp.block_r, USE_INT64=use_int64,
+        HAS_INNER=I > 1, BLOCK_M=lp.block_m, BLOCK_R=lp.block_r, ONE_BLOCK=lp.one_block,
+        UNROLL=min(_UNROLL, lp.block_r), EVEN_M=n_rows % lp.block_m == 0, USE_INT64=use_int64,
         num_warps=lp.num_warps,
     )
 
@@ -433,7 +564,8 @@ def _col(x, out_flat, lay: Layout, lp: Launch, *, reduce_code, final, cast_ty, a
         x, out_flat, I, lay.R, s_o, s_i, lay.s_r, n_i_blocks,
         lp.r_per_split, os_o, os_i, os_s, n_div,
         REDUCE=reduce_code, FINAL=final, CAST_TY=cast_ty, ACC_TY=acc_ty,
-        BLOCK_R=lp.block_r, BLOCK_I=lp.block_i, USE_INT64=use_int64,
+        BLOCK_R=lp.block_r, BLOCK_I=lp.block_i, ONE_BLOCK=lp.one_block,
+        UNROLL=min(_UNROLL, lp.block_r), EVEN_I=I % lp.block_i == 0, USE_INT64=use_int64,
         num_warps=lp.num_warps,
     )
 

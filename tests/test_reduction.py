@@ -99,28 +99,166 @@ def test_collapse_merges_dropping_size_one_axes():
 
 def test_plan_for_workload_shapes():
     bf = 2
-    # per-token rows of the hidden size: the row kernel, a row per program, no split
+    # per-token rows of the hidden size: one row per program, the row in registers (no loop)
     lp = plan_launch(Layout(((32768, 8192),), 8192, 1), bf)
-    assert (lp.kind, lp.block_m, lp.block_r, lp.num_warps, lp.n_split) == ("row", 1, 8192, 8, 1)
+    assert (lp.kind, lp.block_m, lp.block_r, lp.num_warps, lp.n_split, lp.one_block) == (
+        "row", 1, 8192, 8, 1, True)
+    # 8 KiB rows: one per program, 4 warps (64 bytes a thread); 7168 rounds up to 8192
     lp = plan_launch(Layout(((4096, 4096),), 4096, 1), bf)
-    assert (lp.kind, lp.block_m, lp.block_r, lp.n_split) == ("row", 2, 4096, 1)
+    assert (lp.kind, lp.block_m, lp.block_r, lp.num_warps, lp.one_block) == ("row", 1, 4096, 4, True)
+    assert plan_launch(Layout(((4096, 7168),), 7168, 1), bf).block_r == 8192
+    # short rows: several per program (8 KiB), while the grid keeps 4 programs per SM
+    lp = plan_launch(Layout(((65536, 256),), 256, 1), bf)
+    assert (lp.block_m, lp.block_r, lp.num_warps, lp.one_block) == (16, 256, 4, True)
     # decode: a small grid, but too little work per program to be worth a second launch
     lp = plan_launch(Layout(((32, 4096),), 4096, 1), bf)
-    assert (lp.block_m, lp.n_split) == (1, 1)
-    # a whole-tensor reduction of 224 MiB is split over ~8 programs per SM
+    assert (lp.block_m, lp.n_split, lp.one_block) == (1, 1, True)
+    # vocabulary rows: a loop over 16 KiB blocks, one row per program
+    lp = plan_launch(Layout(((2048, 128256),), 128256, 1), bf)
+    assert (lp.block_m, lp.block_r, lp.num_warps, lp.n_split, lp.one_block) == (1, 8192, 8, 1, False)
+    # a whole-tensor reduction of 224 MiB is split over up to 4 programs per SM (one wave)
     lp = plan_launch(Layout((), 8192 * 14336, 1), bf)
-    assert lp.kind == "row" and 132 * 4 <= lp.n_split <= 132 * 8
+    assert lp.kind == "row" and 132 * 3 <= lp.n_split <= 132 * 4 and not lp.one_block
     assert lp.r_per_split % lp.block_r == 0 and lp.n_split * lp.r_per_split >= 8192 * 14336
     # the vocabulary rows of decode: 32 rows, each split
     lp = plan_launch(Layout(((32, 128256),), 128256, 1), bf)
     assert lp.n_split == 16
-    # column sums over tokens: the column kernel on 256 contiguous columns, split over R
+    # column sums over tokens: the column kernel on 256 contiguous columns (512 bytes), split
+    # over R so that the grid holds up to 4 programs per SM
     lp = plan_launch(Layout(((8192, 1),), 16384, 8192), bf)
-    assert (lp.kind, lp.block_i, lp.block_r) == ("col", 256, 32) and lp.n_split == 32
+    assert (lp.kind, lp.block_i, lp.block_r, lp.num_warps) == ("col", 256, 32, 8)
+    assert lp.n_split == 16 and (8192 // 256) * lp.n_split <= 4 * 132
+    lp = plan_launch(Layout(((4096, 1),), 16384, 4096), bf)
+    assert lp.block_i == 256 and lp.n_split == 32
     # float32 columns: 128 per program (one 16-byte vector per thread)
     assert plan_launch(Layout(((4096, 1),), 16384, 4096), 4).block_i == 128
+    # the second stage of a column split (16 partial rows): 128-byte segments, more programs
+    lp = plan_launch(Layout(((8192, 1),), 16, 8192), 4, num_splits=1)
+    assert (lp.block_i, lp.block_r, lp.n_split, lp.one_block) == (32, 16, 1, True)
     # a forced split is clamped to one block of R per chunk
     assert plan_launch(Layout((), 100, 1), 4, num_splits=1000).n_split == 1
+
+
+# ============================================================================ sm_90 build
+
+_COMPILE_SCRIPT = r"""
+import json, os, re, subprocess, sys, tempfile
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+import opspec.kernels.reduction as K
+
+TY = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32"}
+BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+
+def build(fn, args, kw):
+    # As the launcher specialises: pointers and multiples of 16 are 16-divisible, 1 is a constant.
+    num_warps = kw.pop("num_warps")
+    sig, attrs, cexpr = {}, {}, dict(kw)
+    for i, (name, v) in enumerate(zip(fn.arg_names, args + [None] * len(kw))):
+        if name in kw:
+            sig[name] = "constexpr"
+        elif isinstance(v, torch.Tensor):
+            sig[name], attrs[(i,)] = TY[v.dtype], [["tt.divisibility", 16]]
+        elif v == 1:
+            sig[name], cexpr[name] = "constexpr", 1
+        else:
+            sig[name] = "i64" if abs(v) >= 2**31 else "i32"
+            if v % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    src = ASTSource(fn=fn, signature=sig, constexprs=cexpr, attrs=attrs)
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
+    ptx = k.asm["ptx"]
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(k.asm["cubin"])
+    sass = subprocess.run([os.path.join(BIN, "cuobjdump"), "--dump-sass", f.name],
+                          capture_output=True, text=True).stdout
+    os.unlink(f.name)
+    return {"ld": re.findall(r"ld\.global[.\w:]*", ptx), "local": ptx.count(".local"),
+            "in_flight": in_flight(sass), "loop": cexpr["ONE_BLOCK"] is False}
+
+def in_flight(sass):
+    # The most 16-byte loads outstanding at once: a load is outstanding from its issue until
+    # an instruction reads one of its destination registers.
+    most, pend = 0, []
+    for line in sass.splitlines():
+        m = re.match(r"\s+/\*[0-9a-f]{4}\*/\s+(.*?);", line)
+        if not m:
+            continue
+        ins = m.group(1)
+        regs = [int(r) for r in re.findall(r"\bR(\d+)\b", ins)]
+        ld = re.search(r"LDG\.E\S*\.128\s+R(\d+)", ins)
+        srcs = set(regs[1:]) if ld or not ins.startswith(("ST", "@")) else set(regs)
+        pend = [p for p in pend if not p & srcs]
+        if ld:
+            b = int(ld.group(1))
+            pend.append(set(range(b, b + 4)))
+            most = max(most, len(pend))
+    return most
+
+class Capture:
+    def __init__(self, fn):
+        self.fn, self.launches = fn, []
+    def __getitem__(self, grid):
+        return lambda *args, **kw: self.launches.append((self.fn, list(args), kw))
+
+def launches(shape, dtype, dim, reduction, out_dtype=None):
+    saved = K._row_reduce_kernel, K._col_reduce_kernel
+    K._row_reduce_kernel, K._col_reduce_kernel = row, col = Capture(saved[0]), Capture(saved[1])
+    try:
+        x = torch.empty(shape, dtype=dtype, device="meta")
+        axes = K.normalize_axes(dim, x.dim())
+        out = torch.empty(K.reduced_shape(shape, axes, False), dtype=out_dtype or dtype,
+                          device="meta")
+        K.reduction_triton(x, out, axes, reduction)
+    finally:
+        K._row_reduce_kernel, K._col_reduce_kernel = saved
+    return row.launches + col.launches
+
+BF, F = torch.bfloat16, torch.float32
+cases = {
+    "row-4096": ((4096, 4096), BF, -1, "sum"),
+    "row-7168-amax": ((8192, 7168), BF, -1, "amax"),
+    "row-vocab": ((2048, 128256), BF, -1, "mean"),
+    "whole": ((8192, 14336), BF, None, "sum"),
+    "whole-fp32": ((8192, 14336), F, None, "sum"),
+    "col": ((16384, 8192), BF, 0, "sum"),
+    "col-amax-fp32": ((16384, 4096), F, 0, "amax"),
+}
+out = {}
+for name, case in cases.items():
+    for i, (fn, args, kw) in enumerate(launches(*case)):
+        out[f"{name}/{i}"] = build(fn, args, kw)
+json.dump(out, sys.stdout)
+"""
+
+
+def test_kernels_build_for_sm90_with_loads_in_flight():
+    """Each launch of the workload shapes compiles for sm_90 (ptxas included) as the launcher
+    specialises it, with 16-byte loads only and no local memory; every step of a loop and
+    every one-block row has its four 16-byte loads per thread in flight together (ptxas had
+    consumed each before issuing the next when the loop carried a whole-block accumulator
+    and masked its loads). Compiled in a fresh process: under the interpreter,
+    triton.language is patched."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], capture_output=True, text=True,
+                         env=env, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    built = json.loads(res.stdout)
+    assert len(built) == 11, sorted(built)
+    for name, k in built.items():
+        assert k["local"] == 0, (name, k)
+        if name in ("whole/1", "whole-fp32/1"):
+            continue  # the second stage: one row of ~500 partials, not a multiple of 4
+        assert set(k["ld"]) == {"ld.global.v4.b32"}, (name, k)
+        assert k["in_flight"] >= 4, (name, k)
+    assert built["row-vocab/0"]["loop"] and built["col/0"]["loop"] and built["whole/0"]["loop"]
 
 
 # ============================================================================ kernels
@@ -157,6 +295,16 @@ def test_two_stage_split(reduction):
     _check(x.t(), 0, reduction, num_splits=4)     # a transposed input: row kernel, split
     _check(_x(700, 40, seed=2), 0, reduction, num_splits=5)   # columns split over R
     _check(_x(9, 70, 33, seed=3), 1, reduction, num_splits=2)  # [outer, R, inner] split
+    # two kept dimensions that do not merge, the reduced one innermost: the looped row kernel
+    _check(_x(3, 8, 3000, dtype=torch.bfloat16, seed=13)[:, :4, :], -1, reduction, num_splits=2)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_several_rows_per_program_with_a_partial_last_block(reduction):
+    # 32-byte rows: 4 per program (the grid keeps 4 programs per SM); 2113 rows leave the last
+    # program one row, whose missing neighbours are read again and not stored
+    assert plan_launch(collapse((2113, 8), (8, 1), (1,)), 4).block_m == 4
+    _check(_x(2113, 8, seed=14), -1, reduction)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
