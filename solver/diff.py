@@ -246,6 +246,10 @@ def lost_value(old: K.Kind, new: K.Kind, adts_old: Mapping[str, Any] | None = No
     accepts and NEW does not, or `_NO_VALUE` when none can be named, and why)."""
     if isinstance(old, K.ADTK) and isinstance(new, K.ADTK) and old.name == new.name:
         return _lost_ctor(old.name, adts_old or {}, adts_new or {})
+    if isinstance(old, K.MaybeK) and isinstance(new, K.ValueK):
+        # `assignable` lets any value into an opaque kind (`float`), None too; a call passing
+        # None to `float | None` breaks when it becomes `float`.
+        return None, "None is no longer accepted"
     if old == new or K.assignable(old, new):
         return None
     if isinstance(old, K.MaybeK):
@@ -415,8 +419,12 @@ def _fingerprint(spec: ElaboratedSpec, res: BranchResult, invariants: list) -> t
     unsolved = tuple(sorted((u.name, str(spec.forall.get(u.name))) for u in res.unsolved))
     combos = tuple(tuple(sorted(r.items())) for r in spec.dtype_combos)
     shadowed = tuple(sorted(n for n in K.DTYPES if n in spec.symbols))
+    # A Maybe parameter absent on the branch is None in every expression `_Side` encodes,
+    # which the plan's steps (`coalesce_dtype(dtype, T)`) do not show.
+    absent = tuple(sorted(k for k, v in res.branch.combo if v is False and k.startswith(
+        "present(") and k[len("present("):-1] in spec.params))
     return (steps, sets, tensors, outputs, unsolved, combos, shadowed,
-            tuple((d, e) for d, _, e in invariants), bool(res.not_discriminant))
+            tuple((d, e) for d, _, e in invariants), bool(res.not_discriminant), absent)
 
 
 # -- one side of a branch, encoded through its solving order ---------------------------------
