@@ -509,8 +509,13 @@ class _Encoding:
                 continue
             axes = [ax for ax in res.shapes[n].axes
                     if not isinstance(ax, Splat) and not obviously_dim(spec, ax)]
-            if axes:
-                c, d = recorded(lambda axes=axes: [enc.expr(ax) >= 0 for ax in axes])
+            # A splat's primitive has a domain too (`*broadcast(A, B)` of shapes that do not
+            # broadcast raises): encoded for its domain alone, so that a valid call is one
+            # whose output shape evaluates.
+            splats = [ax.value for ax in res.shapes[n].axes if isinstance(ax, Splat)]
+            if axes or splats:
+                c, d = recorded(lambda axes=axes, splats=splats: [enc.expr(ax) >= 0 for ax in axes]
+                                + [_encoded(enc, e) for e in splats])
                 self.groups.append(_Group(t.path + ".shape", "output-shape", c, d, n))
         if bi.out:
             t = spec.outputs[bi.out]
@@ -805,8 +810,17 @@ def _param_value(setup: _Setup, bi: _BranchInfo, n: str, p, vals: Mapping[str, A
     return v
 
 
+def _encoded(enc: Any, e: Expr) -> z3.BoolRef:
+    """Encode `e` for the domain facts it records; the constraint itself is true."""
+    enc.expr(e)
+    return z3.BoolVal(True)
+
+
 def _encodable(k: K.Kind) -> bool:
     inner = K.unwrap_maybe(k)
+    if isinstance(inner, K.UnionK):
+        # `dim: int | list[int] | None`: the model says which member, and its value
+        return all(isinstance(m, K.NoneK) or _encodable(m) for m in inner.members)
     if isinstance(inner, K.SeqK):
         return isinstance(inner.elem, (K.IntK, K.BoolK))
     return isinstance(inner, (K.IntK, K.BoolK, K.StrK, K.DTypeK)) or (
@@ -848,12 +862,17 @@ def _generated(spec, t, shape, dtype, device, vals, seed) -> torch.Tensor:
     """A metadata tensor: its generator's values, when they have the drawn shape."""
     import random
     from opspec.schema.evaluate import evaluate
+    from opspec.schema.evaluate import evaluate_requires
     env = {k: v for k, v in vals.items() if "(" not in k}
     try:
         data = evaluate(t.values, env, rng=random.Random(seed))
         out = torch.tensor(data, dtype=dtype).reshape(shape)
+        # the values must satisfy the tensor's `requires` (positions below the cache's
+        # rows): a draw whose generated values do not is not a valid call
+        ok = all(evaluate_requires(r, data, env) is True for r in t.requires)
     except Exception:  # noqa: BLE001 - a generator that does not fit this draw
-        assume(False)
+        ok = False
+    assume(ok)
     return out.to(device)
 
 
