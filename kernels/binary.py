@@ -279,9 +279,16 @@ def _binary_kernel(
         y = tl.load(b_ptr + (b_row[:, None] + cols[None, :] * b_sn), mask=mask, other=0)
     # Each operand is first converted to the result dtype, as torch's TensorIterator does
     # (exact for every operand but a wider 0-d one), then to the compute dtype.
+    # A float64 operand reaches a 16-bit result through float32, as torch's conversion
+    # does (c10's Half and BFloat16 are built from a float); the direct float64 -> bfloat16
+    # cast lost the operand altogether in Triton's interpreter (bf16[N] + f64[] gave a).
     if a_ptr.dtype.element_ty != out_ptr.dtype.element_ty:
+        if a_ptr.dtype.element_ty == tl.float64 and out_ptr.dtype.element_ty.primitive_bitwidth == 16:
+            x = x.to(tl.float32)
         x = x.to(out_ptr.dtype.element_ty)
     if b_ptr.dtype.element_ty != out_ptr.dtype.element_ty:
+        if b_ptr.dtype.element_ty == tl.float64 and out_ptr.dtype.element_ty.primitive_bitwidth == 16:
+            y = y.to(tl.float32)
         y = y.to(out_ptr.dtype.element_ty)
     x = x.to(COMPUTE)
     y = y.to(COMPUTE)

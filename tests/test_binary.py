@@ -481,3 +481,20 @@ def test_bench_entries():
         torch.testing.assert_close(got.double(), ref, rtol=1e-6, atol=1e-6)
         eager = BASELINES[name]["eager"](op)
         _close(eager(a, b), got)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", ["AddFwdOp", "MulFwdOp"])
+def test_a_float64_zero_dim_operand_reaches_a_16_bit_result(name, dtype):
+    """`bf16[N] + f64[]` is bfloat16 in torch, the 0-d operand converted through float32.
+    Found by the bundled differential test: the operand was lost (the result was `a`)."""
+    import opspec.ops as O
+    a = torch.tensor([1.5391, 2.0, 3.0, -7.25], dtype=dtype)
+    b = torch.tensor(-0.2934, dtype=torch.float64)
+    op = getattr(O, name)()
+    for x, y in ((a, b), (b, a)):
+        got = op(x, y)
+        want = torch.add(x, y) if name == "AddFwdOp" else torch.mul(x, y)
+        assert got.dtype == want.dtype == dtype
+        # one ulp: the CPU interpreter truncates where the GPU rounds to nearest
+        torch.testing.assert_close(got, want, rtol=8e-3, atol=0)
