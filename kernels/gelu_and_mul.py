@@ -34,6 +34,8 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from opspec.kernels.activation import gelu_erf_fp32
+
 __all__ = [
     "gelu_and_mul_block",
     "gelu_and_mul_reference",
@@ -93,7 +95,10 @@ def _gelu_and_mul_kernel(
         u = 0.7978845608028654 * (gate + 0.044715 * gate * gate * gate)
         act = gate / (1.0 + tl.exp(-2.0 * u))
     else:
-        act = 0.5 * gate * (1.0 + tl.math.erf(gate * 0.7071067811865476))
+        # libdevice's erff made this path compute-bound (3.3 TB/s on an H200 where tanh
+        # reached 4.24): gelu_erf_fp32 is a cheaper form, 29 SASS instructions per
+        # element here against 44.6, within 2e-6 * |gate| of gelu.
+        act = gelu_erf_fp32(gate)
     tl.store(
         out_ptr + rows[:, None] * stride_om + cols[None, :] * stride_on,
         (act * up).to(out_ptr.dtype.element_ty),

@@ -76,8 +76,9 @@ def test_reference_is_the_torch_function():
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("act", ACTS)
 def test_flat_kernel_matches_reference(act, dtype):
-    # odd, non-power-of-2 and multi-block lengths, as one launch each
-    for n in (1, 3, 17, 1000, 5000):
+    # odd, non-power-of-2 and multi-block lengths, as one launch each; 4096 fills its
+    # blocks exactly (the unmasked EVEN path)
+    for n in (1, 3, 17, 1000, 5000, 4096):
         x = _x(n, dtype=dtype, seed=n)
         out = torch.empty_like(x)
         assert activation_triton(x, out, act) is out
@@ -175,6 +176,66 @@ def test_extreme_values(act, dtype):
     activation_triton(x, out, act)
     assert torch.isfinite(out.float()).all()
     _check(out, x, act)
+
+
+def _float_range():
+    """fp32 values over the whole range, both signs: a log sweep from the smallest
+    subnormal to the largest finite, a dense sweep of [-12, 12], and the specials."""
+    pos = torch.cat([torch.logspace(-45, 38.5, 4000, dtype=torch.float64),
+                     torch.linspace(0, 12, 24001, dtype=torch.float64)]).float()
+    special = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"),
+                            3.4028235e38, -3.4028235e38, 1e-45, -1e-45, 1.17549435e-38])
+    return torch.cat([pos, -pos, special])
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_gelu_erf_accuracy_over_the_float_range():
+    """The erf form (gelu_erf_fp32, not libdevice's erf) against torch in float64: within
+    2e-6 * |x| (fp32 rounding and sm_90's approximate rsqrt / exp2; the form's own error
+    in Phi is below 1e-8) for
+    normal x, and torch's special values: +-0.0 keep their sign, +inf -> +inf, -inf and
+    nan -> nan, large negative x -> -0.0 or a negative number below 1e-37 in magnitude."""
+    x = _float_range()
+    out = torch.empty_like(x, device=DEV)
+    activation_triton(x.to(DEV), out, "gelu")
+    out = out.cpu()
+    ref = F.gelu(x.double())
+    assert torch.equal(torch.isnan(out), torch.isnan(ref))
+    fin = torch.isfinite(ref)
+    assert torch.equal(out[~fin & ~torch.isnan(ref)], ref[~fin & ~torch.isnan(ref)].float())
+    err = (out.double() - ref).abs()
+    normal = fin & (x.abs() >= 1.17549435e-38)
+    assert (err[normal] <= 2e-6 * x.double().abs()[normal]).all(), err[normal].max()
+    assert (err[fin] <= 2e-6 * x.double().abs()[fin] + 1e-45).all()
+    # signs: gelu(x) has x's sign (or is a zero of x's sign)
+    nonnan = ~torch.isnan(out)
+    assert torch.equal(torch.signbit(out[nonnan]), torch.signbit(x[nonnan]))
+    # x below -14: exp(-x^2 / 2) underflows and the result is a zero of x's sign
+    assert (out[(x < -14) & torch.isfinite(x)] == 0).all()
+    # against torch's float32 result at the test tolerance
+    want = F.gelu(x)
+    both = torch.isfinite(want) & fin
+    torch.testing.assert_close(out[both], want[both], **TOL[torch.float32])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_gelu_erf_every_half_precision_value(dtype):
+    """Every finite fp16 / bf16 value: the result is the correctly rounded gelu but for
+    one unit in the last place, or 1e-6 * |x| in the far negative tail (x < -4, where
+    gelu(x) < 1e-4 and the form keeps Phi within 1e-8 absolute but not relatively)."""
+    bits = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16)
+    x = bits.view(dtype)
+    x = x[torch.isfinite(x.float())]
+    out = torch.empty_like(x, device=DEV)
+    activation_triton(x.to(DEV), out, "gelu")
+    out = out.cpu().float()
+    want = F.gelu(x.double()).to(dtype).float()
+    ulp = torch.where(want == 0, torch.zeros_like(want),
+                      (want.abs().to(dtype).view(torch.int16) + 1).view(dtype).float()
+                      - want.abs())
+    tiny = torch.finfo(dtype).smallest_normal
+    bound = torch.maximum(ulp, torch.full_like(ulp, tiny)) + 1e-6 * x.float().abs()
+    assert ((out - want).abs() <= bound).all()
 
 
 def test_relu_keeps_nan_and_negative_zero():

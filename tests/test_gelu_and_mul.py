@@ -143,6 +143,34 @@ def test_triton_extreme_values(approximate, dtype):
     torch.testing.assert_close(out, gelu_and_mul_reference(x, approximate), **TOL[dtype])
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_triton_erf_accuracy_over_the_float_range():
+    """The erf path (a cheaper erf form than libdevice's, see activation.gelu_erf_fp32)
+    against torch in float64 over fp32's whole range, gate and up alike: within
+    2e-6 * |gate * up| for normal gates, torch's special values (+-0.0, +-inf, nan), and
+    torch's float32 result at the test tolerance."""
+    pos = torch.cat([torch.logspace(-45, 38.5, 2000, dtype=torch.float64),
+                     torch.linspace(0, 12, 12001, dtype=torch.float64)]).float()
+    special = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1e-45])
+    gate = torch.cat([pos, -pos, special])
+    for up in (torch.ones_like(gate), torch.linspace(-3, 3, gate.numel())):
+        x = torch.stack([gate, up]).t().reshape(-1).view(-1, 2)  # rows [gate, up]
+        out = torch.empty(x.shape[0], 1, device=DEV)
+        gelu_and_mul_triton(x.to(DEV), out)
+        out = out.cpu().view(-1)
+        ref = F.gelu(gate.double()) * up.double()
+        assert torch.equal(torch.isnan(out), torch.isnan(ref))
+        fin = torch.isfinite(ref.float())  # fp32 overflow (|gelu * up| > 3.4e38) -> inf
+        inf = ~fin & ~ref.isnan()
+        assert torch.equal(out[inf], ref[inf].float())
+        err = (out.double() - ref).abs()[fin]
+        scale = (gate.double() * up.double()).abs()[fin]
+        assert (err <= 2e-6 * scale + 1e-44).all(), (err - 2e-6 * scale).max()
+        want = F.gelu(gate) * up
+        both = torch.isfinite(want) & fin
+        torch.testing.assert_close(out[both], want[both], **TOL[torch.float32])
+
+
 @pytest.mark.parametrize("shape", [(0, 8), (4, 0), (0, 0)], ids=str)
 def test_triton_empty(shape):
     m, two_n = shape
