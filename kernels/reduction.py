@@ -27,15 +27,16 @@ Two kernels cover the collapsed layouts:
   accumulator of one tile row; every block but the last loads unmasked.
 * **column** (``_col_reduce_kernel``): a kept dimension is the innermost in memory (column
   sums over tokens).  A program owns ``BLOCK_I`` contiguous columns of one outer index and
-  walks ``R`` in blocks of ``BLOCK_R`` rows, each an ``[UNROLL, BLOCK_R // UNROLL,
-  BLOCK_I]`` tile reduced within each thread over its first axis; a short ``R`` is one
-  block, no loop.
+  walks ``R`` in blocks of ``BLOCK_R`` rows into a ``[BLOCK_R, BLOCK_I]`` accumulator; a
+  short ``R`` is one block, no loop.
 
-Both forms exist for ptxas: with a whole-block loop-carried accumulator and masked loads
-it consumed each 16-byte load before issuing the next (one vector in flight per thread;
-the bf16 reductions ran at 1.7 to 3.4 TB/s on the H200); the loop-free blocks and the
-small accumulators compile to all four loads of a step in flight (checked on sm_90 builds
-by tests/test_reduction.py).
+The row forms exist for ptxas: with a whole-block loop-carried accumulator and masked
+loads it consumed each 16-byte load before issuing the next (one vector in flight per
+thread; the bf16 row reductions ran at 1.7 to 3.4 TB/s on the H200); the loop-free blocks
+and the small accumulators compile to all four loads of a step in flight (checked on
+sm_90 builds by tests/test_reduction.py) and ran at 2.2 to 4.2 TB/s. The same 3-D tile in
+the column loop was ten times slower on the H200, so the column loop keeps its 2-D
+accumulator (102.7 us for the bf16 [16384, 8192] column sum, eager 81.9 us).
 
 **Split (2-stage) reduction.** When the output is too small to give every one of the 132
 SMs work (a whole-tensor reduction has one output element) and a program would walk ``R``
@@ -322,19 +323,16 @@ def plan_launch(layout: Layout, elem_size: int, sm_count: int = 132,
         # serialised loads against 46.6 us under torch.compile).
         block_i = min(triton.next_power_of_2(I), max(1, 512 // elem_size))
         block_r, n_base, steps = col_tile(block_i)
-        unsplit = num_splits == 1 or (num_splits is None and not (
-            n_base < 2 * sm_count and steps >= _SPLIT_MIN_STEPS))
-        # An unsplit short R with a small grid (a split's second stage): narrower segments,
-        # down to 128 bytes, for more programs.
-        min_i = max(1, 128 // elem_size)
-        while unsplit and n_base < 2 * sm_count and block_i > min_i:
-            block_i //= 2
-            block_r, n_base, steps = col_tile(block_i)
+        # Columns keep the plan the H200 measured (about 8 programs per SM when split, no
+        # narrower second-stage segments): the changes tried with the 3-D tile were not.
+        target = 8 * sm_count
         tile_elems = block_r * block_i
     num_warps = _warps(tile_elems * elem_size)
     steps = triton.cdiv(R, block_r)
     if num_splits is not None:
         n_split = max(1, min(num_splits, steps))
+    elif n_base < 2 * sm_count and steps >= _SPLIT_MIN_STEPS and kind == "col":
+        n_split = min(triton.cdiv(target, n_base), steps)
     elif n_base < 2 * sm_count and steps >= _SPLIT_MIN_STEPS:
         # Up to 4 programs per SM, all resident: no partial second wave.
         n_split = max(2, min(target // n_base, steps))
@@ -471,8 +469,6 @@ def _col_reduce_kernel(
     BLOCK_R: tl.constexpr,
     BLOCK_I: tl.constexpr,
     ONE_BLOCK: tl.constexpr,   # R <= BLOCK_R, not split: no loop
-    UNROLL: tl.constexpr,      # sub-blocks per step of the loop
-    EVEN_I: tl.constexpr,      # I % BLOCK_I == 0: no column mask
     USE_INT64: tl.constexpr,
 ):
     pid = tl.program_id(0)
@@ -490,30 +486,22 @@ def _col_reduce_kernel(
                       (rr < R)[:, None] & col_mask[None, :], REDUCE, CAST_TY, ACC_TY, True)
         res = _reduce(v, 0, REDUCE)
     else:
+        # A 2-D [BLOCK_R, BLOCK_I] accumulator, the contiguous columns across threads. A
+        # 3-D [UNROLL, BLOCK_R // UNROLL, BLOCK_I] tile (as the row kernel reads) made the
+        # bf16 [16384, 8192] column sum 1166 us on the H200, against 102.7 us for this loop
+        # and 81.9 us for eager: its layout put the contiguous axis off the fast lanes.
         r_start = pid_s * r_per_split
         r_stop = tl.minimum(r_start + r_per_split, R)
-        # As the row kernel: a block of BLOCK_R rows is read as an [UNROLL, BLOCK_R // UNROLL,
-        # BLOCK_I] tile reduced over its first axis within each thread; full blocks unmasked
-        # along R.
-        r_full = r_start + (r_stop - r_start) // BLOCK_R * BLOCK_R
-        blk = (tl.arange(0, UNROLL)[:, None, None] * (BLOCK_R // UNROLL)
-               + tl.arange(0, BLOCK_R // UNROLL)[None, :, None])
         if REDUCE == 2:
-            acc = tl.full([BLOCK_R // UNROLL, BLOCK_I], float("-inf"), ACC_TY)
+            acc = tl.full([BLOCK_R, BLOCK_I], float("-inf"), ACC_TY)
         else:
-            acc = tl.zeros([BLOCK_R // UNROLL, BLOCK_I], ACC_TY)
-        for r0 in range(r_start, r_full, BLOCK_R):
-            ptrs = x_ptr + (r0 + blk) * s_r + base[None, None, :]
-            if EVEN_I:
-                v = _load_acc(ptrs, None, REDUCE, CAST_TY, ACC_TY, False)
-            else:
-                v = _load_acc(ptrs, col_mask[None, None, :], REDUCE, CAST_TY, ACC_TY, True)
-            acc = _combine(acc, _reduce(v, 0, REDUCE), REDUCE)
-        if r_full < r_stop:
-            rc = r_full + blk
-            v = _load_acc(x_ptr + rc * s_r + base[None, None, :],
-                          (rc < r_stop) & col_mask[None, None, :], REDUCE, CAST_TY, ACC_TY, True)
-            acc = _combine(acc, _reduce(v, 0, REDUCE), REDUCE)
+            acc = tl.zeros([BLOCK_R, BLOCK_I], ACC_TY)
+        for r0 in range(r_start, r_stop, BLOCK_R):
+            rows = r0 + rr
+            v = _load_acc(x_ptr + rows[:, None] * s_r + base[None, :],
+                          (rows < r_stop)[:, None] & col_mask[None, :], REDUCE, CAST_TY,
+                          ACC_TY, True)
+            acc = _combine(acc, v, REDUCE)
         res = _reduce(acc, 0, REDUCE)
     if FINAL:
         if REDUCE == 1:
@@ -564,8 +552,7 @@ def _col(x, out_flat, lay: Layout, lp: Launch, *, reduce_code, final, cast_ty, a
         x, out_flat, I, lay.R, s_o, s_i, lay.s_r, n_i_blocks,
         lp.r_per_split, os_o, os_i, os_s, n_div,
         REDUCE=reduce_code, FINAL=final, CAST_TY=cast_ty, ACC_TY=acc_ty,
-        BLOCK_R=lp.block_r, BLOCK_I=lp.block_i, ONE_BLOCK=lp.one_block,
-        UNROLL=min(_UNROLL, lp.block_r), EVEN_I=I % lp.block_i == 0, USE_INT64=use_int64,
+        BLOCK_R=lp.block_r, BLOCK_I=lp.block_i, ONE_BLOCK=lp.one_block, USE_INT64=use_int64,
         num_warps=lp.num_warps,
     )
 

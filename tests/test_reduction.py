@@ -124,17 +124,17 @@ def test_plan_for_workload_shapes():
     lp = plan_launch(Layout(((32, 128256),), 128256, 1), bf)
     assert lp.n_split == 16
     # column sums over tokens: the column kernel on 256 contiguous columns (512 bytes), split
-    # over R so that the grid holds up to 4 programs per SM
+    # over R so that the grid holds about 8 programs per SM (the plan measured on the H200)
     lp = plan_launch(Layout(((8192, 1),), 16384, 8192), bf)
     assert (lp.kind, lp.block_i, lp.block_r, lp.num_warps) == ("col", 256, 32, 8)
-    assert lp.n_split == 16 and (8192 // 256) * lp.n_split <= 4 * 132
+    assert lp.n_split == 32 and (8192 // 256) * lp.n_split <= 8 * 132
     lp = plan_launch(Layout(((4096, 1),), 16384, 4096), bf)
-    assert lp.block_i == 256 and lp.n_split == 32
+    assert lp.block_i == 256 and lp.n_split == 64
     # float32 columns: 128 per program (one 16-byte vector per thread)
     assert plan_launch(Layout(((4096, 1),), 16384, 4096), 4).block_i == 128
-    # the second stage of a column split (16 partial rows): 128-byte segments, more programs
+    # the second stage of a column split (16 partial rows): one block of R
     lp = plan_launch(Layout(((8192, 1),), 16, 8192), 4, num_splits=1)
-    assert (lp.block_i, lp.block_r, lp.n_split, lp.one_block) == (32, 16, 1, True)
+    assert (lp.block_i, lp.block_r, lp.n_split, lp.one_block) == (128, 16, 1, True)
     # a forced split is clamped to one block of R per chunk
     assert plan_launch(Layout((), 100, 1), 4, num_splits=1000).n_split == 1
 
@@ -257,6 +257,10 @@ def test_kernels_build_for_sm90_with_loads_in_flight():
         if name in ("whole/1", "whole-fp32/1"):
             continue  # the second stage: one row of ~500 partials, not a multiple of 4
         assert set(k["ld"]) == {"ld.global.v4.b32"}, (name, k)
+        if name.startswith("col"):
+            # the column loop keeps its 2-D accumulator (see _col_reduce_kernel): the 3-D
+            # tile that put four loads in flight was 10x slower on the H200
+            continue
         assert k["in_flight"] >= 4, (name, k)
     assert built["row-vocab/0"]["loop"] and built["col/0"]["loop"] and built["whole/0"]["loop"]
 
