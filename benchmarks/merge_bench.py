@@ -4,7 +4,9 @@
     python benchmarks/merge_bench.py OUT.json IN.json [IN.json ...]
 
 Rows are kept as measured, each with the rates its own run computed against its own
-ceilings; a later file's row replaces an earlier one of the same (op, case). The merged
+ceilings; a later file's row replaces an earlier one of the same (op, case), keeping the
+earlier row's baseline times where the later run did not time that baseline (listed in
+the row's `carried`). The merged
 meta is the first run's, with `ceilings` the median over the runs, `date` the latest, and
 `runs` listing each file's date and ceilings, so nothing measured is hidden.
 """
@@ -26,7 +28,11 @@ def merge(results: list[dict]) -> dict:
     rows: dict[tuple[str, str], dict] = {}
     for r in results:
         for row in r["rows"]:
-            rows[(row["op"], row["case"])] = row
+            key = (row["op"], row["case"])
+            earlier = rows.get(key)
+            if earlier is not None:
+                row = _carry(row, earlier)
+            rows[key] = row
     meta = dict(results[0]["meta"])
     runs = [{"ops": r["meta"].get("ops"), "date": r["meta"].get("date"),
              "ceilings": {k: r["meta"]["ceilings"].get(k)
@@ -50,6 +56,25 @@ def merge(results: list[dict]) -> dict:
             "summary": {"rows": len(merged_rows),
                         "verified": sum(bool(r["verified"]) for r in merged_rows),
                         "failures": failures}}
+
+
+def _carry(row: dict, earlier: dict) -> dict:
+    """A later row timed against fewer baselines (`--baselines eager`) keeps the earlier
+    row's times for the others, listed under `carried`: the same function on the same
+    inputs, timed by an earlier run."""
+    t_op = (row.get("times_us") or {}).get("opspec")
+    missing = [n for n, t in (earlier.get("times_us") or {}).items()
+               if n != "opspec" and n not in (row.get("times_us") or {})]
+    if not missing or not t_op or row.get("status") != "ok":
+        return row
+    row = json.loads(json.dumps(row))
+    for n in missing:
+        t = earlier["times_us"][n]
+        row["times_us"][n] = t
+        row["speedup"][n] = t / t_op
+        row["impls"][n] = {**earlier["impls"].get(n, {}), "carried": True}
+    row["carried"] = sorted(missing)
+    return row
 
 
 def main(argv: list[str]) -> int:
