@@ -589,7 +589,9 @@ def test_merge_bench_keeps_every_row_and_says_which_runs(tmp_path):
     assert [(r["op"], r["case"]) for r in m["rows"]] == [
         ("GemmFwdOp", "g1"), ("GemmFwdOp", "g2"), ("GemmFwdOp", "g3"),
         ("SiluAndMulFwdOp", "s1"), ("SiluAndMulFwdOp", "s2")]
-    assert m["rows"][3]["times_us"] == {"opspec": 1.0}  # the later run's row
+    s1 = m["rows"][3]  # the later run's row; the baselines it did not time are carried
+    assert s1["times_us"]["opspec"] == 1.0 and s1["carried"] == ["compile", "eager"]
+    assert s1["times_us"]["eager"] == b["rows"][0]["times_us"]["eager"]
     assert m["meta"]["ceilings"]["bandwidth_tbps"] == pytest.approx(4.1)  # median of 4.3, 4.1, 4.1
     assert m["meta"]["date"] == "2026-11-30T01:00:00+00:00" and len(m["meta"]["runs"]) == 3
     assert m["meta"]["ops"] == ["GemmFwdOp", "SiluAndMulFwdOp"]
@@ -597,3 +599,19 @@ def test_merge_bench_keeps_every_row_and_says_which_runs(tmp_path):
     md = R.results_markdown(m)
     assert "median over 3 runs, one per op" in md
     assert _merge_bench().main([str(out)]) == 2  # nothing to merge
+
+
+def test_merge_bench_carries_baselines_a_later_run_did_not_time():
+    a, b = _fake_result(), _fake_result()
+    b["rows"] = [dict(r, times_us={"opspec": r["times_us"]["opspec"] / 2,
+                                   "eager": r["times_us"]["eager"]},
+                      speedup={"eager": r["speedup"]["eager"] * 2},
+                      impls={"opspec": {}, "eager": {}})
+                 for r in b["rows"] if r["status"] == "ok"]
+    m = _merge_bench().merge([a, b])
+    g1 = next(r for r in m["rows"] if r["case"] == "g1")
+    assert g1["times_us"] == {"opspec": 50.0, "eager": 200.0, "compile": 50.0}
+    assert g1["carried"] == ["compile"] and g1["speedup"]["compile"] == pytest.approx(1.0)
+    assert g1["impls"]["compile"]["carried"] is True
+    g3 = next(r for r in m["rows"] if r["case"] == "g3")  # only in the first run: as it was
+    assert "carried" not in g3
