@@ -23,7 +23,9 @@ class _Reduction:
     reduction = ""
 
     def _result_dtype(self, x: torch.Tensor) -> torch.dtype:
-        return x.dtype
+        # `dtype` (sum, mean): the input is cast to it first; amax has none
+        d = getattr(self, "dtype", None)
+        return x.dtype if d is None else _as_dtype(d)
 
     def _axes(self, rank: int) -> tuple[int, ...]:
         # The signature checks have validated `dim` for this rank; the normalized axes
@@ -61,10 +63,6 @@ class SumFwdOp(_Reduction, Op):
         self.keepdim = keepdim
         self.dtype = dtype
         super().__init__(target=target)
-        self._dtype = _as_dtype(dtype)
-
-    def _result_dtype(self, x):
-        return x.dtype if self._dtype is None else self._dtype
 
 
 class MeanFwdOp(_Reduction, Op):
@@ -78,10 +76,6 @@ class MeanFwdOp(_Reduction, Op):
         self.keepdim = keepdim
         self.dtype = dtype
         super().__init__(target=target)
-        self._dtype = _as_dtype(dtype)
-
-    def _result_dtype(self, x):
-        return x.dtype if self._dtype is None else self._dtype
 
 
 class AmaxFwdOp(_Reduction, Op):
