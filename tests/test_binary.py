@@ -28,7 +28,7 @@ from opspec.schema.errors import SignatureError, SignatureTypeError
 
 from runtime_user_ops import expect_error
 
-#: Where the Triton kernels run in this session: the GPU, or the CPU through the interpreter.
+#: Where the Triton kernels run in this test process: the GPU, or the CPU through the interpreter.
 DEV = torch.device("cuda" if torch.cuda.is_available() and not TRITON_INTERPRETED else "cpu")
 F16, BF16, F32, F64 = torch.float16, torch.bfloat16, torch.float32, torch.float64
 FLOATS = [F32, F16, BF16]
