@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import inspect
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from opspec.schema.diagnostics import Diagnostic, Pos
 
@@ -197,10 +197,14 @@ def _same_default(a: Any, b: Any) -> bool:
 
 
 def check_ref_api(name: str, ref_api: str | None, pos_of=lambda path: None,
-                  import_module=None) -> tuple[list[Diagnostic], str | None]:
+                  import_module=None, *, prefixes: Sequence[str] = ()
+                  ) -> tuple[list[Diagnostic], str | None]:
     """`ref_api` against what is installed here (check `code`): (diagnostics, note).
 
-    `ref_api` is a dotted name, `module.attribute...`. When its top-level module is not
+    `ref_api` is a dotted name, `module.attribute...`. Only a name under one of `prefixes`
+    (the manifest's `ref_api_prefixes`) is imported and looked up: importing runs a
+    module's code, and spec text chooses no module outside what the manifest allows;
+    another name is not checked, and the note says so. When its top-level module is not
     installed, or a module on the way cannot be imported here, nothing is checked and the
     note says why; otherwise every part must exist (a submodule is imported when it is not
     yet an attribute), and the first missing one is an error. `"none"` (no reference API)
@@ -220,6 +224,9 @@ def check_ref_api(name: str, ref_api: str | None, pos_of=lambda path: None,
     if len(parts) < 2 or not all(p.isidentifier() for p in parts):
         return error(f"ref_api `{ref_api}` is not a fully qualified name (`module.attribute`, "
                      "each part a Python identifier)", {})
+    if not any(ref_api.startswith(p) for p in prefixes):
+        return [], (f"ref_api {ref_api} not checked: it is under none of the manifest's "
+                    f"ref_api_prefixes {list(prefixes)}")
     top = parts[0]
     try:
         installed = (importlib.util.find_spec(top) is not None if import_module is None
@@ -438,7 +445,7 @@ def apply_code_checks(report: Any, manifest: Any) -> None:
                 from opspec.ops.dispatch_proof import dispatch_checks
                 r.diagnostics.extend(dispatch_checks(cls, spec, loaded.pos(())))
         diags, note = check_ref_api(r.op, loaded.spec.ref_api if loaded.spec else None,
-                                    loaded.pos)
+                                    loaded.pos, prefixes=manifest.types.ref_api_prefixes)
         r.diagnostics.extend(diags)
         r.code_checks = "checked" + (f"; {note}" if note else "")
         r.verdict = verdict_of(r.diagnostics)

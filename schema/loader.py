@@ -539,6 +539,7 @@ class _Load:
         self.files: list[str] = []
         self.adts: dict[str, ADTDef] = {}
         self.prefixes: list[str] = []
+        self.ref_prefixes: list[str] = []
         self.adt_sources: dict[str, tuple[SourceMap, tuple]] = {}
         self.parse_cache: ParseCache | None = None
 
@@ -653,9 +654,11 @@ class _Load:
             self.adts[name] = adt
             self.adt_sources[name] = (smap, ("adts", name))
         self.prefixes.extend(p for p in types.python_prefixes if p not in self.prefixes)
+        self.ref_prefixes.extend(p for p in types.ref_api_prefixes if p not in self.ref_prefixes)
 
     def manifest(self, root: str | None) -> Manifest:
-        types = TypesFile.model_construct(adts=self.adts, python_prefixes=self.prefixes)
+        types = TypesFile.model_construct(adts=self.adts, python_prefixes=self.prefixes,
+                                          ref_api_prefixes=self.ref_prefixes)
         return Manifest(specs=self.specs, types=types, files=tuple(self.files),
                         diagnostics=tuple(self.diags), root=root,
                         adt_sources=self.adt_sources)

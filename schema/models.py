@@ -194,7 +194,9 @@ class ADTDef(Model):
 
 
 class TypesFile(Model):
-    """`types.yaml`: shared ADTs, and the package prefixes whose Python classes specs may name."""
+    """`types.yaml`: shared ADTs, the package prefixes whose Python classes specs may name,
+    and those under which the `code` check may import a spec's `ref_api` to see it exists."""
 
     adts: dict[str, ADTDef] = Field(default_factory=dict)
     python_prefixes: list[str] = Field(default_factory=list)
+    ref_api_prefixes: list[str] = Field(default_factory=list)

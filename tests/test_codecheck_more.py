@@ -234,7 +234,12 @@ def _ref(tmp_path: Path, ref: str):
     (tmp_path / "toy.yaml").write_text(REF.format(ref=ref))
     m = load_paths([tmp_path / "toy.yaml"], strict=True)
     loaded = m.specs["RefFwdOp"]
-    return check_ref_api("RefFwdOp", loaded.spec.ref_api, loaded.pos)
+    return check_ref_api("RefFwdOp", loaded.spec.ref_api, loaded.pos, prefixes=PREFIXES)
+
+
+#: As the bundled manifest declares them (manifest/types.yaml), with a package that is not
+#: installed.
+PREFIXES = ("torch.", "vllm.", "flashinfer.", "opspec.", "opspec_no_such_package.")
 
 
 @pytest.mark.parametrize("ref", ["torch.matmul", "torch.nn.functional.relu",
@@ -295,7 +300,7 @@ def test_ref_api_of_a_module_that_fails_to_import_is_skipped_with_a_note():
         raise RuntimeError("needs a GPU driver")
 
     assert check_ref_api("RefFwdOp", "flashinfer.activation.silu_and_mul",
-                         import_module=broken) == (
+                         import_module=broken, prefixes=PREFIXES) == (
         [], "ref_api flashinfer.activation.silu_and_mul not checked: module flashinfer cannot "
             "be imported here (RuntimeError: needs a GPU driver)")
 
@@ -520,3 +525,28 @@ def test_text_code_line_lists_the_notes():
     assert code_line(types.SimpleNamespace(specs=rows)) == textwrap.dedent("""\
         code checks: 2 run; 1 skipped (spec-only)
           BFwdOp: ref_api x.y not checked: module x is not installed here""")
+
+
+def test_ref_api_outside_the_manifest_prefixes_is_not_imported():
+    """Importing runs a module's code: a `ref_api` outside the manifest's ref_api_prefixes
+    is neither imported nor looked up (the spec text picks no module to run)."""
+    imported = []
+
+    def spy(name):
+        imported.append(name)
+        raise AssertionError("imported")
+
+    for ref in ("os.system", "antigravity.fly", "torch.matmul"):
+        assert check_ref_api("RefFwdOp", ref, import_module=spy, prefixes=("vllm.",)) == (
+            [], f"ref_api {ref} not checked: it is under none of the manifest's "
+                "ref_api_prefixes ['vllm.']")
+    assert imported == []
+    # nothing declared: nothing imported
+    assert check_ref_api("RefFwdOp", "torch.matmul", import_module=spy)[1].endswith(
+        "ref_api_prefixes []")
+    assert imported == []
+
+
+def test_the_bundled_manifest_declares_its_ref_api_prefixes():
+    from opspec.manifest import load_bundled
+    assert load_bundled().types.ref_api_prefixes == ["torch.", "vllm.", "flashinfer.", "opspec."]
