@@ -1,7 +1,7 @@
 """`opspec diff OLD NEW`: prove new versions of specs backward compatible with the old ones
 (see `opspec.solver.diff`). Only the parser is built at import; the solver is imported when
 the command runs. The finding ids are `opspec.schema.diagnostics.DIFF_CHECK_IDS`, documented
-in the one check table (`opspec.cli.checks.CHECK_DOCS`)."""
+in the one check table (`opspec.schema.check_docs.CHECK_DOCS`)."""
 
 from __future__ import annotations
 

@@ -62,7 +62,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import z3
 
 from opspec.schema import kinds as K
-from opspec.cli.checks import CHECK_DOCS
+from opspec.schema.check_docs import CHECK_DOCS
 from opspec.schema.diagnostics import DIFF_CHECK_IDS, Diagnostic, Severity
 from opspec.schema.elaborate import ElaboratedSpec, TensorDecl, elaborate, elaborate_adts
 from opspec.schema.expr import (
@@ -88,7 +88,7 @@ VERDICTS = (COMPATIBLE, INCOMPATIBLE, UNKNOWN, ADDED, REMOVED)
 
 #: The check ids of `opspec diff`, each with what makes it fire: the ids are registered in
 #: `opspec.schema.diagnostics.DIFF_CHECK_IDS` (part of `CHECK_IDS`), the meanings are those of
-#: the one check table, `opspec.cli.checks.CHECK_DOCS`.
+#: the one check table, `opspec.schema.check_docs.CHECK_DOCS`.
 DIFF_CHECKS: dict[str, str] = {c: CHECK_DOCS[c][0] for c in DIFF_CHECK_IDS}
 
 

@@ -487,3 +487,14 @@ def test_fuzz_builder_never_raises(tmp_path_factory):
             s.pos("workloads.0")
 
     run()
+
+
+def test_the_layers_import_one_way():
+    """`schema` → `solver` → `ops` → `kernels`, `cli` on top: importing every solver module
+    loads neither torch nor the runtime nor the command line."""
+    code = ("import sys, pkgutil, importlib, opspec.solver as S\n"
+            "for m in pkgutil.iter_modules(S.__path__): importlib.import_module('opspec.solver.' + m.name)\n"
+            "bad = {'torch', 'triton'} & set(sys.modules)\n"
+            "bad |= {m for m in sys.modules if m.startswith(('opspec.ops', 'opspec.cli', 'opspec.kernels'))}\n"
+            "assert not bad, sorted(bad)")
+    subprocess.run([sys.executable, "-c", code], check=True)
