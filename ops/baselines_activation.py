@@ -13,12 +13,9 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from opspec.ops.bench_types import BenchEntry, compiled, eager
+from opspec.ops.bench_types import torch_entry
 
 __all__ = ["BENCH"]
-
-_COMPILE = "torch.compile(fullgraph=True) of the same function (default mode)"
-
 
 def _relu_reference(op: Any, x: torch.Tensor) -> torch.Tensor:
     return F.relu(x)
@@ -60,19 +57,8 @@ def _gelu_fn(op: Any) -> Callable[[torch.Tensor], torch.Tensor]:
 
 
 BENCH = {
-    "ReluFwdOp": BenchEntry(
-        reference=_relu_reference,
-        baselines={"eager": eager(_relu_fn), "compile": compiled(_relu_fn)},
-        descriptions={"eager": "F.relu(x, inplace) in the input dtype", "compile": _COMPILE},
-    ),
-    "SiluFwdOp": BenchEntry(
-        reference=_silu_reference,
-        baselines={"eager": eager(_silu_fn), "compile": compiled(_silu_fn)},
-        descriptions={"eager": "F.silu(x, inplace) in the input dtype", "compile": _COMPILE},
-    ),
-    "GeluFwdOp": BenchEntry(
-        reference=_gelu_reference,
-        baselines={"eager": eager(_gelu_fn), "compile": compiled(_gelu_fn)},
-        descriptions={"eager": "F.gelu(x, approximate) in the input dtype", "compile": _COMPILE},
-    ),
+    "ReluFwdOp": torch_entry(_relu_reference, _relu_fn, "F.relu(x, inplace) in the input dtype"),
+    "SiluFwdOp": torch_entry(_silu_reference, _silu_fn, "F.silu(x, inplace) in the input dtype"),
+    "GeluFwdOp": torch_entry(_gelu_reference, _gelu_fn,
+                             "F.gelu(x, approximate) in the input dtype"),
 }

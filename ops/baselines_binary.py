@@ -12,12 +12,9 @@ from typing import Any, Callable
 
 import torch
 
-from opspec.ops.bench_types import BenchEntry, compiled, eager
+from opspec.ops.bench_types import torch_entry
 
 __all__ = ["BENCH"]
-
-_COMPILE = "torch.compile(fullgraph=True) of the same function (default mode)"
-
 
 def _add_reference(op: Any, input: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
     return torch.add(input, other, alpha=op.alpha)
@@ -47,16 +44,7 @@ def _mul_fn(op: Any) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
 
 
 BENCH = {
-    "AddFwdOp": BenchEntry(
-        reference=_add_reference,
-        baselines={"eager": eager(_add_fn), "compile": compiled(_add_fn)},
-        descriptions={"eager": "torch.add(input, other, alpha=alpha) in the input dtypes",
-                      "compile": _COMPILE},
-    ),
-    "MulFwdOp": BenchEntry(
-        reference=_mul_reference,
-        baselines={"eager": eager(_mul_fn), "compile": compiled(_mul_fn)},
-        descriptions={"eager": "torch.mul(input, other) in the input dtypes",
-                      "compile": _COMPILE},
-    ),
+    "AddFwdOp": torch_entry(_add_reference, _add_fn,
+                            "torch.add(input, other, alpha=alpha) in the input dtypes"),
+    "MulFwdOp": torch_entry(_mul_reference, _mul_fn, "torch.mul(input, other) in the input dtypes"),
 }

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from opspec.kernels.gelu_and_mul import gelu_and_mul_reference
-from opspec.ops.bench_types import BaselineUnavailable, BenchEntry, compiled, eager
+from opspec.ops.bench_types import BaselineUnavailable, torch_entry
 
 __all__ = ["BENCH"]
 
@@ -53,17 +53,9 @@ def _vllm_gelu_and_mul(op: Any) -> Callable[[torch.Tensor], torch.Tensor]:
 
 
 BENCH = {
-    "GeluAndMulFwdOp": BenchEntry(
-        reference=_gelu_and_mul_reference,
-        baselines={
-            "eager": eager(_gelu_and_mul_fn),
-            "compile": compiled(_gelu_and_mul_fn),
-            "vllm": _vllm_gelu_and_mul,
-        },
-        descriptions={
-            "eager": "F.gelu(x[:, :N], approximate) * x[:, N:] in the input dtype",
-            "compile": "torch.compile(fullgraph=True) of the same function (default mode)",
-            "vllm": "vLLM's CUDA kernel torch.ops._C.gelu_and_mul / gelu_tanh_and_mul, where installed",
-        },
-    ),
+    "GeluAndMulFwdOp": torch_entry(
+        _gelu_and_mul_reference, _gelu_and_mul_fn,
+        "F.gelu(x[:, :N], approximate) * x[:, N:] in the input dtype",
+        extra={"vllm": (_vllm_gelu_and_mul, "vLLM's CUDA kernel torch.ops._C.gelu_and_mul / "
+                                            "gelu_tanh_and_mul, where installed")}),
 }

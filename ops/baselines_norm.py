@@ -20,12 +20,11 @@ import torch.nn.functional as F
 from opspec.kernels.norm import (
     DEFAULT_RMS_EPS, fused_add_rms_norm_reference, layer_norm_reference, rms_norm_reference,
 )
-from opspec.ops.bench_types import BaselineUnavailable, BenchEntry, compiled, eager
+from opspec.ops.bench_types import (
+    COMPILE_DESCRIPTION, BaselineUnavailable, BenchEntry, compiled, eager, torch_entry,
+)
 
 __all__ = ["BENCH"]
-
-_COMPILE = "torch.compile(fullgraph=True) of the same function (default mode)"
-
 
 def _vllm_ops() -> Any:
     """`torch.ops._C` with vLLM's norm kernels registered, or BaselineUnavailable."""
@@ -145,30 +144,23 @@ def _vllm_fused(op: Any) -> Callable[..., None]:
 
 
 BENCH = {
-    "RMSNormFwdOp": BenchEntry(
-        reference=_rms_reference,
-        baselines={"eager": eager(_rms_fn), "compile": compiled(_rms_fn), "vllm": _vllm_rms},
-        descriptions={
-            "eager": "F.rms_norm(input, normalized_shape, weight, eps) in the input dtype",
-            "compile": _COMPILE,
-            "vllm": "vLLM's CUDA kernel torch.ops._C.rms_norm, where installed (last axis only)",
-        },
-    ),
-    "LayerNormFwdOp": BenchEntry(
-        reference=_ln_reference,
-        baselines={"eager": eager(_ln_fn), "compile": compiled(_ln_fn)},
-        descriptions={
-            "eager": "F.layer_norm(input, normalized_shape, weight, bias, eps) in the input dtype",
-            "compile": _COMPILE,
-        },
-    ),
+    "RMSNormFwdOp": torch_entry(
+        _rms_reference, _rms_fn,
+        "F.rms_norm(input, normalized_shape, weight, eps) in the input dtype",
+        extra={"vllm": (_vllm_rms, "vLLM's CUDA kernel torch.ops._C.rms_norm, where installed "
+                                   "(last axis only)")}),
+    "LayerNormFwdOp": torch_entry(
+        _ln_reference, _ln_fn,
+        "F.layer_norm(input, normalized_shape, weight, bias, eps) in the input dtype"),
+    # Its compile baseline is `_fused_compiled` (an Inductor C++ bug on the CPU).
     "FusedAddRMSNormFwdOp": BenchEntry(
         reference=_fused_reference,
         baselines={"eager": eager(_fused_fn), "compile": _fused_compiled,
                    "vllm": _vllm_fused},
         descriptions={
             "eager": "residual.add_(input); input.copy_(F.rms_norm(residual, [D], weight, eps))",
-            "compile": _COMPILE + "; on the CPU with max_fusion_size=1 (an Inductor C++ bug)",
+            "compile": COMPILE_DESCRIPTION + "; on the CPU with max_fusion_size=1 (an Inductor "
+                                             "C++ bug)",
             "vllm": "vLLM's CUDA kernel torch.ops._C.fused_add_rms_norm, where installed",
         },
     ),

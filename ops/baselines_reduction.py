@@ -12,12 +12,9 @@ from typing import Any, Callable
 
 import torch
 
-from opspec.ops.bench_types import BenchEntry, compiled, eager
+from opspec.ops.bench_types import torch_entry
 
 __all__ = ["BENCH"]
-
-_COMPILE = "torch.compile(fullgraph=True) of the same function (default mode)"
-
 
 def _dtype_of(op: Any) -> torch.dtype | None:
     d = op.dtype
@@ -74,22 +71,10 @@ def _amax_fn(op: Any) -> Callable[[torch.Tensor], torch.Tensor]:
 
 
 BENCH = {
-    "SumFwdOp": BenchEntry(
-        reference=_sum_reference,
-        baselines={"eager": eager(_sum_fn), "compile": compiled(_sum_fn)},
-        descriptions={"eager": "torch.sum(x, dim, keepdim, dtype=dtype) in the input dtype",
-                      "compile": _COMPILE},
-    ),
-    "MeanFwdOp": BenchEntry(
-        reference=_mean_reference,
-        baselines={"eager": eager(_mean_fn), "compile": compiled(_mean_fn)},
-        descriptions={"eager": "torch.mean(x, dim, keepdim, dtype=dtype) in the input dtype",
-                      "compile": _COMPILE},
-    ),
-    "AmaxFwdOp": BenchEntry(
-        reference=_amax_reference,
-        baselines={"eager": eager(_amax_fn), "compile": compiled(_amax_fn)},
-        descriptions={"eager": "torch.amax(x, dim, keepdim) in the input dtype",
-                      "compile": _COMPILE},
-    ),
+    "SumFwdOp": torch_entry(_sum_reference, _sum_fn,
+                            "torch.sum(x, dim, keepdim, dtype=dtype) in the input dtype"),
+    "MeanFwdOp": torch_entry(_mean_reference, _mean_fn,
+                             "torch.mean(x, dim, keepdim, dtype=dtype) in the input dtype"),
+    "AmaxFwdOp": torch_entry(_amax_reference, _amax_fn,
+                             "torch.amax(x, dim, keepdim) in the input dtype"),
 }

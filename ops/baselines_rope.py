@@ -22,7 +22,7 @@ from typing import Any, Callable
 import torch
 
 from opspec.kernels.rope import rotary_embedding_reference
-from opspec.ops.bench_types import BenchEntry, compiled, eager
+from opspec.ops.bench_types import torch_entry
 
 __all__ = ["BENCH"]
 
@@ -61,13 +61,8 @@ def _rope_fn(op: Any) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
 
 
 BENCH = {
-    "RotaryEmbeddingFwdOp": BenchEntry(
-        reference=_reference,
-        baselines={"eager": eager(_rope_fn), "compile": compiled(_rope_fn)},
-        descriptions={
-            "eager": "vLLM's forward_native rotation (index_select, chunk, rotate) with float32 "
-                     "products, copied back into the rotary part of query and key",
-            "compile": "torch.compile(fullgraph=True) of the same function (default mode)",
-        },
-    ),
+    "RotaryEmbeddingFwdOp": torch_entry(
+        _reference, _rope_fn,
+        "vLLM's forward_native rotation (index_select, chunk, rotate) with float32 products, "
+        "copied back into the rotary part of query and key"),
 }

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-from opspec.ops.bench_types import BenchEntry, compiled, eager
+from opspec.ops.bench_types import torch_entry
 
 
 def _reference(log: bool) -> Callable[..., torch.Tensor]:
@@ -39,20 +39,8 @@ def _fn(log: bool) -> Callable[[Any], Callable[..., torch.Tensor]]:
 
 
 BENCH = {
-    "SoftmaxFwdOp": BenchEntry(
-        reference=_reference(False),
-        baselines={"eager": eager(_fn(False)), "compile": compiled(_fn(False))},
-        descriptions={
-            "eager": "torch.softmax(input, dim, dtype=dtype)",
-            "compile": "torch.compile(fullgraph=True) of the same function (default mode)",
-        },
-    ),
-    "LogSoftmaxFwdOp": BenchEntry(
-        reference=_reference(True),
-        baselines={"eager": eager(_fn(True)), "compile": compiled(_fn(True))},
-        descriptions={
-            "eager": "torch.log_softmax(input, dim, dtype=dtype)",
-            "compile": "torch.compile(fullgraph=True) of the same function (default mode)",
-        },
-    ),
+    "SoftmaxFwdOp": torch_entry(_reference(False), _fn(False),
+                                "torch.softmax(input, dim, dtype=dtype)"),
+    "LogSoftmaxFwdOp": torch_entry(_reference(True), _fn(True),
+                                   "torch.log_softmax(input, dim, dtype=dtype)"),
 }

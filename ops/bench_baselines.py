@@ -1,6 +1,6 @@
 """What `opspec bench` compares an op with: its reference, its tolerances, its baselines.
 
-Three registries, keyed by op class name, each entry next to the others of the same op:
+Four registries, keyed by op class name, built from one `BenchEntry` per op:
 
 * `REFERENCES[op] = fn(op, *inputs) -> Tensor`: the op's function in plain torch. The bench
   calls it on the case inputs upcast to float64 (`upcast`), so that it is the high-precision
@@ -16,10 +16,10 @@ Three registries, keyed by op class name, each entry next to the others of the s
 
 An op with no `REFERENCES` entry cannot be verified, and the bench counts that as a failure.
 
-The GEMM and SiluAndMul entries are written here; every other op's entry is a `BenchEntry`
-in `BENCH` of a family module `opspec.ops.baselines_<family>`, found by name and merged
-into the registries when this module is imported (a family adds its ops without editing
-this file).
+The GEMM and SiluAndMul entries are written here; every other op's entry is in `BENCH` of
+a family module `opspec.ops.baselines_<family>`, found by name when this module is
+imported (a family adds its ops without editing this file). `torch_entry` makes the usual
+entry: the torch function eagerly and compiled, plus any library kernel.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from opspec.kernels.gemm import gemm_reference
 from opspec.kernels.silu_and_mul import silu_and_mul_reference
 from opspec.ops.bench_types import (
     DEFAULT_TOLERANCES, REFERENCE_DTYPE, BaselineUnavailable, BenchEntry, Factory, Reference,
-    Tolerance, compiled, eager, upcast,
+    Tolerance, compiled, torch_entry, upcast,
 )
 
 __all__ = [
@@ -103,61 +103,43 @@ def _vllm_silu_and_mul(op: Any) -> Callable[..., torch.Tensor]:
 
 # -- the registries ---------------------------------------------------------------------------------
 
-REFERENCES: dict[str, Reference] = {
-    "GemmFwdOp": _gemm_reference,
-    "SiluAndMulFwdOp": _silu_and_mul_reference,
-}
-
-TOLERANCES: dict[str, dict[torch.dtype, Tolerance]] = {
-    "GemmFwdOp": {},
-    "SiluAndMulFwdOp": {},
-}
-
-BASELINES: dict[str, dict[str, Factory]] = {
-    "GemmFwdOp": {
-        "eager": eager(_gemm_fn),
-        "compile": compiled(_gemm_fn),
-    },
-    "SiluAndMulFwdOp": {
-        "eager": eager(_silu_and_mul_fn),
-        "compile": compiled(_silu_and_mul_fn),
-        "vllm": _vllm_silu_and_mul,
-    },
+#: The entries written here; every other op's is in its family module (see above).
+_ENTRIES: dict[str, BenchEntry] = {
+    "GemmFwdOp": torch_entry(_gemm_reference, _gemm_fn,
+                             "torch.matmul on the stored layouts (cuBLAS on CUDA)"),
+    "SiluAndMulFwdOp": torch_entry(
+        _silu_and_mul_reference, _silu_and_mul_fn,
+        "F.silu(x[:, :N]) * x[:, N:] in the input dtype",
+        extra={"vllm": (_vllm_silu_and_mul,
+                        "vLLM's CUDA kernel torch.ops._C.silu_and_mul, where installed")}),
 }
 
 
-#: One line per baseline, for the reports (what exactly was timed).
-DESCRIPTIONS: dict[str, dict[str, str]] = {
-    "GemmFwdOp": {
-        "eager": "torch.matmul on the stored layouts (cuBLAS on CUDA)",
-        "compile": "torch.compile(fullgraph=True) of the same function (default mode)",
-    },
-    "SiluAndMulFwdOp": {
-        "eager": "F.silu(x[:, :N]) * x[:, N:] in the input dtype",
-        "compile": "torch.compile(fullgraph=True) of the same function (default mode)",
-        "vllm": "vLLM's CUDA kernel torch.ops._C.silu_and_mul, where installed",
-    },
-}
-
-
-def _merge_family_entries() -> None:
-    """Add the `BENCH` entries of every `opspec.ops.baselines_<family>` module."""
+def _family_entries() -> dict[str, BenchEntry]:
+    """The `BENCH` entries of every `opspec.ops.baselines_<family>` module."""
     import opspec.ops as ops_pkg
 
+    out: dict[str, BenchEntry] = {}
     for info in sorted(pkgutil.iter_modules(ops_pkg.__path__), key=lambda i: i.name):
         if not info.name.startswith("baselines_"):
             continue
         module = importlib.import_module(f"opspec.ops.{info.name}")
         for op_name, entry in getattr(module, "BENCH", {}).items():
-            if op_name in REFERENCES:
+            if op_name in out or op_name in _ENTRIES:
                 raise RuntimeError(f"{module.__name__}: {op_name} has a bench entry already")
-            REFERENCES[op_name] = entry.reference
-            TOLERANCES[op_name] = dict(entry.tolerances)
-            BASELINES[op_name] = dict(entry.baselines)
-            DESCRIPTIONS[op_name] = dict(entry.descriptions)
+            out[op_name] = entry
+    return out
 
 
-_merge_family_entries()
+_ENTRIES.update(_family_entries())
+
+REFERENCES: dict[str, Reference] = {n: e.reference for n, e in _ENTRIES.items()}
+TOLERANCES: dict[str, dict[torch.dtype, Tolerance]] = {
+    n: dict(e.tolerances) for n, e in _ENTRIES.items()}
+BASELINES: dict[str, dict[str, Factory]] = {n: dict(e.baselines) for n, e in _ENTRIES.items()}
+#: One line per baseline, for the reports (what exactly was timed).
+DESCRIPTIONS: dict[str, dict[str, str]] = {
+    n: dict(e.descriptions) for n, e in _ENTRIES.items()}
 
 
 def tolerance_for(op_name: str, dtype: torch.dtype,

@@ -14,6 +14,7 @@ import torch
 __all__ = [
     "BaselineUnavailable",
     "BenchEntry",
+    "COMPILE_DESCRIPTION",
     "DEFAULT_TOLERANCES",
     "Factory",
     "REFERENCE_DTYPE",
@@ -21,6 +22,7 @@ __all__ = [
     "Tolerance",
     "compiled",
     "eager",
+    "torch_entry",
     "upcast",
 ]
 
@@ -97,3 +99,20 @@ class BenchEntry:
         missing = set(self.baselines) - set(self.descriptions)
         if missing:
             raise ValueError(f"baselines {sorted(missing)} have no description")
+
+
+#: What the `compile` baseline times, for every op whose baselines come from `torch_entry`.
+COMPILE_DESCRIPTION = "torch.compile(fullgraph=True) of the same function (default mode)"
+
+
+def torch_entry(reference: Reference, fn_of_op: Callable[[Any], Callable[..., Any]],
+                eager_description: str, *, extra: Mapping[str, tuple[Factory, str]] | None = None,
+                tolerances: Mapping[torch.dtype, Tolerance] | None = None) -> BenchEntry:
+    """The usual entry: the op's torch function timed eagerly (`eager`) and compiled
+    (`compile`, `COMPILE_DESCRIPTION`), plus `extra` baselines as `name -> (factory,
+    description)` (a library kernel, where installed)."""
+    baselines = {"eager": eager(fn_of_op), "compile": compiled(fn_of_op)}
+    descriptions = {"eager": eager_description, "compile": COMPILE_DESCRIPTION}
+    for name, (factory, description) in (extra or {}).items():
+        baselines[name], descriptions[name] = factory, description
+    return BenchEntry(reference, baselines, descriptions, dict(tolerances or {}))

@@ -1454,7 +1454,7 @@ ALLOWED_DYNAMIC_CODE = {("ops/codegen.py", "generate_branch", "compile"),
                         ("ops/roofline.py", "resolve_func", "importlib.import_module"),
                         ("ops/__init__.py", "__getattr__", "importlib.import_module"),
                         # module names from the package's own folder, never from spec text
-                        ("ops/bench_baselines.py", "_merge_family_entries",
+                        ("ops/bench_baselines.py", "_family_entries",
                          "importlib.import_module"),
                         # `opspec.ops.<family>` (an identifier) of the bundled manifest only
                         ("ops/codecheck.py", "import_family_module", "importlib.import_module")}
