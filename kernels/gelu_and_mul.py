@@ -35,6 +35,7 @@ import triton
 import triton.language as tl
 
 from opspec.kernels.activation import gelu_erf_fp32
+from opspec.kernels.silu_and_mul import gated_operands
 
 __all__ = [
     "gelu_and_mul_block",
@@ -47,7 +48,6 @@ _TILE = 1024
 _MIN_TILE = 256
 _INT32_LIMIT = 2**31 - 1
 _APPROXIMATIONS = ("none", "tanh")
-_SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
 
 
 def gelu_and_mul_reference(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
@@ -141,17 +141,7 @@ def gelu_and_mul_triton(x: torch.Tensor, out: torch.Tensor, approximate: str = "
     """
     if approximate not in _APPROXIMATIONS:
         raise ValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")
-    if x.dim() != 2:
-        x = x.reshape(-1, x.shape[-1])
-        out = out.view(-1, out.shape[-1])
-    M, two_n = x.shape
-    N = two_n // 2
-    if two_n != 2 * N:
-        raise ValueError(f"last dimension of x must be even, got {two_n}")
-    if out.shape[0] != M or out.shape[1] != N:
-        raise ValueError(f"out must have shape [{M}, {N}], got {list(out.shape)}")
-    if out.dtype != x.dtype or x.dtype not in _SUPPORTED:
-        raise TypeError(f"x and out must share a dtype in {_SUPPORTED}, got {x.dtype}, {out.dtype}")
+    x, out, M, N = gated_operands(x, out)
     if M == 0 or N == 0:
         return out
 

@@ -28,6 +28,7 @@ __all__ = [
     "silu_and_mul_reference",
     "silu_and_mul_triton",
     "silu_and_mul_block",
+    "gated_operands",
 ]
 
 # Enough programs to give every SM of an H200 (132) a few resident programs.
@@ -37,6 +38,25 @@ _MIN_BLOCK = 256
 _INT32_LIMIT = 2**31 - 1
 
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def gated_operands(x: torch.Tensor, out: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor, int, int]:
+    """The checks of a gated activation's launcher (`[M, 2N] -> [M, N]`, one dtype of
+    ``_SUPPORTED``): ``(x, out, M, N)``, with inputs of more than two dimensions viewed as
+    ``[-1, 2N]`` (a copy of ``x`` only if its leading dimensions cannot be flattened)."""
+    if x.dim() != 2:
+        x = x.reshape(-1, x.shape[-1])
+        out = out.view(-1, out.shape[-1])
+    M, two_n = x.shape
+    N = two_n // 2
+    if two_n != 2 * N:
+        raise ValueError(f"last dimension of x must be even, got {two_n}")
+    if out.shape[0] != M or out.shape[1] != N:
+        raise ValueError(f"out must have shape [{M}, {N}], got {list(out.shape)}")
+    if out.dtype != x.dtype or x.dtype not in _SUPPORTED:
+        raise TypeError(f"x and out must share a dtype in {_SUPPORTED}, got {x.dtype}, {out.dtype}")
+    return x, out, M, N
 
 
 def silu_and_mul_reference(x: torch.Tensor) -> torch.Tensor:
@@ -107,17 +127,8 @@ def silu_and_mul_triton(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     Inputs with more than two dimensions are viewed as ``[-1, 2N]`` (which copies
     ``x`` only if its leading dimensions cannot be flattened as a view).
     """
-    if x.dim() != 2:
-        x = x.reshape(-1, x.shape[-1])
-        out = out.view(-1, out.shape[-1])
-    M, two_n = x.shape
-    N = two_n // 2
-    if two_n != 2 * N:
-        raise ValueError(f"last dimension of x must be even, got {two_n}")
-    if out.shape[0] != M or out.shape[1] != N:
-        raise ValueError(f"out must have shape [{M}, {N}], got {list(out.shape)}")
-    if out.dtype != x.dtype or x.dtype not in _SUPPORTED:
-        raise TypeError(f"x and out must share a dtype in {_SUPPORTED}, got {x.dtype}, {out.dtype}")
+    x, out, M, N = gated_operands(x, out)
+    two_n = 2 * N
     if M == 0 or N == 0:
         return out
 
