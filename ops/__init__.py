@@ -29,6 +29,8 @@ _EXPORTS = {
     "SumFwdOp": "opspec.ops.reduction",
     "MeanFwdOp": "opspec.ops.reduction",
     "AmaxFwdOp": "opspec.ops.reduction",
+    "MaxPool2dFwdOp": "opspec.ops.pool",
+    "AvgPool2dFwdOp": "opspec.ops.pool",
     # one line per bundled op class: "ClassName": "opspec.ops.<family>",
 }
 
