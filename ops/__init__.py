@@ -31,6 +31,8 @@ _EXPORTS = {
     "AmaxFwdOp": "opspec.ops.reduction",
     "MaxPool2dFwdOp": "opspec.ops.pool",
     "AvgPool2dFwdOp": "opspec.ops.pool",
+    "GroupedGemmFwdOp": "opspec.ops.grouped_gemm",
+    "MoeExpertMLPFwdOp": "opspec.ops.grouped_gemm",
     # one line per bundled op class: "ClassName": "opspec.ops.<family>",
 }
 
