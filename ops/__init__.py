@@ -33,6 +33,7 @@ _EXPORTS = {
     "AvgPool2dFwdOp": "opspec.ops.pool",
     "GroupedGemmFwdOp": "opspec.ops.grouped_gemm",
     "MoeExpertMLPFwdOp": "opspec.ops.grouped_gemm",
+    "BmmFwdOp": "opspec.ops.bmm",
     # one line per bundled op class: "ClassName": "opspec.ops.<family>",
 }
 

@@ -1,0 +1,258 @@
+"""Batched matrix multiplication: ``out[b] = input[b] @ mat2[b]`` with fp32 accumulation.
+
+``input`` is ``[B, M, K]``, ``mat2`` ``[B, K, N]``, ``out`` ``[B, M, N]``, all of one dtype
+(float16, bfloat16 or float32), each read and written through its own three strides: a
+transposed or sliced view (``k.transpose(1, 2)`` as the ``mat2`` of attention scores) is
+read in place, with no copy.
+
+Plain functions; the dispatch classes are in :mod:`opspec.kernels.bmm_impl`.
+
+* :func:`bmm_reference` -- the torch reference (``torch.bmm``; on the CPU in float32 and
+  cast back, so that 16-bit inputs accumulate in float32 as on the GPU).
+* :func:`bmm_triton` -- a tiled Triton kernel. One program per ``BLOCK_M x BLOCK_N`` tile
+  of one matrix of the batch: the grid is ``B * tiles`` programs on its first axis (no
+  65535 limit on the batch), program ``pid`` taking matrix ``pid // tiles``. Within a
+  matrix the tiles go in grouped ("swizzled") order -- ``GROUP_M`` row blocks advance
+  along N together, so that programs resident at one time share panels of both operands
+  in L2. Out-of-range rows and columns are wrapped (``% M``, ``% N``) onto valid ones, so
+  the loads need no M/N masks (the store is masked); full K blocks load unmasked (keeping
+  them on the cp.async pipeline) and one masked tail block runs when ``K % BLOCK_K``.
+  The batch offset is formed in int64 (``b * stride_b`` passes 2**31 elements on the
+  attention shapes); offsets within one matrix are int32 unless a matrix spans more.
+
+Precision: float16/bfloat16 run on tensor cores with float32 accumulation. float32 runs
+``tl.dot`` with ``input_precision="ieee"`` (no TF32): torch.bmm's default for float32
+(``torch.backends.cuda.matmul.allow_tf32`` is False unless a user sets it), so the kernel
+agrees with the reference to float32 rounding; it is a correctness path (CUDA cores), not
+a fast one. On the CPU the Triton interpreter's ``tl.dot`` is wrong for bfloat16: test the
+kernel in float16/float32 there.
+
+Tile choice (:func:`bmm_config_for`): a small table in plain Python (no autotuning at call
+time), the same shape of rules as the GEMM table of :mod:`opspec.kernels.gemm`: a wave
+model over the candidates for M > 64 (counting every matrix's tiles), narrower tiles for
+small M (the decode-attention rows, M = 4: 16-row tiles streaming ``mat2``), and one
+float32 configuration. Every constant is in the block below, to be retuned from H200
+timings.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["BmmConfig", "bmm_config_for", "bmm_configs", "bmm_reference", "bmm_triton"]
+
+_NUM_SMS = 132  # H200
+_INT32_LIMIT = 2**31 - 1
+_SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
+
+
+class BmmConfig(NamedTuple):
+    block_m: int
+    block_n: int
+    block_k: int
+    group_m: int
+    num_warps: int
+    num_stages: int
+
+
+# --- the table: every tuning constant ------------------------------------------------
+# Shared memory per stage (16-bit): (BLOCK_M + BLOCK_N) * BLOCK_K * 2 bytes: 48 KB for
+# 128x256x64 (3 stages 144 KB), 32 KB for 128x128x64 (4 stages 128 KB), within sm_90's 227 KB.
+_LARGE_256 = BmmConfig(128, 256, 64, 8, 8, 3)
+_LARGE_128 = BmmConfig(128, 128, 64, 8, 8, 4)
+_MEDIUM = BmmConfig(64, 128, 64, 8, 4, 4)
+_MEDIUM_N64 = BmmConfig(64, 64, 64, 8, 4, 4)
+_SMALL_32 = BmmConfig(32, 64, 128, 8, 4, 4)   # 16 < M <= 32
+_SMALL_16 = BmmConfig(16, 128, 128, 1, 4, 4)  # M <= 16: stream mat2, 128 columns a program
+_FP32 = BmmConfig(64, 64, 32, 8, 4, 3)        # ieee dot on CUDA cores
+# M > 64: candidates with a guessed relative efficiency per tile (bigger tiles reuse more
+# operand bytes per FLOP).
+_LARGE_CANDIDATES = ((_LARGE_256, 1.0), (_LARGE_128, 0.9), (_MEDIUM, 0.75), (_MEDIUM_N64, 0.6))
+# Extra candidates for an offline sweep (bmm_configs).
+_EXTRA = (
+    BmmConfig(128, 128, 64, 8, 4, 4),
+    BmmConfig(128, 64, 64, 8, 4, 4),
+    BmmConfig(64, 256, 64, 8, 8, 3),
+    BmmConfig(128, 128, 128, 8, 8, 3),
+    BmmConfig(16, 64, 128, 1, 4, 4),
+)
+
+
+def bmm_configs() -> list[BmmConfig]:
+    """Every tile configuration, the table's first: for an offline sweep with ``config=``."""
+    out: list[BmmConfig] = []
+    for c in (_LARGE_256, _LARGE_128, _MEDIUM, _MEDIUM_N64, _SMALL_32, _SMALL_16, _FP32, *_EXTRA):
+        if c not in out:
+            out.append(c)
+    return out
+
+
+def _clip(cfg: BmmConfig, M: int, N: int, K: int) -> BmmConfig:
+    """Shrink blocks larger than the (power-of-two rounded) problem; 16 is tl.dot's minimum."""
+    bm = min(cfg.block_m, max(16, triton.next_power_of_2(M)))
+    bn = min(cfg.block_n, max(16, triton.next_power_of_2(N)))
+    bk = min(cfg.block_k, max(16, triton.next_power_of_2(K)))
+    if (bm, bn, bk) == (cfg.block_m, cfg.block_n, cfg.block_k):
+        return cfg
+    warps = cfg.num_warps if bm * bn >= 128 * 128 else min(cfg.num_warps, 4)
+    return cfg._replace(block_m=bm, block_n=bn, block_k=bk, num_warps=warps)
+
+
+@functools.lru_cache(maxsize=1024)
+def bmm_config_for(B: int, M: int, N: int, K: int,
+                   dtype: torch.dtype = torch.bfloat16) -> BmmConfig:
+    """The tile configuration for ``B`` products of ``M x K`` by ``K x N`` in ``dtype``."""
+    if dtype == torch.float32:
+        return _clip(_FP32, M, N, K)
+
+    def tiles(bm: int, bn: int) -> int:
+        return B * triton.cdiv(M, bm) * triton.cdiv(N, bn)
+
+    if M <= 16:
+        cfg = _SMALL_16 if tiles(16, 128) >= 2 * _NUM_SMS else _SMALL_16._replace(block_n=64)
+    elif M <= 32:
+        cfg = _SMALL_32
+    elif M <= 64:
+        cfg = _MEDIUM if tiles(64, 128) >= _NUM_SMS else _MEDIUM_N64
+    else:
+        # Wave model: time ~ waves * tile area / efficiency; the first minimum wins.
+        def cost(entry: tuple[BmmConfig, float]) -> float:
+            c, eff = entry
+            return triton.cdiv(tiles(c.block_m, c.block_n), _NUM_SMS) * c.block_m * c.block_n / eff
+
+        cfg = min(_LARGE_CANDIDATES, key=cost)[0]
+    return _clip(cfg, M, N, K)
+
+
+# --- reference ------------------------------------------------------------------------
+
+
+def bmm_reference(input: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
+    """``torch.bmm(input, mat2)`` in ``input.dtype``, accumulated in float32 (float64 stays
+    float64). On CUDA this is ``torch.bmm`` itself (cuBLAS accumulates 16-bit inputs in
+    float32); elsewhere 16-bit operands are widened to float32 first."""
+    if input.is_cuda or input.dtype in (torch.float32, torch.float64):
+        return torch.bmm(input, mat2)
+    return torch.bmm(input.float(), mat2.float()).to(input.dtype)
+
+
+# --- kernel ---------------------------------------------------------------------------
+
+
+@triton.jit
+def _bmm_kernel(
+    a_ptr, b_ptr, c_ptr,
+    M, N, K,
+    stride_ab, stride_am, stride_ak,
+    stride_bb, stride_bk, stride_bn,
+    stride_cb, stride_cm, stride_cn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, EVEN_K: tl.constexpr, USE_INT64: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    tiles = num_pid_m * num_pid_n
+    batch = pid // tiles
+    tile = pid % tiles
+    # Grouped order within one matrix (see the module docstring).
+    in_group = GROUP_M * num_pid_n
+    first_m = (tile // in_group) * GROUP_M
+    group_m = min(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + ((tile % in_group) % group_m)
+    pid_n = (tile % in_group) // group_m
+
+    # The matrix's base: int64, since batch * stride passes 2**31 on large batches.
+    batch64 = batch.to(tl.int64)
+    a_ptr += batch64 * stride_ab
+    b_ptr += batch64 * stride_bb
+    c_ptr += batch64 * stride_cb
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    # Wrapped rows/columns keep the loads in bounds without masks; the store drops them.
+    offs_am = offs_m % M
+    offs_bn = offs_n % N
+    if USE_INT64:
+        offs_am = offs_am.to(tl.int64)
+        offs_bn = offs_bn.to(tl.int64)
+        offs_k = offs_k.to(tl.int64)
+    a_ptrs = a_ptr + offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for _ in range(0, K // BLOCK_K):
+        a = tl.load(a_ptrs)
+        b = tl.load(b_ptrs)
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    if not EVEN_K:
+        k_left = K % BLOCK_K
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+
+    c = acc.to(c_ptr.dtype.element_ty)
+    if USE_INT64:
+        offs_m = offs_m.to(tl.int64)
+        offs_n = offs_n.to(tl.int64)
+    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    tl.store(c_ptrs, c, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+# --- launcher -------------------------------------------------------------------------
+
+
+def _matrix_extent(t: torch.Tensor) -> int:
+    """Largest element offset within one matrix of ``t`` (plus slack for a block)."""
+    return sum((s - 1) * abs(st) for s, st in zip(t.shape[1:], t.stride()[1:])) + 4096
+
+
+def bmm_triton(input: torch.Tensor, mat2: torch.Tensor, out: torch.Tensor,
+               config: BmmConfig | None = None) -> torch.Tensor:
+    """Write ``input @ mat2`` (batched) into ``out`` and return ``out``.
+
+    ``input`` ``[B, M, K]``, ``mat2`` ``[B, K, N]``, ``out`` ``[B, M, N]``: one dtype of
+    float16, bfloat16, float32; any strides (``out`` must not overlap the inputs). ``K == 0``
+    zero-fills ``out``; an empty ``out`` launches nothing. ``config`` overrides the table
+    (:func:`bmm_config_for`), for offline tuning.
+    """
+    if input.dim() != 3 or mat2.dim() != 3 or out.dim() != 3:
+        raise ValueError(f"input, mat2 and out must be 3-D, got {input.dim()}-D, "
+                         f"{mat2.dim()}-D and {out.dim()}-D")
+    B, M, K = input.shape
+    if mat2.shape[0] != B or mat2.shape[1] != K:
+        raise ValueError(f"mat2 must have shape [{B}, {K}, N] for input {list(input.shape)}, "
+                         f"got {list(mat2.shape)}")
+    N = mat2.shape[2]
+    if tuple(out.shape) != (B, M, N):
+        raise ValueError(f"out must have shape [{B}, {M}, {N}], got {list(out.shape)}")
+    if input.dtype not in _SUPPORTED or mat2.dtype != input.dtype or out.dtype != input.dtype:
+        raise TypeError(f"input, mat2 and out must share a dtype of float16, bfloat16 or "
+                        f"float32; got {input.dtype}, {mat2.dtype}, {out.dtype}")
+    if out.numel() == 0:
+        return out
+    if K == 0:
+        return out.zero_()
+    cfg = config or bmm_config_for(B, M, N, K, input.dtype)
+    use_int64 = max(_matrix_extent(input), _matrix_extent(mat2), _matrix_extent(out)) > _INT32_LIMIT
+    grid = (B * triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n),)
+    _bmm_kernel[grid](
+        input, mat2, out, M, N, K,
+        input.stride(0), input.stride(1), input.stride(2),
+        mat2.stride(0), mat2.stride(1), mat2.stride(2),
+        out.stride(0), out.stride(1), out.stride(2),
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
+        EVEN_K=K % cfg.block_k == 0, USE_INT64=use_int64,
+        INPUT_PRECISION="ieee" if input.dtype == torch.float32 else "tf32",
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    return out

@@ -1,0 +1,57 @@
+"""The batched-GEMM kernel interface, its call spec and its two implementations."""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from opspec.kernels.bmm import bmm_reference, bmm_triton
+from opspec.kernels.devices import REFERENCE_DEVICES, TRITON_DEVICES
+from opspec.ops.dispatch import CallSpec, Kernel, KernelInterface
+
+
+@dataclass(frozen=True)
+class BmmCall(CallSpec):
+    dtype: str
+
+
+class BmmFwdInterface(KernelInterface):
+    request: ClassVar[type[CallSpec]] = BmmCall
+
+    @abc.abstractmethod
+    def forward(self, input: torch.Tensor, mat2: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """`out[b] = input[b] @ mat2[b]` for every b, accumulated in float32.
+
+        input: [B, M, K], mat2: [B, K, N], both of the call's dtype, on the call's device, any
+        strides; out: [B, M, N], same dtype and device, any strides, not overlapping the
+        inputs, written in full (not read). Returns `out`.
+        """
+
+
+class BmmTritonKernel(Kernel, BmmFwdInterface):
+    """Tiled Triton batched GEMM: batch x tiles grid, grouped tile order, fp32 accumulation,
+    float32 through the ieee dot."""
+
+    devices = TRITON_DEVICES
+
+    @classmethod
+    def entry_for(cls, call):
+        # Nothing shape-specific is held: one entry per dtype and device.
+        return (call.dtype, call.device), lambda: cls(call)
+
+    def forward(self, input, mat2, out):
+        return bmm_triton(input, mat2, out)
+
+
+class BmmReferenceKernel(Kernel, BmmFwdInterface):
+    """torch.bmm (16-bit inputs accumulated in float32): every device, the general fallback."""
+
+    devices = REFERENCE_DEVICES
+    general = True
+
+    def forward(self, input, mat2, out):
+        out.copy_(bmm_reference(input, mat2))
+        return out
