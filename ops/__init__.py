@@ -34,6 +34,7 @@ _EXPORTS = {
     "GroupedGemmFwdOp": "opspec.ops.grouped_gemm",
     "MoeExpertMLPFwdOp": "opspec.ops.grouped_gemm",
     "BmmFwdOp": "opspec.ops.bmm",
+    "MoeGroupedGemmFwdOp": "opspec.ops.moe",
     # one line per bundled op class: "ClassName": "opspec.ops.<family>",
 }
 

@@ -283,7 +283,7 @@ class Op:
         if not ok:
             raise (SignatureTypeError if norm == "type" else SignatureError)(
                 f"{type(self).__name__}: parameter `{name}` has type `{p.type_text}`; got "
-                f"{v!r}{_where(self, p.path)}")
+                f"{v!r}{_broken(norm)}{_where(self, p.path)}")
         return norm
 
     def _construction_combo(self, info: _ClassInfo) -> dict[str, Any]:
@@ -618,6 +618,11 @@ def _default_device() -> torch.device | None:
     return None
 
 
+def _broken(norm: Any) -> str:
+    """The rule a rejected parameter value breaks, when `_conforms` names one."""
+    return f", which breaks the {norm}" if str(norm).startswith("invariant") else ""
+
+
 def _conforms(v: Any, kind: K.Kind, spec) -> tuple[bool, Any]:
     """Whether a parameter value has the kind its `type` names, and its normalised form
     (dtype parameters become dtype names, lists stay lists). (False, "type") for a wrong
@@ -702,5 +707,6 @@ def _conforms_adt(v: Any, kind: K.ADTK, spec) -> tuple[bool, Any]:
         if not ok:
             return False, "value"
     if c.invariant is not None and evaluate(c.invariant, env) is not True:
-        return False, "value"
+        # Say which rule the fields break: the parameter's type alone does not tell.
+        return False, f"invariant `{c.invariant_text}` of constructor `{ctor}`"
     return True, v

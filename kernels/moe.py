@@ -1,0 +1,375 @@
+"""M-grouped expert GEMM (MoE): ``y[r] = act(x[r] @ w[e(r)]^T)`` with fp32 accumulation.
+
+``w`` is ``[E, N, K]`` (NT: one ``[N, K]`` matrix per expert). Rows belong to experts as
+an ``MGroupedLayout`` says (see ``manifest/spec/moe.yaml``):
+
+* contiguous, ``x: [M, K]``, ``metadata`` either ``per_row`` (``[M]`` expert id of each
+  row) or ``physical_psum`` (``[E]`` end of each expert's rows; expert ``e`` starts at the
+  end of ``e - 1`` rounded up to ``alignment``; rows between an end and the next start,
+  and past the last end, belong to no expert and give 0);
+* masked, ``x: [E, max_m, K]``, ``metadata = masked_m: [E]`` valid rows per expert; the
+  other rows give 0.
+
+``activation='silu_and_mul'`` takes w's rows as ``[gate | up]`` and returns
+``silu(gate) * up`` (``N // 2`` columns), computed from the fp32 accumulators.
+
+Plain functions; the dispatch classes are in ``moe_impl.py``.
+
+* :func:`moe_grouped_gemm_reference` -- torch reference: one matmul per expert (fp32 on
+  CPU; native dtype with fp32 accumulation on CUDA), the activation in fp32.
+* :func:`moe_grouped_gemm_triton` -- the Triton kernels:
+
+  - contiguous: one program per ``BLOCK_M x BLOCK_N`` output tile, grouped program order.
+    The program reads the expert of each of its rows on the device (from ``per_row``
+    directly; from ``physical_psum`` by counting the ends at or before the row). With
+    aligned packing ``BLOCK_M`` divides ``alignment``, so a tile holds one expert's rows
+    (and padding) and runs one K loop; a tile that spans experts (tight packing) runs one
+    K loop per expert it holds and keeps each expert's rows. Rows of no expert keep 0.
+  - masked: a 2-D grid, ``(m tile x n tile, expert)``; a tile past ``masked_m[e]`` runs
+    no K step (it reads nothing) and stores zeros.
+
+  Both load A and B unmasked in M/N (indices wrap, the store mask drops the extra rows and
+  columns), full K blocks unmasked and one masked K tail, like ``kernels/gemm.py``. With
+  silu_and_mul a program holds two accumulators, gate (w rows ``n``) and up (rows
+  ``n + N // 2``), and applies the activation before its one store.
+
+Tile choices are plain Python in :func:`moe_config_for` (constants below). fp32 inputs
+run with ``input_precision="ieee"``. On CPU the Triton interpreter's ``tl.dot`` is wrong
+for bf16: test the kernels in fp16/fp32 there.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = [
+    "MoeConfig",
+    "moe_config_for",
+    "moe_grouped_gemm_reference",
+    "moe_grouped_gemm_triton",
+]
+
+_INT32_LIMIT = 2**31 - 1
+_SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
+
+
+class MoeConfig(NamedTuple):
+    block_m: int
+    block_n: int
+    block_k: int
+    group_m: int
+    num_warps: int
+    num_stages: int
+
+
+# --- the table (Hopper, to be refined from H200 timings) ------------------------------
+# Shared memory per stage is (BLOCK_M + BLOCK_N * (2 if silu_and_mul else 1)) * BLOCK_K * 2
+# bytes: 48 KB for 128 x 256 x 64 and for 128 x (2 x 128) x 64; 3 stages = 144 KB.
+_PREFILL = MoeConfig(128, 256, 64, 8, 8, 3)  # plain GEMM, M tiles of 128
+_PREFILL_SILU = MoeConfig(128, 128, 64, 8, 8, 3)  # two accumulators: 2 x 128 weight rows
+_SMALL_TILE = MoeConfig(64, 128, 64, 8, 4, 4)  # alignment 64 / tight packing
+# Masked (decode): bound by streaming w; 64-row tiles, BLOCK_N 128 (64 with two
+# accumulators) so that E x N / BLOCK_N programs fill the GPU.
+_MASKED = MoeConfig(64, 128, 64, 1, 4, 4)
+_MASKED_SILU = MoeConfig(64, 64, 64, 1, 4, 4)
+# fp32 (ieee dot on CUDA cores): the correctness path.
+_FP32 = MoeConfig(32, 32, 32, 8, 4, 2)
+_MIN_BLOCK = 16  # tl.dot's smallest tile
+
+
+def moe_config_for(kind: str, alignment: int, max_m: int, N_out: int, K: int,
+                   dtype: torch.dtype, silu: bool) -> MoeConfig:
+    """The tile configuration of one call.
+
+    Contiguous: ``BLOCK_M`` divides ``alignment`` where it can (aligned packing with an
+    alignment of 16 or more) so that a tile never spans two experts; tight packing
+    (alignment 1) uses 64-row tiles, which may span experts.
+    Masked: ``BLOCK_M`` at most ``max_m`` rounded up to a power of two.
+    """
+    if dtype == torch.float32:
+        cfg = _FP32
+    elif kind == "masked":
+        cfg = _MASKED_SILU if silu else _MASKED
+    elif alignment >= 128:
+        cfg = _PREFILL_SILU if silu else _PREFILL
+    else:
+        cfg = _SMALL_TILE
+    bm = cfg.block_m
+    if kind == "masked":
+        bm = min(bm, max(_MIN_BLOCK, triton.next_power_of_2(max_m)))
+    elif alignment >= _MIN_BLOCK:
+        bm = min(bm, alignment)
+    bn = min(cfg.block_n, max(_MIN_BLOCK, triton.next_power_of_2(max(N_out, 1))))
+    bk = min(cfg.block_k, max(_MIN_BLOCK, triton.next_power_of_2(max(K, 1))))
+    warps = cfg.num_warps if bm * bn >= 128 * 128 else min(cfg.num_warps, 4)
+    return cfg._replace(block_m=bm, block_n=bn, block_k=bk, num_warps=warps)
+
+
+# --- reference ---------------------------------------------------------------------------
+
+
+def _rows_of_experts(metadata: torch.Tensor, kind: str, metadata_kind: str, alignment: int,
+                     rows: int, experts: int) -> list[tuple[int, torch.Tensor | slice]]:
+    """(expert, its rows) of a contiguous layout: a boolean row mask (per_row) or a slice."""
+    meta = metadata.tolist()
+    if metadata_kind == "per_row":
+        ids = metadata.to(torch.int64)
+        return [(e, ids == e) for e in sorted(set(meta)) if 0 <= e < experts]
+    out, prev = [], 0
+    for e, end in enumerate(meta[:experts]):
+        start = -(-prev // alignment) * alignment
+        end = min(end, rows)
+        if end > start:
+            out.append((e, slice(start, end)))
+        prev = end
+    return out
+
+
+def _act(h: torch.Tensor, silu: bool) -> torch.Tensor:
+    if not silu:
+        return h
+    n = h.shape[-1] // 2
+    g, u = h[..., :n], h[..., n:]
+    return g * torch.sigmoid(g) * u
+
+
+def _expert_matmul(xe: torch.Tensor, we: torch.Tensor) -> torch.Tensor:
+    """``xe @ we^T`` in fp32: on CUDA in the native dtype (fp32 accumulation), elsewhere
+    from fp32 copies (CPU half matmuls may accumulate differently)."""
+    if xe.is_cuda:
+        return torch.matmul(xe, we.t()).float()
+    return torch.matmul(xe.float(), we.float().t())
+
+
+def moe_grouped_gemm_reference(x: torch.Tensor, w: torch.Tensor, metadata: torch.Tensor,
+                               kind: str, metadata_kind: str = "per_row", alignment: int = 1,
+                               activation: str = "none") -> torch.Tensor:
+    """The M-grouped GEMM in ``x.dtype`` (see the module docstring), one matmul per expert.
+
+    ``kind`` is ``'contiguous'`` or ``'masked'``; ``metadata_kind`` and ``alignment``
+    matter for contiguous layouts. Reads the metadata's contents on the host.
+    """
+    silu = activation == "silu_and_mul"
+    E, N, _ = w.shape
+    n_out = N // 2 if silu else N
+    if kind == "masked":
+        y = torch.zeros((*x.shape[:2], n_out), dtype=torch.float32, device=x.device)
+        for e, m in enumerate(metadata.tolist()[:E]):
+            m = max(0, min(m, x.shape[1]))
+            if m:
+                y[e, :m] = _act(_expert_matmul(x[e, :m], w[e]), silu)
+        return y.to(x.dtype)
+    y = torch.zeros((x.shape[0], n_out), dtype=torch.float32, device=x.device)
+    for e, rows in _rows_of_experts(metadata, kind, metadata_kind, alignment, x.shape[0], E):
+        y[rows] = _act(_expert_matmul(x[rows], w[e]), silu)
+    return y.to(x.dtype)
+
+
+# --- kernels -----------------------------------------------------------------------------
+
+
+@triton.jit
+def _expert_dot(a_ptrs, b_ptrs, up_off, k_blocks, k_left, offs_k, stride_ak, stride_bk,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                SILU: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+    """``A @ B`` over ``k_blocks`` full K blocks then (``not EVEN_K``) a ``k_left`` tail;
+    with SILU also ``A @ B_up`` (B_up is B moved by ``up_off`` elements)."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for _ in range(0, k_blocks):
+        a = tl.load(a_ptrs)
+        b = tl.load(b_ptrs)
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+        if SILU:
+            bu = tl.load(b_ptrs + up_off)
+            acc_up = tl.dot(a, bu, acc_up, input_precision=INPUT_PRECISION)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    if not EVEN_K:
+        if k_blocks >= 0:  # a tile with no K steps (k_blocks < 0) reads nothing
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+            acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+            if SILU:
+                bu = tl.load(b_ptrs + up_off, mask=offs_k[:, None] < k_left, other=0.0)
+                acc_up = tl.dot(a, bu, acc_up, input_precision=INPUT_PRECISION)
+    return acc, acc_up
+
+
+@triton.jit
+def _epilogue(acc, acc_up, SILU: tl.constexpr):
+    if SILU:
+        return acc / (1.0 + tl.exp(-acc)) * acc_up
+    return acc
+
+
+@triton.jit
+def _moe_contiguous_kernel(
+    x_ptr, w_ptr, meta_ptr, y_ptr,
+    M, N_OUT, K, E, ALIGN,
+    stride_xm, stride_xk, stride_we, stride_wn, stride_wk, stride_ym, stride_yn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_E: tl.constexpr, GROUP_M: tl.constexpr, PER_ROW: tl.constexpr,
+    SILU: tl.constexpr, EVEN_K: tl.constexpr, USE_INT64: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+):
+    # Grouped ordering: GROUP_M row tiles (mostly one expert's) advance together along N,
+    # so the programs resident at one time share that expert's weight panels in L2.
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N_OUT, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    row_ok = offs_m < M
+
+    # The expert of each row of the tile (-1: no expert).
+    if PER_ROW:
+        ids = tl.load(meta_ptr + offs_m, mask=row_ok, other=-1)
+    else:
+        offs_e = tl.arange(0, BLOCK_E)
+        ends = tl.load(meta_ptr + offs_e, mask=offs_e < E, other=2147483647)
+        # Expert of row r: the number of experts whose rows end at or before r ...
+        ids = tl.sum((ends[None, :] <= offs_m[:, None]).to(tl.int32), axis=1)
+        prev_end = tl.load(meta_ptr + ids - 1, mask=row_ok & (ids > 0) & (ids < E), other=0)
+        start = (prev_end + ALIGN - 1) // ALIGN * ALIGN
+        # ... if r lies at or past that expert's aligned start (else a padding row).
+        ids = tl.where(row_ok & (ids < E) & (offs_m >= start), ids, -1)
+    e_lo = tl.min(tl.where(ids >= 0, ids, E), axis=0)
+    e_hi = tl.max(ids, axis=0)
+
+    offs_am = offs_m % M
+    offs_bn = offs_n % N_OUT
+    if USE_INT64:
+        offs_am = offs_am.to(tl.int64)
+        offs_bn = offs_bn.to(tl.int64)
+        offs_k = offs_k.to(tl.int64)
+    a_base = x_ptr + offs_am[:, None] * stride_xm + offs_k[None, :] * stride_xk
+    b_base = w_ptr + offs_k[:, None] * stride_wk + offs_bn[None, :] * stride_wn
+    up_off = N_OUT * stride_wn
+
+    out = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    # One K loop per expert present in the tile: a single one with aligned packing.
+    b_expert = b_base + e_lo.to(tl.int64) * stride_we
+    for e in range(e_lo, e_hi + 1):
+        acc, acc_up = _expert_dot(a_base, b_expert, up_off,
+                                  K // BLOCK_K, K % BLOCK_K, offs_k, stride_xk, stride_wk,
+                                  BLOCK_M, BLOCK_N, BLOCK_K, SILU, EVEN_K, INPUT_PRECISION)
+        out = tl.where((ids == e)[:, None], _epilogue(acc, acc_up, SILU), out)
+        b_expert += stride_we
+
+    if USE_INT64:
+        offs_m = offs_m.to(tl.int64)
+        offs_n = offs_n.to(tl.int64)
+    y_ptrs = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
+    tl.store(y_ptrs, out.to(y_ptr.dtype.element_ty),
+             mask=row_ok[:, None] & (offs_n[None, :] < N_OUT))
+
+
+@triton.jit
+def _moe_masked_kernel(
+    x_ptr, w_ptr, meta_ptr, y_ptr,
+    MAX_M, N_OUT, K,
+    stride_xe, stride_xm, stride_xk, stride_we, stride_wn, stride_wk,
+    stride_ye, stride_ym, stride_yn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    SILU: tl.constexpr, EVEN_K: tl.constexpr, USE_INT64: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+):
+    # Axis 0: tiles of one expert, N fastest (consecutive programs share the A tile);
+    # axis 1: the expert.
+    pid = tl.program_id(0)
+    e = tl.program_id(1).to(tl.int64)
+    num_pid_n = tl.cdiv(N_OUT, BLOCK_N)
+    pid_m = pid // num_pid_n
+    pid_n = pid % num_pid_n
+    count = tl.minimum(tl.load(meta_ptr + e), MAX_M)
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    offs_am = offs_m % MAX_M
+    offs_bn = offs_n % N_OUT
+    if USE_INT64:
+        offs_am = offs_am.to(tl.int64)
+        offs_bn = offs_bn.to(tl.int64)
+        offs_k = offs_k.to(tl.int64)
+    a_ptrs = x_ptr + e * stride_xe + offs_am[:, None] * stride_xm + offs_k[None, :] * stride_xk
+    b_ptrs = w_ptr + e * stride_we + offs_k[:, None] * stride_wk + offs_bn[None, :] * stride_wn
+
+    # A tile wholly past masked_m runs no K step and stores zeros.
+    live = pid_m * BLOCK_M < count
+    k_blocks = tl.where(live, K // BLOCK_K, -1)
+    acc, acc_up = _expert_dot(a_ptrs, b_ptrs, N_OUT * stride_wn, k_blocks, K % BLOCK_K,
+                              offs_k, stride_xk, stride_wk, BLOCK_M, BLOCK_N, BLOCK_K,
+                              SILU, EVEN_K, INPUT_PRECISION)
+    out = tl.where((offs_m < count)[:, None], _epilogue(acc, acc_up, SILU), 0.0)
+
+    if USE_INT64:
+        offs_m = offs_m.to(tl.int64)
+        offs_n = offs_n.to(tl.int64)
+    y_ptrs = y_ptr + e * stride_ye + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
+    tl.store(y_ptrs, out.to(y_ptr.dtype.element_ty),
+             mask=(offs_m[:, None] < MAX_M) & (offs_n[None, :] < N_OUT))
+
+
+# --- launcher ----------------------------------------------------------------------------
+
+
+def _extent(t: torch.Tensor) -> int:
+    """Largest element offset a kernel may form for t (plus slack for a block)."""
+    return sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride())) + 4096
+
+
+def moe_grouped_gemm_triton(x: torch.Tensor, w: torch.Tensor, metadata: torch.Tensor,
+                            out: torch.Tensor, kind: str, metadata_kind: str = "per_row",
+                            alignment: int = 1, activation: str = "none",
+                            config: MoeConfig | None = None) -> torch.Tensor:
+    """Write the M-grouped GEMM into ``out`` (any strides) and return it.
+
+    x, w, out: any strides, one dtype of float16 / bfloat16 / float32; metadata: int32,
+    contiguous. ``config=`` forces a tile configuration.
+    """
+    if x.dtype not in _SUPPORTED or w.dtype != x.dtype or out.dtype != x.dtype:
+        raise TypeError(f"x, w and out must share a dtype in {_SUPPORTED}; got {x.dtype}, "
+                        f"{w.dtype}, {out.dtype}")
+    silu = activation == "silu_and_mul"
+    E, N, K = w.shape
+    n_out = N // 2 if silu else N
+    if out.numel() == 0:
+        return out
+    metadata = metadata.contiguous()
+    max_m = x.shape[1] if kind == "masked" else 0
+    cfg = config or moe_config_for(kind, alignment, max_m, n_out, K, x.dtype, silu)
+    use_int64 = max(_extent(x), _extent(w), _extent(out)) > _INT32_LIMIT
+    precision = "ieee" if x.dtype == torch.float32 else "tf32"
+    common = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SILU=silu,
+                  EVEN_K=K % cfg.block_k == 0, USE_INT64=use_int64, INPUT_PRECISION=precision,
+                  num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if kind == "masked":
+        grid = (triton.cdiv(max_m, cfg.block_m) * triton.cdiv(n_out, cfg.block_n), E)
+        _moe_masked_kernel[grid](
+            x, w, metadata, out, max_m, n_out, K,
+            x.stride(0), x.stride(1), x.stride(2), w.stride(0), w.stride(1), w.stride(2),
+            out.stride(0), out.stride(1), out.stride(2), **common)
+        return out
+    M = x.shape[0]
+    grid = (triton.cdiv(M, cfg.block_m) * triton.cdiv(n_out, cfg.block_n),)
+    _moe_contiguous_kernel[grid](
+        x, w, metadata, out, M, n_out, K, E, max(alignment, 1),
+        x.stride(0), x.stride(1), w.stride(0), w.stride(1), w.stride(2),
+        out.stride(0), out.stride(1),
+        BLOCK_E=triton.next_power_of_2(E), GROUP_M=cfg.group_m,
+        PER_ROW=metadata_kind == "per_row", **common)
+    return out
