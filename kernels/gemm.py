@@ -18,18 +18,19 @@ Plain functions; the dispatch classes are built elsewhere.
   indexed by (M, N, K) in plain Python; :func:`gemm_configs` lists every configuration
   for offline autotuning, and ``config=`` forces one.
 * :func:`gemm_tma` -- the same tiling with operands loaded through TMA tensor
-  descriptors (Hopper's bulk copy engine) instead of per-thread pointers.  On an H200 it
-  is what makes ``op(b)`` with ``trans_b`` (the ``nn.Linear`` layout, b stored
-  ``[N, K]``) fast: 0.84-0.94x of cuBLAS on large rows where the pointer kernel reached
-  0.69-0.79x, and 0.79-0.98x at M = 64..128 where it reached 0.68x (bf16, measured with
-  ``triton.testing.do_bench``).  ``gemm_triton`` routes a call to it on CUDA devices of
-  compute capability 9.0 or later when the descriptors' rules hold (unit inner strides,
-  16-byte aligned rows and bases) and the table (:func:`tma_config_for`) has an entry;
-  NN and TN calls with M > 128 stay on the pointer kernel, which matches cuBLAS there.
+  descriptors (Hopper's bulk copy engine) instead of per-thread pointers, and for large
+  problems a persistent variant (one program per SM walking the tiles in grouped order,
+  128x256x64 tiles).  On an H200 (bf16, ``triton.testing.do_bench``, against cuBLAS) the
+  persistent kernel runs the large rows at 0.96-1.10x, NN, TN and NT layouts alike; the
+  non-persistent one serves M <= 128 (0.86-0.98x) and problems with too few 128x256
+  tiles to fill the last wave (0.97x).  ``gemm_triton`` routes a call to it on CUDA
+  devices of compute capability 9.0 or later when the descriptors' rules hold (unit inner
+  strides, 16-byte aligned rows and bases) and the table (:func:`tma_config_for`) has an
+  entry; otherwise the pointer kernel serves it.
 * :func:`gemv_triton` -- the small-M (decode, ``M <= 16``) kernel: one program per
   ``BLOCK_N`` output columns holding all M rows, looping over K with an fp32
-  accumulator; ``BLOCK_N`` is chosen so that the grid has at least ``2 * 132``
-  programs, since the kernel is bound by streaming ``b`` from HBM.
+  accumulator; ``BLOCK_N`` (at most 64) is chosen so that the grid has a program per SM
+  or more, since the kernel is bound by streaming ``b`` from HBM.
 
 fp32 inputs run with ``input_precision="ieee"`` (no TF32), fp16/bf16 on tensor cores.
 On CPU the Triton interpreter's ``tl.dot`` is wrong for bf16: test the kernels in
@@ -56,6 +57,7 @@ __all__ = [
     "gemv_config_for",
     "gemm_tma",
     "tma_config_for",
+    "tma_persistent",
     "tma_eligible",
     "GEMV_MAX_M",
 ]
@@ -111,8 +113,10 @@ _EXTRA = (
 )
 
 # GEMV (M <= 16): BLOCK_M = 16, BLOCK_N from N, BLOCK_K = 128 (fp16/bf16) or 64 (fp32).
-_GEMV_BLOCK_N = (128, 64, 32, 16)
-_GEMV_TARGET_PROGRAMS = 2 * _NUM_SMS
+# From an H200 sweep (benchmarks/gemm_sweep.py): 64 columns, 4 stages, one wave of programs
+# or more: 0.94x cuBLAS at M = 1, 0.98x at M = 16 (32 columns for two waves: 0.84x / 0.97x).
+_GEMV_BLOCK_N = (64, 32, 16)
+_GEMV_TARGET_PROGRAMS = _NUM_SMS
 
 
 def gemm_configs() -> list[GemmConfig]:
@@ -190,8 +194,8 @@ def gemv_config_for(
 ) -> GemmConfig:
     """The GEMV configuration: all M rows in one 16-row block, BLOCK_N from N.
 
-    ``BLOCK_N`` is the largest of 128, 64, 32, 16 that still gives ``2 * 132``
-    programs (else 16), so that the stream of ``b`` is spread over every SM.
+    ``BLOCK_N`` is the largest of 64, 32, 16 that still gives one program per SM
+    (132; else 16), so that the stream of ``b`` is spread over every SM.
     ``aligned`` as for :func:`gemm_config_for` (False: BLOCK_K <= 32).
     """
     if M > GEMV_MAX_M:
@@ -500,27 +504,53 @@ def gemv_triton(
 
 # --- TMA descriptors ---------------------------------------------------------------------
 
-# bf16/fp16 tile configurations of the TMA kernel, from a sweep on an H200 (bf16, do_bench):
-# 128x128x64 with 4 warps beat 128x256 (8 warps) on every NT row; 5 stages help at K >= 8192.
-_TMA_NT = GemmConfig(128, 128, 64, 8, 4, 4)
-_TMA_NT_LONG_K = GemmConfig(128, 128, 64, 8, 4, 5)
-_TMA_M128 = GemmConfig(128, 64, 64, 8, 4, 5)   # 64 < M <= 128: 0.79x cuBLAS (pointer: 0.68x)
+# bf16/fp16 tile configurations of the TMA kernels, from sweeps on an H200 (bf16,
+# do_bench, ratios to cuBLAS; benchmarks/gemm_sweep.py). For M > 128, 128x256x64 tiles in
+# the persistent kernel: 0.96-1.10x on the large rows, NN, TN and NT alike (the same tile
+# without persistence reached only 0.76x on NT rows). Where those tiles leave the last wave
+# mostly empty (few tiles, e.g. N = 1536), 128x128x64 with 5 stages: 0.97x.
+_TMA_BIG = GemmConfig(128, 256, 64, 16, 8, 3)
+_TMA_NT = GemmConfig(128, 128, 64, 8, 4, 5)
+_TMA_M128 = GemmConfig(64, 128, 128, 8, 4, 4)  # 64 < M <= 128: 0.86x cuBLAS (was 0.79x)
 _TMA_M64 = GemmConfig(64, 64, 256, 8, 4, 3)    # 16 < M <= 64: 0.98x cuBLAS
+# Share of the last wave's SM slots a tiling must fill to run 128x256 tiles.
+_MIN_WAVE_FILL = 0.85
+
+
+def _wave_fill(M: int, N: int, bm: int, bn: int) -> float:
+    tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+    return tiles / (triton.cdiv(tiles, _NUM_SMS) * _NUM_SMS)
 
 
 @functools.lru_cache(maxsize=1024)
 def tma_config_for(M: int, N: int, K: int, trans_b: bool) -> GemmConfig | None:
-    """The TMA kernel's configuration for a bf16/fp16 problem, or None where the pointer
-    kernel is as fast (M > 128 with b stored [K, N])."""
+    """The TMA kernels' configuration for a bf16/fp16 problem, or None where the pointer
+    kernel is as fast (M > 128 with b stored [K, N] and too few tiles for 128x256).
+    A configuration with 128x256 tiles runs the persistent kernel (:func:`tma_persistent`)."""
     if M <= 64:
         cfg = _TMA_M64
     elif M <= 128:
         cfg = _TMA_M128
+    elif _wave_fill(M, N, 128, 256) >= _MIN_WAVE_FILL:
+        cfg = _TMA_BIG
     elif trans_b:
-        cfg = _TMA_NT_LONG_K if K >= 8192 else _TMA_NT
+        cfg = _TMA_NT
     else:
         return None
     return _clip(cfg, M, N, K)
+
+
+def tma_persistent(cfg: GemmConfig) -> bool:
+    """Whether a TMA configuration runs the persistent kernel: the 128x256 tiles do (one
+    program per SM walking tiles, so the next tile's loads overlap this tile's stores)."""
+    return cfg.block_m * cfg.block_n >= 128 * 256
+
+
+@functools.lru_cache(maxsize=16)
+def _num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return _NUM_SMS
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def _descriptor_ok(t: torch.Tensor) -> bool:
@@ -571,6 +601,37 @@ def _gemm_tma_kernel(a_desc, b_desc, c_desc, M, N, K,
     c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
 
 
+@triton.jit
+def _gemm_tma_persistent_kernel(a_desc, b_desc, c_desc, M, N, K,
+                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                                TRANS_A: tl.constexpr, TRANS_B: tl.constexpr,
+                                PROGRAMS: tl.constexpr):
+    # One program per SM, each walking the tiles pid, pid + PROGRAMS, ... in the grouped
+    # order of _gemm_tma_kernel; tails are handled by the descriptors as there.
+    num_m = tl.cdiv(M, BLOCK_M)
+    num_n = tl.cdiv(N, BLOCK_N)
+    in_group = GROUP_M * num_n
+    for tile in tl.range(tl.program_id(0), num_m * num_n, PROGRAMS):
+        first_m = (tile // in_group) * GROUP_M
+        group = min(num_m - first_m, GROUP_M)
+        off_m = (first_m + ((tile % in_group) % group)) * BLOCK_M
+        off_n = ((tile % in_group) // group) * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(tl.cdiv(K, BLOCK_K)):
+            off_k = k * BLOCK_K
+            if TRANS_A:
+                a = a_desc.load([off_k, off_m]).T
+            else:
+                a = a_desc.load([off_m, off_k])
+            if TRANS_B:
+                b = b_desc.load([off_n, off_k]).T
+            else:
+                b = b_desc.load([off_k, off_n])
+            acc = tl.dot(a, b, acc)
+        c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+
+
 def gemm_tma(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -600,7 +661,15 @@ def gemm_tma(
     a_desc = TensorDescriptor.from_tensor(a, [bk, bm] if trans_a else [bm, bk])
     b_desc = TensorDescriptor.from_tensor(b, [bn, bk] if trans_b else [bk, bn])
     c_desc = TensorDescriptor.from_tensor(out, [bm, bn])
-    grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
+    tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+    if tma_persistent(cfg):
+        programs = min(tiles, _num_sms(a.device))
+        _gemm_tma_persistent_kernel[(programs,)](
+            a_desc, b_desc, c_desc, M, N, K, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+            GROUP_M=cfg.group_m, TRANS_A=trans_a, TRANS_B=trans_b, PROGRAMS=programs,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        return out
+    grid = (tiles,)
     _gemm_tma_kernel[grid](a_desc, b_desc, c_desc, M, N, K, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
                            GROUP_M=cfg.group_m, TRANS_A=trans_a, TRANS_B=trans_b,
                            STAGES=cfg.num_stages, num_warps=cfg.num_warps,

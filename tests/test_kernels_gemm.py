@@ -28,6 +28,7 @@ if type(_tl.cdiv).__name__ != "InterpretedFunction":
 
 import torch  # noqa: E402
 
+import opspec.kernels.gemm as G  # noqa: E402
 from opspec.kernels.gemm import (  # noqa: E402
     GemmConfig,
     gemm_config_for,
@@ -39,6 +40,7 @@ from opspec.kernels.gemm import (  # noqa: E402
     gemm_tma,
     tma_config_for,
     tma_eligible,
+    tma_persistent,
 )
 
 DTYPES = [torch.float32, torch.float16]
@@ -192,9 +194,9 @@ def test_config_table():
     # Blocks never exceed the (rounded) problem, and stay >= 16 for tl.dot.
     small = gemm_config_for(1, 7, 5, torch.float16)
     assert (small.block_m, small.block_n, small.block_k) == (16, 16, 16)
-    # Decode GEMV: enough programs to cover 2 x 132 SMs.
+    # Decode GEMV: up to 64 columns per program, a program per SM (132) or more.
     gv = gemv_config_for(1, 14336, 4096, torch.bfloat16)
-    assert gv.block_m == 16 and gv.block_n == 32 and 14336 // gv.block_n >= 264
+    assert gv.block_m == 16 and gv.block_n == 64 and 14336 // gv.block_n >= 132
     assert gemv_config_for(16, 4096, 4096, torch.bfloat16).block_n == 16
     # Unaligned operands (no 16-element row alignment): smaller K step, N <= 128.
     un = gemm_config_for(4096, 4096, 4095, torch.bfloat16, aligned=False)
@@ -229,6 +231,20 @@ def test_gemm_tma_matches_reference(layout, mnk, config):
     torch.testing.assert_close(out, gemm_reference(a, b, trans_a, trans_b), **TOL[torch.float16])
 
 
+@pytest.mark.parametrize("layout", LAYOUTS, ids=_layout_id)
+def test_persistent_tma_walks_every_tile(layout, monkeypatch):
+    # Two programs for 3 x 3 tiles of 128x256: each program walks several tiles, with
+    # tails in M, N and K.
+    monkeypatch.setattr(G, "_num_sms", lambda device: 2)
+    trans_a, trans_b = layout
+    a, b = _operands(304, 520, 72, trans_a, trans_b, torch.float16, seed=11)
+    out = torch.full((304, 520), float("nan"), dtype=torch.float16)
+    cfg = GemmConfig(128, 256, 64, 2, 8, 2)
+    assert tma_persistent(cfg)
+    assert gemm_tma(a, b, trans_a, trans_b, out, cfg) is out
+    torch.testing.assert_close(out, gemm_reference(a, b, trans_a, trans_b), **TOL[torch.float16])
+
+
 def test_gemm_tma_refuses_what_descriptors_cannot_describe():
     a = torch.zeros(8, 16, dtype=torch.float16)
     b = torch.zeros(16, 8, dtype=torch.float16)
@@ -244,10 +260,16 @@ def test_gemm_tma_refuses_what_descriptors_cannot_describe():
 
 
 def test_tma_table():
-    # NN/TN with M > 128 stay on the pointer kernel (it matches cuBLAS there)
-    assert tma_config_for(4096, 4096, 4096, False) is None
-    assert tma_config_for(4096, 14336, 4096, True)[:3] == (128, 128, 64)
-    assert tma_config_for(2048, 28672, 8192, True).num_stages == 5
-    assert tma_config_for(128, 6144, 4096, True)[:3] == (128, 64, 64)
+    # Large problems of any layout: 128x256 tiles, run by the persistent kernel.
+    for mnk in [(4096, 4096, 4096), (4096, 14336, 4096), (2048, 28672, 8192)]:
+        for trans_b in (False, True):
+            cfg = tma_config_for(*mnk, trans_b)
+            assert cfg[:3] == (128, 256, 64) and tma_persistent(cfg)
+    # 192 tiles of 128x256 leave 72 of 132 SMs idle in the second wave: 128x128 for NT,
+    # the pointer kernel for NN.
+    assert tma_config_for(4096, 1536, 7168, True)[:3] == (128, 128, 64)
+    assert not tma_persistent(tma_config_for(4096, 1536, 7168, True))
+    assert tma_config_for(4096, 1536, 7168, False) is None
+    assert tma_config_for(128, 6144, 4096, True)[:3] == (64, 128, 128)
     assert tma_config_for(64, 6144, 4096, False)[:3] == (64, 64, 256)
     assert tma_config_for(20, 6144, 4096, True)[:3] == (32, 64, 256)  # clipped to M
