@@ -1,0 +1,404 @@
+"""Grouped-query softmax attention, forward: one Triton flash-attention kernel shared by
+the dense (`[B, H, S, D]`, SDPA) and the varlen (packed `[total, H, D]` with cu_seqlens,
+flash-attn) layouts, and torch references for both.
+
+* :func:`attention_dense_reference`, :func:`attention_varlen_reference` -- torch, the
+  scores and softmax in float32 (or the inputs' dtype when wider), cast back.
+* :func:`attention_dense_triton`, :func:`attention_varlen_triton` -- the Triton kernel,
+  writing into ``out``.
+
+The kernel (FlashAttention-2's schedule): program ``(m, b * H + h)`` holds ``BLOCK_M``
+query rows of head ``h`` of sequence ``b`` in registers and streams that head's key/value
+head ``h // (H // H_kv)`` in blocks of ``BLOCK_N`` rows, keeping an online softmax: the
+running row maximum ``m_i``, the running sum ``l_i`` and the unnormalised output ``acc``,
+all float32, rescaled by ``exp2(m_old - m_new)`` when the maximum grows. ``log2(e)`` is
+folded into the scale so each score costs one FMA and one ``exp2``. Key blocks that every
+query row of the program sees in full run without masks; only the blocks that cross the
+sequence end or the causal diagonal are masked, and blocks wholly above the diagonal are
+never visited (causal block skipping). Causal programs run heaviest first (the query block
+order is reversed), so the longest programs start early.
+
+A query row may see a key iff ``key <= row + shift``: ``shift = 0`` for SDPA's top-left
+mask, ``len_k - len_q`` for flash-attn's bottom-right one. A row that sees no key keeps
+``l_i = 0`` and is written as zeros (flash-attn's convention; the maximum of such a row
+stays ``-inf``, and the masked step subtracts 0 instead, so no NaN appears).
+
+Layouts: dense tensors are addressed through their four strides (any strides; a unit
+stride on the head axis is specialised by Triton, which keeps loads vectorised); varlen
+programs read their sequence's start and end from ``cu_seqlens_q`` / ``cu_seqlens_k`` on
+the device and run an empty program when their query block lies past the sequence's end
+(the grid is sized by ``max_seqlen_q``). Sequence and head offsets are int64.
+
+Head sizes up to 256: the head axis is padded to ``BLOCK_D = max(16, next_pow2(D))``
+(``tl.dot`` needs 16) with masked loads. Tile choices are in :data:`CONFIGS` (Hopper, from
+the Triton fused-attention tutorial's starting points; one place to change them): for
+D <= 64 and D <= 128, ``BLOCK_M = 128``, ``BLOCK_N = 64``, 4 / 8 warps, 3 stages; for
+D <= 256 a smaller tile. float32 inputs (tests only; the ops take float16 / bfloat16) use
+``input_precision="ieee"`` products.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = [
+    "CONFIGS",
+    "INTERPRETER_CONFIG",
+    "attention_config",
+    "attention_dense_reference",
+    "attention_dense_triton",
+    "attention_varlen_reference",
+    "attention_varlen_triton",
+]
+
+_LOG2E = 1.4426950408889634
+
+_SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
+
+#: (largest head size, (BLOCK_M, BLOCK_N, num_warps, num_stages)), for CUDA, first match.
+#: D = 128 on Hopper: a 128 x 128 query tile (32 KiB bf16) stays in registers across the
+#: 8 warps' wgmma; three stages of 64-row key and value tiles (16 KiB each) fit the 227 KiB
+#: of shared memory. D = 256 halves both tiles to stay within registers and shared memory.
+CONFIGS: tuple[tuple[int, tuple[int, int, int, int]], ...] = (
+    (64, (128, 64, 4, 3)),
+    (128, (128, 64, 8, 3)),
+    (256, (64, 32, 4, 2)),
+)
+
+#: Under Triton's interpreter (CPU tests): small tiles, so that small tests cross blocks.
+INTERPRETER_CONFIG = (32, 16, 4, 1)
+
+MAX_HEAD_DIM = 256
+
+
+def attention_config(head_dim: int, device_type: str) -> tuple[int, int, int, int]:
+    """``(BLOCK_M, BLOCK_N, num_warps, num_stages)`` for a head size on a device type."""
+    if head_dim > MAX_HEAD_DIM:
+        raise ValueError(f"head size {head_dim} is over the kernel's limit {MAX_HEAD_DIM}")
+    if device_type != "cuda":
+        return INTERPRETER_CONFIG
+    for limit, config in CONFIGS:
+        if head_dim <= limit:
+            return config
+    raise AssertionError("CONFIGS covers every head size up to MAX_HEAD_DIM")
+
+
+# -- references ------------------------------------------------------------------------------
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.promote_types(dtype, torch.float32)
+
+
+#: Score elements the references hold at once (the float64 scores of an 8k x 8k head are
+#: 512 MiB; a whole Llama-3-70B batch would be 68 GiB): heads are taken in slices.
+_REFERENCE_SCORES = 1 << 27
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+            causal: bool, shift: int) -> torch.Tensor:
+    """Attention of ``q [..., Lq, D]`` over ``k, v [..., Lk, D]`` (heads already matched),
+    key j visible to row i iff ``j <= i + shift`` when causal; rows seeing no key are zero.
+    Computed in slices of the leading axes (flattened) to bound the scores' memory."""
+    cd = _compute_dtype(q.dtype)
+    lead = q.shape[:-2]
+    lq, lk, dv = q.shape[-2], k.shape[-2], v.shape[-1]
+    n = math.prod(lead)
+    qf = q.reshape(n, lq, q.shape[-1])
+    kf = k.reshape(n, lk, k.shape[-1])
+    vf = v.reshape(n, lk, dv)
+    out = torch.empty((qf.shape[0], lq, dv), dtype=cd, device=q.device)
+    hidden = None
+    if causal:
+        i = torch.arange(lq, device=q.device).unsqueeze(1)
+        j = torch.arange(lk, device=q.device).unsqueeze(0)
+        hidden = j > i + shift
+    step = max(1, _REFERENCE_SCORES // max(1, lq * lk))
+    for h0 in range(0, qf.shape[0], step):
+        s = torch.matmul(qf[h0:h0 + step].to(cd), kf[h0:h0 + step].to(cd).transpose(-1, -2))
+        s = s * scale
+        if hidden is not None:
+            s = s.masked_fill(hidden, float("-inf"))
+        p = torch.softmax(s, dim=-1)
+        # a row of -inf scores gives NaN probabilities: such a row sees no key and is zero
+        p = torch.nan_to_num(p, nan=0.0)
+        out[h0:h0 + step] = torch.matmul(p, vf[h0:h0 + step].to(cd))
+    return out.reshape(*lead, lq, dv)
+
+
+def _expand_kv(x: torch.Tensor, heads: int, axis: int) -> torch.Tensor:
+    # query head h reads key/value head h // (H // H_kv), as SDPA's enable_gqa
+    return x.repeat_interleave(heads // x.shape[axis], dim=axis)
+
+
+def attention_dense_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                              is_causal: bool = False, scale: float | None = None
+                              ) -> torch.Tensor:
+    """SDPA with ``enable_gqa=True`` on ``q [B, H, S_q, D]``, ``k, v [B, H_kv, S_kv, D]``:
+    top-left causal mask; float32 math (float64 inputs stay float64); in ``q.dtype``."""
+    H, D = q.shape[1], q.shape[-1]
+    sc = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    out = _attend(q, _expand_kv(k, H, 1), _expand_kv(v, H, 1), sc, is_causal, 0)
+    return out.to(q.dtype)
+
+
+def attention_varlen_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                               cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
+                               softmax_scale: float | None = None, causal: bool = False
+                               ) -> torch.Tensor:
+    """flash_attn_varlen_func on packed ``q [total_q, H, D]``, ``k, v [total_k, H_kv, D]``,
+    one sequence at a time: bottom-right causal mask; float32 math; in ``q.dtype``."""
+    H, D = q.shape[1], q.shape[-1]
+    sc = 1.0 / math.sqrt(D) if softmax_scale is None else float(softmax_scale)
+    out = torch.zeros(q.shape, dtype=_compute_dtype(q.dtype), device=q.device)
+    cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+    for b in range(len(cq) - 1):
+        q0, q1, k0, k1 = cq[b], cq[b + 1], ck[b], ck[b + 1]
+        if q1 == q0:
+            continue
+        qs = q[q0:q1].transpose(0, 1)                       # [H, lq, D]
+        ks = _expand_kv(k[k0:k1].transpose(0, 1), H, 0)     # [H, lk, D]
+        vs = _expand_kv(v[k0:k1].transpose(0, 1), H, 0)
+        out[q0:q1] = _attend(qs, ks, vs, sc, causal, (k1 - k0) - (q1 - q0)).transpose(0, 1)
+    return out.to(q.dtype)
+
+
+# -- the Triton kernel -----------------------------------------------------------------------
+
+@triton.jit
+def _attn_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, offs_m, offs_n, offs_d, lo, hi,
+                len_k, shift, qk_scale, stride_kn, stride_vn, HEAD_DIM,
+                MASKED: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
+                NEG_SCALE: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr):
+    """Key blocks [lo, hi) of one program: the online-softmax update. MASKED blocks mask
+    keys past len_k and, when CAUSAL, keys above the diagonal."""
+    k_ptrs += lo * stride_kn
+    v_ptrs += lo * stride_vn
+    d_ok = offs_d[None, :] < HEAD_DIM
+    for start_n in range(lo, hi, BLOCK_N):
+        cols = start_n + offs_n
+        if MASKED:
+            n_ok = cols[:, None] < len_k
+            if EVEN_D:
+                k = tl.load(k_ptrs, mask=n_ok, other=0.0)
+            else:
+                k = tl.load(k_ptrs, mask=n_ok & d_ok, other=0.0)
+        else:
+            if EVEN_D:
+                k = tl.load(k_ptrs)
+            else:
+                k = tl.load(k_ptrs, mask=d_ok, other=0.0)
+        qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        if MASKED:
+            visible = cols[None, :] < len_k
+            if CAUSAL:
+                visible = visible & (cols[None, :] <= offs_m[:, None] + shift)
+            qk = tl.where(visible, qk * qk_scale, float("-inf"))
+            m_ij = tl.maximum(m_i, tl.max(qk, 1))
+            # a row with nothing visible yet keeps m = -inf: subtract 0 so exp2 gives 0
+            m_sub = tl.where(m_ij == float("-inf"), 0.0, m_ij)
+            p = tl.math.exp2(qk - m_sub[:, None])
+            alpha = tl.math.exp2(m_i - m_sub)
+        else:
+            # the maximum of the scaled scores, from the unscaled ones (one FMA per score)
+            if NEG_SCALE:
+                m_ij = tl.maximum(m_i, tl.min(qk, 1) * qk_scale)
+            else:
+                m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            p = tl.math.exp2(qk * qk_scale - m_ij[:, None])
+            alpha = tl.math.exp2(m_i - m_ij)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        if MASKED:
+            if EVEN_D:
+                v = tl.load(v_ptrs, mask=n_ok, other=0.0)
+            else:
+                v = tl.load(v_ptrs, mask=n_ok & d_ok, other=0.0)
+        else:
+            if EVEN_D:
+                v = tl.load(v_ptrs)
+            else:
+                v = tl.load(v_ptrs, mask=d_ok, other=0.0)
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)
+        m_i = m_ij
+        k_ptrs += BLOCK_N * stride_kn
+        v_ptrs += BLOCK_N * stride_vn
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _attn_fwd_kernel(
+    Q, K, V, O, CU_Q, CU_K,
+    stride_qb, stride_qh, stride_qs, stride_qd,
+    stride_kb, stride_kh, stride_ks, stride_kd,
+    stride_vb, stride_vh, stride_vs, stride_vd,
+    stride_ob, stride_oh, stride_os, stride_od,
+    S_q, S_kv, H, GROUP, HEAD_DIM, qk_scale,
+    VARLEN: tl.constexpr, CAUSAL: tl.constexpr, BOTTOM_RIGHT: tl.constexpr,
+    EVEN_D: tl.constexpr, NEG_SCALE: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    kvh = h // GROUP
+    if VARLEN:
+        q_start = tl.load(CU_Q + b).to(tl.int64)
+        len_q = (tl.load(CU_Q + b + 1) - tl.load(CU_Q + b)).to(tl.int32)
+        k_start = tl.load(CU_K + b).to(tl.int64)
+        len_k = (tl.load(CU_K + b + 1) - tl.load(CU_K + b)).to(tl.int32)
+    else:
+        q_start = 0
+        k_start = 0
+        len_q = S_q
+        len_k = S_kv
+    if CAUSAL:
+        # heaviest query blocks first
+        pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
+    else:
+        pid_m = tl.program_id(0)
+    start_m = pid_m * BLOCK_M
+    if start_m < len_q:
+        if BOTTOM_RIGHT:
+            shift = len_k - len_q
+        else:
+            shift = 0
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        offs_n = tl.arange(0, BLOCK_N)
+        offs_d = tl.arange(0, BLOCK_D)
+        b64 = b.to(tl.int64)
+        q_base = (Q + b64 * stride_qb + h.to(tl.int64) * stride_qh
+                  + (q_start + start_m) * stride_qs)
+        k_base = K + b64 * stride_kb + kvh.to(tl.int64) * stride_kh + k_start * stride_ks
+        v_base = V + b64 * stride_vb + kvh.to(tl.int64) * stride_vh + k_start * stride_vs
+        rows = tl.arange(0, BLOCK_M)
+        q_ptrs = q_base + rows[:, None] * stride_qs + offs_d[None, :] * stride_qd
+        k_ptrs = k_base + offs_n[:, None] * stride_ks + offs_d[None, :] * stride_kd
+        v_ptrs = v_base + offs_n[:, None] * stride_vs + offs_d[None, :] * stride_vd
+        m_ok = offs_m[:, None] < len_q
+        if EVEN_D:
+            q = tl.load(q_ptrs, mask=m_ok, other=0.0)
+        else:
+            q = tl.load(q_ptrs, mask=m_ok & (offs_d[None, :] < HEAD_DIM), other=0.0)
+
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+
+        # keys every row of the block sees: below the first row's diagonal, inside len_k
+        full_end = (len_k // BLOCK_N) * BLOCK_N
+        if CAUSAL:
+            diag = start_m + shift + 1          # keys [0, diag) visible to the first row
+            diag = tl.maximum(diag, 0)
+            full_end = tl.minimum(full_end, (diag // BLOCK_N) * BLOCK_N)
+            # the last row sees keys up to start_m + BLOCK_M - 1 + shift
+            end = tl.minimum(len_k, tl.maximum(start_m + BLOCK_M + shift, 0))
+        else:
+            end = len_k
+        acc, l_i, m_i = _attn_block(
+            acc, l_i, m_i, q, k_ptrs, v_ptrs, offs_m, offs_n, offs_d, 0, full_end,
+            len_k, shift, qk_scale, stride_ks, stride_vs, HEAD_DIM,
+            False, CAUSAL, EVEN_D, NEG_SCALE, BLOCK_N, PRECISION)
+        acc, l_i, m_i = _attn_block(
+            acc, l_i, m_i, q, k_ptrs, v_ptrs, offs_m, offs_n, offs_d, full_end, end,
+            len_k, shift, qk_scale, stride_ks, stride_vs, HEAD_DIM,
+            True, CAUSAL, EVEN_D, NEG_SCALE, BLOCK_N, PRECISION)
+
+        # rows that saw no key: l_i == 0 and acc == 0, written as zeros
+        l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+        out = acc / l_safe[:, None]
+        o_base = (O + b64 * stride_ob + h.to(tl.int64) * stride_oh
+                  + (q_start + start_m) * stride_os)
+        o_ptrs = o_base + rows[:, None] * stride_os + offs_d[None, :] * stride_od
+        if EVEN_D:
+            tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=m_ok)
+        else:
+            tl.store(o_ptrs, out.to(O.dtype.element_ty),
+                     mask=m_ok & (offs_d[None, :] < HEAD_DIM))
+
+
+def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor) -> None:
+    if not (q.dtype == k.dtype == v.dtype == out.dtype) or q.dtype not in _SUPPORTED:
+        raise TypeError(f"q, k, v and out must share a dtype in {_SUPPORTED}, got "
+                        f"{q.dtype}, {k.dtype}, {v.dtype}, {out.dtype}")
+    if out.shape != q.shape:
+        raise ValueError(f"out must have q's shape {list(q.shape)}, got {list(out.shape)}")
+    D = q.shape[-1]
+    if k.shape[-1] != D or v.shape != k.shape:
+        raise ValueError(f"k and v must have one shape with head size {D}, got "
+                         f"{list(k.shape)} and {list(v.shape)}")
+    if D > MAX_HEAD_DIM or D < 1:
+        raise ValueError(f"head size must be in [1, {MAX_HEAD_DIM}], got {D}")
+
+
+def _launch(q, k, v, out, cu_q, cu_k, strides, S_q, S_kv, batch, H, H_kv, grid_m,
+            scale, causal, bottom_right, varlen, config):
+    D = q.shape[-1]
+    block_m, block_n, num_warps, num_stages = (
+        attention_config(D, q.device.type) if config is None else config)
+    block_d = max(16, triton.next_power_of_2(D))
+    sc = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    grid = (triton.cdiv(grid_m, block_m), batch * H)
+    _attn_fwd_kernel[grid](
+        q, k, v, out, cu_q, cu_k, *strides,
+        S_q, S_kv, H, H // H_kv, D, sc * _LOG2E,
+        VARLEN=varlen, CAUSAL=bool(causal), BOTTOM_RIGHT=bottom_right,
+        EVEN_D=(block_d == D), NEG_SCALE=(sc < 0),
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+        num_warps=num_warps, num_stages=num_stages)
+    return out
+
+
+def attention_dense_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           out: torch.Tensor, is_causal: bool = False,
+                           scale: float | None = None, *, config=None) -> torch.Tensor:
+    """SDPA (``enable_gqa=True``, top-left causal mask) of ``q [B, H, S_q, D]`` over
+    ``k, v [B, H_kv, S_kv, D]`` (any strides) into ``out [B, H, S_q, D]``; returns out.
+    ``config`` overrides :func:`attention_config` (tests)."""
+    _check(q, k, v, out)
+    B, H, S_q, _ = q.shape
+    H_kv, S_kv = k.shape[1], k.shape[2]
+    if k.shape[0] != B or H_kv < 1 or H % H_kv != 0:
+        raise ValueError(f"k must be [B={B}, H_kv, S_kv, D] with H_kv dividing H={H}, got "
+                         f"{list(k.shape)}")
+    if out.numel() == 0:
+        return out
+    if S_kv == 0:   # no key: every row is zero
+        return out.zero_()
+    strides = (*q.stride(), *k.stride(), *v.stride(), *out.stride())
+    return _launch(q, k, v, out, q, k, strides, S_q, S_kv, B, H, H_kv, S_q, scale,
+                   is_causal, False, False, config)
+
+
+def attention_varlen_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                            cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
+                            max_seqlen_q: int, out: torch.Tensor,
+                            softmax_scale: float | None = None, causal: bool = False,
+                            *, config=None) -> torch.Tensor:
+    """flash_attn_varlen_func (bottom-right causal mask) of packed ``q [total_q, H, D]``
+    over ``k, v [total_k, H_kv, D]`` (any strides), ``cu_seqlens_q`` / ``cu_seqlens_k``
+    int32 ``[B + 1]`` on q's device, every sequence at most ``max_seqlen_q`` queries; into
+    ``out [total_q, H, D]``; returns out. The offsets are read on the device only."""
+    _check(q, k, v, out)
+    _, H, _ = q.shape
+    H_kv = k.shape[1]
+    if H_kv < 1 or H % H_kv != 0:
+        raise ValueError(f"H_kv={H_kv} must divide H={H}")
+    batch = cu_seqlens_q.shape[0] - 1
+    if cu_seqlens_k.shape[0] != batch + 1:
+        raise ValueError("cu_seqlens_q and cu_seqlens_k must have the same length")
+    if out.numel() == 0 or batch <= 0 or max_seqlen_q <= 0:
+        return out
+    if k.shape[0] == 0:   # no key in any sequence: every row is zero
+        return out.zero_()
+    # the token axis plays the sequence axis; the batch stride is 0 (offsets do the rest)
+    strides = (0, q.stride(1), q.stride(0), q.stride(2),
+               0, k.stride(1), k.stride(0), k.stride(2),
+               0, v.stride(1), v.stride(0), v.stride(2),
+               0, out.stride(1), out.stride(0), out.stride(2))
+    return _launch(q, k, v, out, cu_seqlens_q, cu_seqlens_k, strides, 0, 0, batch, H, H_kv,
+                   int(max_seqlen_q), softmax_scale, causal, True, True, config)
