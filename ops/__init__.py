@@ -31,6 +31,8 @@ _EXPORTS = {
     "AmaxFwdOp": "opspec.ops.reduction",
     "MaxPool2dFwdOp": "opspec.ops.pool",
     "AvgPool2dFwdOp": "opspec.ops.pool",
+    "GroupedQueryAttentionDenseFwdOp": "opspec.ops.attention",
+    "GroupedQueryAttentionVarlenFwdOp": "opspec.ops.attention",
     "GroupedGemmFwdOp": "opspec.ops.grouped_gemm",
     "MoeExpertMLPFwdOp": "opspec.ops.grouped_gemm",
     "BmmFwdOp": "opspec.ops.bmm",
