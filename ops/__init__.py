@@ -37,6 +37,7 @@ _EXPORTS = {
     "MoeExpertMLPFwdOp": "opspec.ops.grouped_gemm",
     "BmmFwdOp": "opspec.ops.bmm",
     "MoeGroupedGemmFwdOp": "opspec.ops.moe",
+    "GemmW4A16FwdOp": "opspec.ops.quant_gemm",
     # one line per bundled op class: "ClassName": "opspec.ops.<family>",
 }
 

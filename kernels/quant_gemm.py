@@ -1,0 +1,500 @@
+"""W4A16 GEMM: ``y = x @ dequant(W).T`` for int4 weights packed two to a byte.
+
+Layout (the spec, ``manifest/spec/quant_gemm.yaml``, is the authority):
+
+* ``x``: ``[M, K]`` float16 or bfloat16 activations, any strides;
+* ``packed_weight``: ``[N, K // 2]`` uint8; byte ``[n, j]`` holds ``q[n, 2j]`` in its low
+  nibble and ``q[n, 2j + 1]`` in its high nibble, ``q`` in ``0..15``;
+* ``scales``, ``zeros``: ``[N, K // group_size]``, float16, bfloat16 or float32 (zero
+  points are floats: integer ones are exact, fractional ones allowed);
+* ``dequant(W)[n, k] = (q[n, k] - zeros[n, k // g]) * scales[n, k // g]``;
+* ``y``: ``[M, N]`` in ``x``'s dtype, accumulated in float32.
+
+Helpers: :func:`pack_int4` / :func:`unpack_int4` (``[N, K]`` integers 0..15 <-> the packed
+layout), :func:`quantize_int4` (float ``[N, K]`` -> ``(packed, scales, zeros)``,
+asymmetric min/max per group), :func:`dequantize_int4`.
+
+Kernels (plain functions; the dispatch classes are in :mod:`opspec.kernels.quant_gemm_impl`):
+
+* :func:`gemm_w4a16_reference` -- torch: dequantize in float32 (float64 for float64
+  operands), matmul, cast back.
+* :func:`w4a16_decode_triton` -- ``M <= 16``, the GEMV regime, bound by streaming the
+  packed weight (``N * K / 2`` bytes) from HBM. It computes ``y.T``: each program owns
+  ``BLOCK_N`` weight rows and a range of K (split-K when ``N`` alone gives too few
+  programs for the 132 SMs; the partial sums go to a float32 ``[split, M, N]`` buffer that
+  a second small kernel adds up in a fixed order, so results are deterministic). Per step
+  it loads a ``[BLOCK_N, BLOCK_K / 2]`` byte tile (16-byte vectors along K), splits the
+  nibbles in registers into the even-k and odd-k halves, and the ``x`` tile
+  ``[16, BLOCK_K]`` (rows wrapped for M < 16) into its even and odd columns, then
+  ``acc[n, m] += dot(q_even, x_even.T) + dot(q_odd, x_odd.T)`` on tensor cores (the weight
+  is the wide operand, so each MMA covers 16 weight rows, not 16 tokens).
+  When a tile lies within one quantization group (``group_size % BLOCK_K == 0``, the usual
+  128-wide groups) the dequantization is applied per group rather than per weight:
+  ``sum_k (q - z) s x = s * (sum_k q x - z * sum_k x)``, so the weight costs only a mask or
+  a shift and a conversion per element (exact: q <= 15 in 16-bit floats), and the scale and
+  zero point a few float32 operations per ``(row, token)`` per tile. Other group sizes
+  dequantize each weight in registers (float32, gathered scales) before the dot.
+* :func:`w4a16_prefill_triton` -- any M, tiled like a GEMM: one program per ``BLOCK_M x
+  BLOCK_N`` tile of y in grouped order, loading ``x`` ``[BLOCK_M, BLOCK_K]`` and the packed
+  ``[BLOCK_N, BLOCK_K / 2]`` bytes per step, dequantizing the weight tile in registers
+  (nibbles interleaved back to ``[BLOCK_N, BLOCK_K]``, ``(q - z) * s`` in float32, cast to
+  x's dtype) and ``tl.dot`` into a float32 accumulator.
+
+Every tuning constant is in the block below (plain Python, no autotuning at call time), to
+be retuned from H200 timings. On the CPU, Triton's interpreter runs ``tl.dot`` wrongly in
+bfloat16; both kernels use ``tl.dot``, so they are tested there in float16 only.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = [
+    "DECODE_MAX_M",
+    "DecodeConfig",
+    "PrefillConfig",
+    "decode_config_for",
+    "dequantize_int4",
+    "gemm_w4a16_reference",
+    "pack_int4",
+    "prefill_config_for",
+    "quantize_int4",
+    "unpack_int4",
+    "w4a16_decode_triton",
+    "w4a16_prefill_triton",
+]
+
+DECODE_MAX_M = 16
+_NUM_SMS = 132  # H200
+_INT32_LIMIT = 2**31 - 1
+_ACTIVATIONS = (torch.float16, torch.bfloat16)
+_SCALES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+class DecodeConfig(NamedTuple):
+    block_n: int      # weight rows per program
+    block_k: int      # K per step (the byte tile is block_k // 2 wide)
+    split_k: int      # programs along K
+    num_warps: int
+    num_stages: int
+
+
+class PrefillConfig(NamedTuple):
+    block_m: int
+    block_n: int
+    block_k: int
+    group_m: int
+    num_warps: int
+    num_stages: int
+
+
+# --- the table: every tuning constant ------------------------------------------------
+# Decode: enough programs to keep every SM streaming (several resident per SM, each with
+# num_stages - 1 byte tiles in flight), a split of K only where N gives too few.
+_DECODE_TARGET_PROGRAMS = 4 * _NUM_SMS
+_DECODE_MIN_STEPS_PER_SPLIT = 4
+_DECODE_BLOCK_K = (256, 128, 64, 32)  # the largest dividing group_size (one group a tile)
+_DECODE_GATHER_BLOCK_K = 64           # group sizes that are not a multiple of 32
+_DECODE_WARPS, _DECODE_STAGES = 4, 4
+# Prefill: GEMM tiles; 128-wide K steps would straddle 64-wide groups, so block_k <= group.
+_PREFILL_LARGE = PrefillConfig(128, 128, 64, 8, 8, 3)
+_PREFILL_MEDIUM = PrefillConfig(64, 128, 64, 8, 4, 3)
+_PREFILL_SMALL = PrefillConfig(32, 64, 64, 8, 4, 3)
+
+
+def _pow2_divisor(n: int, choices: tuple[int, ...]) -> int | None:
+    return next((c for c in choices if n % c == 0), None)
+
+
+@functools.lru_cache(maxsize=1024)
+def decode_config_for(M: int, N: int, K: int, group_size: int) -> DecodeConfig:
+    """The decode kernel's configuration (``M <= 16``)."""
+    block_k = _pow2_divisor(group_size, _DECODE_BLOCK_K) or _DECODE_GATHER_BLOCK_K
+    block_k = min(block_k, max(32, triton.next_power_of_2(K)))
+    # Narrow row blocks when N is small, so that more programs stream the weight.
+    block_n = 64 if triton.cdiv(N, 64) >= _DECODE_TARGET_PROGRAMS // 2 else 32
+    block_n = min(block_n, max(16, triton.next_power_of_2(N)))
+    n_blocks = triton.cdiv(N, block_n)
+    steps = triton.cdiv(K, block_k)
+    split = 1
+    if n_blocks < _DECODE_TARGET_PROGRAMS:
+        split = min(triton.cdiv(_DECODE_TARGET_PROGRAMS, n_blocks),
+                    max(1, steps // _DECODE_MIN_STEPS_PER_SPLIT))
+        split = triton.cdiv(steps, triton.cdiv(steps, split))  # no empty split
+    return DecodeConfig(block_n, block_k, split, _DECODE_WARPS, _DECODE_STAGES)
+
+
+@functools.lru_cache(maxsize=1024)
+def prefill_config_for(M: int, N: int, K: int, group_size: int) -> PrefillConfig:
+    """The prefill kernel's tile configuration."""
+    cfg = _PREFILL_LARGE if M > 64 else _PREFILL_MEDIUM if M > 32 else _PREFILL_SMALL
+    block_k = min(cfg.block_k, _pow2_divisor(group_size, (64, 32)) or cfg.block_k)
+    bm = min(cfg.block_m, max(16, triton.next_power_of_2(M)))
+    bn = min(cfg.block_n, max(16, triton.next_power_of_2(N)))
+    bk = min(block_k, max(32, triton.next_power_of_2(K)))
+    warps = cfg.num_warps if bm * bn >= 128 * 128 else min(cfg.num_warps, 4)
+    return cfg._replace(block_m=bm, block_n=bn, block_k=bk, num_warps=warps)
+
+
+# --- packing helpers -------------------------------------------------------------------
+
+
+def pack_int4(q: torch.Tensor) -> torch.Tensor:
+    """Pack integers ``0..15`` of shape ``[N, K]`` (K even, any integer dtype) into the
+    ``[N, K // 2]`` uint8 layout: ``q[:, 2j]`` in the low nibble of byte ``j``,
+    ``q[:, 2j + 1]`` in its high nibble."""
+    if q.dim() != 2 or q.shape[1] % 2 != 0:
+        raise ValueError(f"pack_int4 takes an [N, K] tensor with K even, got shape {list(q.shape)}")
+    if q.dtype.is_floating_point or q.dtype.is_complex or q.dtype == torch.bool:
+        raise TypeError(f"pack_int4 takes an integer tensor, got {q.dtype}")
+    if q.numel() and (int(q.min()) < 0 or int(q.max()) > 15):
+        raise ValueError(f"pack_int4 takes values in 0..15, got {int(q.min())}..{int(q.max())}")
+    q = q.to(torch.uint8)
+    return (q[:, 0::2] | (q[:, 1::2] << 4)).contiguous()
+
+
+def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
+    """The ``[N, K]`` uint8 values ``0..15`` of a ``[N, K // 2]`` packed weight."""
+    if packed.dtype != torch.uint8 or packed.dim() != 2:
+        raise TypeError(f"unpack_int4 takes a 2-D uint8 tensor, got {packed.dim()}-D {packed.dtype}")
+    lo, hi = packed & 0xF, packed >> 4
+    return torch.stack((lo, hi), dim=-1).reshape(packed.shape[0], 2 * packed.shape[1])
+
+
+def dequantize_int4(packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor,
+                    group_size: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``(q - zeros[:, k // g]) * scales[:, k // g]`` as an ``[N, K]`` tensor, computed in
+    float32 (float64 when the scales are float64) and returned in ``dtype`` (default: that
+    compute dtype)."""
+    q = unpack_int4(packed)
+    work = torch.float64 if scales.dtype == torch.float64 else torch.float32
+    s = scales.to(work).repeat_interleave(group_size, dim=1)
+    z = zeros.to(work).repeat_interleave(group_size, dim=1)
+    w = (q.to(work) - z) * s
+    return w if dtype is None else w.to(dtype)
+
+
+def quantize_int4(w: torch.Tensor, group_size: int = 128
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Asymmetric min/max int4 quantization of a float ``[N, K]`` weight per group of
+    ``group_size`` along K: ``(packed_weight, scales, zeros)``, the scales and (integer
+    valued) zero points in ``w``'s dtype. ``dequantize_int4`` of the result is within half a
+    scale step of ``w`` (ranges that include 0 are widened to do so)."""
+    if w.dim() != 2 or not w.dtype.is_floating_point:
+        raise TypeError(f"quantize_int4 takes a 2-D float tensor, got {w.dim()}-D {w.dtype}")
+    N, K = w.shape
+    if group_size < 1 or K % group_size != 0 or K % 2 != 0:
+        raise ValueError(f"K = {K} must be even and a multiple of group_size = {group_size}")
+    g = w.float().reshape(N, K // group_size, group_size)
+    lo = g.amin(dim=2).clamp(max=0.0)
+    hi = g.amax(dim=2).clamp(min=0.0)
+    scale = ((hi - lo) / 15.0).clamp(min=1e-8)
+    zero = torch.round(-lo / scale).clamp(0, 15)
+    q = torch.clamp(torch.round(g / scale[..., None]) + zero[..., None], 0, 15)
+    packed = pack_int4(q.reshape(N, K).to(torch.uint8))
+    return packed, scale.to(w.dtype), zero.to(w.dtype)
+
+
+# --- reference ------------------------------------------------------------------------
+
+
+def gemm_w4a16_reference(x: torch.Tensor, packed_weight: torch.Tensor, scales: torch.Tensor,
+                         zeros: torch.Tensor, group_size: int) -> torch.Tensor:
+    """``x @ dequant(W).T`` in ``x.dtype``: the weight dequantized in float32 (float64 for
+    float64 operands), the product accumulated in that dtype."""
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    w = dequantize_int4(packed_weight, scales.to(work), zeros.to(work), group_size)
+    return (x.to(work) @ w.t()).to(x.dtype)
+
+
+# --- kernels ----------------------------------------------------------------------------
+
+
+@triton.jit
+def _decode_step(acc, x_ptr, w_ptr, s_ptr, z_ptr, k0, k_end, offs_m, offs_n, offs_k, offs_j,
+                 stride_xm, stride_xk, stride_wn, stride_wk, stride_sn, stride_sg,
+                 stride_zn, stride_zg,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 GROUP: tl.constexpr, ONE_GROUP: tl.constexpr, MASKED: tl.constexpr):
+    # One BLOCK_K step of the decode kernel: acc[n, m] += sum_k dequant(W)[n, k] * x[m, k].
+    kk = k0 + offs_k                       # [BLOCK_K] logical k
+    kh = k0 // 2 + offs_j                  # [BLOCK_K // 2] byte column
+    x_ptrs = x_ptr + offs_m[:, None] * stride_xm + kk[None, :] * stride_xk
+    w_ptrs = w_ptr + offs_n[:, None] * stride_wn + kh[None, :] * stride_wk
+    if MASKED:
+        x = tl.load(x_ptrs, mask=kk[None, :] < k_end, other=0.0)
+        p = tl.load(w_ptrs, mask=(2 * kh)[None, :] < k_end, other=0, eviction_policy="evict_first")
+    else:
+        x = tl.load(x_ptrs)
+        p = tl.load(w_ptrs, eviction_policy="evict_first")
+    # x's even and odd columns, transposed to [BLOCK_K // 2, BLOCK_M] (the dot's B operand).
+    x_even, x_odd = tl.split(tl.reshape(x, (BLOCK_M, BLOCK_K // 2, 2)))
+    x_even = tl.trans(x_even)
+    x_odd = tl.trans(x_odd)
+    q_even = p & 0xF                        # q[n, 2j]
+    q_odd = p >> 4                          # q[n, 2j + 1]
+    if ONE_GROUP:
+        # The tile is inside group k0 // GROUP: s * (sum q x - z * sum x), in float32.
+        part = tl.dot(q_even.to(x.dtype), x_even)
+        part = tl.dot(q_odd.to(x.dtype), x_odd, part)
+        g = k0 // GROUP
+        s = tl.load(s_ptr + offs_n * stride_sn + g * stride_sg).to(tl.float32)
+        z = tl.load(z_ptr + offs_n * stride_zn + g * stride_zg).to(tl.float32)
+        x_sum = tl.sum(x.to(tl.float32), axis=1)  # [BLOCK_M]
+        acc += s[:, None] * (part - z[:, None] * x_sum[None, :])
+    else:
+        # Groups change within the tile: dequantize each weight with its gathered group.
+        g_even = (k0 + 2 * offs_j) // GROUP
+        g_odd = (k0 + 2 * offs_j + 1) // GROUP
+        if MASKED:
+            gm = ((k0 + 2 * offs_j) < k_end)[None, :]
+            s_e = tl.load(s_ptr + offs_n[:, None] * stride_sn + g_even[None, :] * stride_sg, mask=gm, other=0.0)
+            z_e = tl.load(z_ptr + offs_n[:, None] * stride_zn + g_even[None, :] * stride_zg, mask=gm, other=0.0)
+            s_o = tl.load(s_ptr + offs_n[:, None] * stride_sn + g_odd[None, :] * stride_sg, mask=gm, other=0.0)
+            z_o = tl.load(z_ptr + offs_n[:, None] * stride_zn + g_odd[None, :] * stride_zg, mask=gm, other=0.0)
+        else:
+            s_e = tl.load(s_ptr + offs_n[:, None] * stride_sn + g_even[None, :] * stride_sg)
+            z_e = tl.load(z_ptr + offs_n[:, None] * stride_zn + g_even[None, :] * stride_zg)
+            s_o = tl.load(s_ptr + offs_n[:, None] * stride_sn + g_odd[None, :] * stride_sg)
+            z_o = tl.load(z_ptr + offs_n[:, None] * stride_zn + g_odd[None, :] * stride_zg)
+        w_even = ((q_even.to(tl.float32) - z_e.to(tl.float32)) * s_e.to(tl.float32)).to(x.dtype)
+        w_odd = ((q_odd.to(tl.float32) - z_o.to(tl.float32)) * s_o.to(tl.float32)).to(x.dtype)
+        acc = tl.dot(w_even, x_even, acc)
+        acc = tl.dot(w_odd, x_odd, acc)
+    return acc
+
+
+@triton.jit
+def _w4a16_decode_kernel(
+    x_ptr, w_ptr, s_ptr, z_ptr, out_ptr,
+    M, N, K, K_PER_SPLIT,
+    stride_xm, stride_xk, stride_wn, stride_wk, stride_sn, stride_sg, stride_zn, stride_zg,
+    stride_os, stride_om, stride_on,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP: tl.constexpr, ONE_GROUP: tl.constexpr, USE_INT64: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_k = tl.arange(0, BLOCK_K)
+    offs_j = tl.arange(0, BLOCK_K // 2)
+    # Wrapped rows (M < 16, N tails) load valid data; the store drops them.
+    offs_wn = offs_n % N
+    offs_xm = offs_m % M
+    if USE_INT64:
+        offs_wn = offs_wn.to(tl.int64)
+        offs_xm = offs_xm.to(tl.int64)
+    k_begin = pid_k * K_PER_SPLIT
+    k_end = tl.minimum(k_begin + K_PER_SPLIT, K)
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    for i in range(0, (k_end - k_begin) // BLOCK_K):
+        acc = _decode_step(acc, x_ptr, w_ptr, s_ptr, z_ptr, k_begin + i * BLOCK_K, k_end,
+                           offs_xm, offs_wn, offs_k, offs_j,
+                           stride_xm, stride_xk, stride_wn, stride_wk, stride_sn, stride_sg,
+                           stride_zn, stride_zg, BLOCK_M, BLOCK_N, BLOCK_K, GROUP, ONE_GROUP,
+                           False)
+    k_tail = k_end - (k_end - k_begin) % BLOCK_K
+    if k_tail < k_end:
+        acc = _decode_step(acc, x_ptr, w_ptr, s_ptr, z_ptr, k_tail, k_end,
+                           offs_xm, offs_wn, offs_k, offs_j,
+                           stride_xm, stride_xk, stride_wn, stride_wk, stride_sn, stride_sg,
+                           stride_zn, stride_zg, BLOCK_M, BLOCK_N, BLOCK_K, GROUP, ONE_GROUP,
+                           True)
+    # out[(split,) m, n] = acc[n, m]: contiguous along n.
+    out_ptrs = (out_ptr + pid_k * stride_os + offs_m[None, :] * stride_om
+                + offs_n[:, None] * stride_on)
+    mask = (offs_n[:, None] < N) & (offs_m[None, :] < M)
+    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _split_sum_kernel(part_ptr, out_ptr, MN, N, SPLIT, stride_om, stride_on,
+                      BLOCK: tl.constexpr):
+    # out[m, n] = sum over s of part[s, m, n] (part contiguous), in a fixed order.
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < MN
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for s in range(0, SPLIT):
+        acc += tl.load(part_ptr + s * MN + offs, mask=mask, other=0.0)
+    m = offs // N
+    n = offs % N
+    tl.store(out_ptr + m * stride_om + n * stride_on, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _w4a16_prefill_kernel(
+    x_ptr, w_ptr, s_ptr, z_ptr, out_ptr,
+    M, N, K,
+    stride_xm, stride_xk, stride_wn, stride_wk, stride_sn, stride_sg, stride_zn, stride_zg,
+    stride_om, stride_on,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    GROUP: tl.constexpr, ONE_GROUP: tl.constexpr, EVEN_K: tl.constexpr, USE_INT64: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    in_group = GROUP_M * num_pid_n
+    first_m = (pid // in_group) * GROUP_M
+    group_m = min(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + ((pid % in_group) % group_m)
+    pid_n = (pid % in_group) // group_m
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    offs_j = tl.arange(0, BLOCK_K // 2)
+    offs_xm = offs_m % M
+    offs_wn = offs_n % N
+    if USE_INT64:
+        offs_xm = offs_xm.to(tl.int64)
+        offs_wn = offs_wn.to(tl.int64)
+    x_ptrs = x_ptr + offs_xm[:, None] * stride_xm + offs_k[None, :] * stride_xk
+    w_ptrs = w_ptr + offs_wn[:, None] * stride_wn + offs_j[None, :] * stride_wk
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        if EVEN_K:
+            x = tl.load(x_ptrs)
+            p = tl.load(w_ptrs)
+        else:
+            x = tl.load(x_ptrs, mask=(k0 + offs_k)[None, :] < K, other=0.0)
+            p = tl.load(w_ptrs, mask=(k0 + 2 * offs_j)[None, :] < K, other=0)
+        # Interleave the nibbles back into k order: w[n, 2j + t] = (p >> 4t) & 0xF.
+        q = tl.reshape(tl.join(p & 0xF, p >> 4), (BLOCK_N, BLOCK_K)).to(tl.float32)
+        if ONE_GROUP:
+            g = k0 // GROUP
+            s = tl.load(s_ptr + offs_wn * stride_sn + g * stride_sg).to(tl.float32)
+            z = tl.load(z_ptr + offs_wn * stride_zn + g * stride_zg).to(tl.float32)
+            w = (q - z[:, None]) * s[:, None]
+        else:
+            gk = (k0 + offs_k) // GROUP
+            gmask = (k0 + offs_k)[None, :] < K
+            s = tl.load(s_ptr + offs_wn[:, None] * stride_sn + gk[None, :] * stride_sg,
+                        mask=gmask, other=0.0).to(tl.float32)
+            z = tl.load(z_ptr + offs_wn[:, None] * stride_zn + gk[None, :] * stride_zg,
+                        mask=gmask, other=0.0).to(tl.float32)
+            w = (q - z) * s
+        acc = tl.dot(x, tl.trans(w.to(x.dtype)), acc)
+        x_ptrs += BLOCK_K * stride_xk
+        w_ptrs += (BLOCK_K // 2) * stride_wk
+
+    if USE_INT64:
+        offs_m = offs_m.to(tl.int64)
+        offs_n = offs_n.to(tl.int64)
+    out_ptrs = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on
+    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty),
+             mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+# --- launchers ----------------------------------------------------------------------------
+
+
+def _check(x, packed_weight, scales, zeros, group_size, out):
+    """The launchers' operand checks: ``(M, N, K)``."""
+    if x.dim() != 2 or packed_weight.dim() != 2 or scales.dim() != 2 or zeros.dim() != 2:
+        raise ValueError("x, packed_weight, scales and zeros must be 2-D")
+    M, K = x.shape
+    N = packed_weight.shape[0]
+    if group_size < 1 or K % 2 != 0 or K % group_size != 0:
+        raise ValueError(f"K = {K} must be even and a multiple of group_size = {group_size}")
+    if packed_weight.shape[1] != K // 2:
+        raise ValueError(f"packed_weight must have shape [{N}, {K // 2}] (K = {K}), "
+                         f"got {list(packed_weight.shape)}")
+    G = K // group_size
+    if tuple(scales.shape) != (N, G) or tuple(zeros.shape) != (N, G):
+        raise ValueError(f"scales and zeros must have shape [{N}, {G}], got "
+                         f"{list(scales.shape)} and {list(zeros.shape)}")
+    if x.dtype not in _ACTIVATIONS or out.dtype != x.dtype:
+        raise TypeError(f"x and out must share a dtype of float16 or bfloat16, got {x.dtype}, {out.dtype}")
+    if packed_weight.dtype != torch.uint8:
+        raise TypeError(f"packed_weight must be uint8, got {packed_weight.dtype}")
+    if scales.dtype not in _SCALES or zeros.dtype != scales.dtype:
+        raise TypeError(f"scales and zeros must share a dtype of float16, bfloat16 or float32, "
+                        f"got {scales.dtype}, {zeros.dtype}")
+    if tuple(out.shape) != (M, N):
+        raise ValueError(f"out must have shape [{M}, {N}], got {list(out.shape)}")
+    return M, N, K
+
+
+def _extent(t: torch.Tensor) -> int:
+    return sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride())) + 4096
+
+
+def _strides(x, w, s, z):
+    return (x.stride(0), x.stride(1), w.stride(0), w.stride(1), s.stride(0), s.stride(1),
+            z.stride(0), z.stride(1))
+
+
+def w4a16_decode_triton(x: torch.Tensor, packed_weight: torch.Tensor, scales: torch.Tensor,
+                        zeros: torch.Tensor, group_size: int, out: torch.Tensor,
+                        config: DecodeConfig | None = None) -> torch.Tensor:
+    """Write ``x @ dequant(W).T`` into ``out`` (``[M, N]``, x's dtype, any strides) for
+    ``M <= 16`` and return it (see the module docstring). ``config`` overrides
+    :func:`decode_config_for`."""
+    M, N, K = _check(x, packed_weight, scales, zeros, group_size, out)
+    if M > DECODE_MAX_M:
+        raise ValueError(f"the decode kernel handles M <= {DECODE_MAX_M}, got M = {M}; "
+                         f"use w4a16_prefill_triton")
+    if M == 0 or N == 0:
+        return out
+    if K == 0:
+        return out.zero_()
+    cfg = config or decode_config_for(M, N, K, group_size)
+    if cfg.block_k % 32 or cfg.block_k < 32:
+        raise ValueError(f"config.block_k must be a multiple of 32, got {cfg.block_k}")
+    steps = triton.cdiv(K, cfg.block_k)
+    split = max(1, min(cfg.split_k, steps))
+    k_per_split = triton.cdiv(steps, split) * cfg.block_k
+    split = triton.cdiv(K, k_per_split)
+    use_int64 = max(_extent(x), _extent(packed_weight), _extent(scales), _extent(zeros),
+                    _extent(out), split * M * N) > _INT32_LIMIT
+    if split == 1:
+        dest, dstrides = out, (0, out.stride(0), out.stride(1))
+    else:
+        dest = torch.empty((split, M, N), dtype=torch.float32, device=x.device)
+        dstrides = dest.stride()
+    grid = (triton.cdiv(N, cfg.block_n), split)
+    _w4a16_decode_kernel[grid](
+        x, packed_weight, scales, zeros, dest, M, N, K, k_per_split,
+        *_strides(x, packed_weight, scales, zeros), *dstrides,
+        BLOCK_M=16, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP=group_size,
+        ONE_GROUP=group_size % cfg.block_k == 0, USE_INT64=use_int64,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    if split > 1:
+        block = 1024
+        _split_sum_kernel[(triton.cdiv(M * N, block),)](
+            dest, out, M * N, N, split, out.stride(0), out.stride(1), BLOCK=block, num_warps=4)
+    return out
+
+
+def w4a16_prefill_triton(x: torch.Tensor, packed_weight: torch.Tensor, scales: torch.Tensor,
+                         zeros: torch.Tensor, group_size: int, out: torch.Tensor,
+                         config: PrefillConfig | None = None) -> torch.Tensor:
+    """Write ``x @ dequant(W).T`` into ``out`` (``[M, N]``, x's dtype, any strides), any M,
+    and return it (see the module docstring). ``config`` overrides
+    :func:`prefill_config_for`."""
+    M, N, K = _check(x, packed_weight, scales, zeros, group_size, out)
+    if M == 0 or N == 0:
+        return out
+    if K == 0:
+        return out.zero_()
+    cfg = config or prefill_config_for(M, N, K, group_size)
+    use_int64 = max(_extent(x), _extent(packed_weight), _extent(scales), _extent(zeros),
+                    _extent(out)) > _INT32_LIMIT
+    grid = (triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n),)
+    _w4a16_prefill_kernel[grid](
+        x, packed_weight, scales, zeros, out, M, N, K,
+        *_strides(x, packed_weight, scales, zeros), out.stride(0), out.stride(1),
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
+        GROUP=group_size, ONE_GROUP=group_size % cfg.block_k == 0,
+        EVEN_K=K % cfg.block_k == 0, USE_INT64=use_int64,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    return out
