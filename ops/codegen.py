@@ -302,7 +302,7 @@ class BranchGenerator:
         terms = []
         for o in self.branch.outputs:
             sh = self.shape_tuple(o.shape)
-            terms.append(f"_numel({sh}) == 0")
+            terms.append(f"0 in {sh}")
         for n in self.branch.written:
             terms.append(f"{_tv(n)}.numel() == 0")
         return "(" + " and ".join(terms) + ")" if terms else "False"

@@ -42,7 +42,13 @@ for _n in K.DTYPES:
 
 _INSTANCES: "weakref.WeakValueDictionary[str, Op]" = weakref.WeakValueDictionary()
 _instance_counter = itertools.count()
-_local = threading.local()
+class _CallStack(threading.local):
+    # A class default, so that the per-call read on a thread that runs no composite finds
+    # None without raising (and catching) an AttributeError.
+    stack: list | None = None
+
+
+_local = _CallStack()
 #: Held while a class's `_ClassInfo` is made (its first use): threads that construct the
 #: first instances at once used to each make one, lowering (and proving) it once per thread.
 _info_lock = threading.RLock()
@@ -215,6 +221,9 @@ class Op:
                 raise SignatureError(f"{type(self).__name__}: construction-time tensor `{n}` is "
                                      f"required{_where(self, t.path)}")
         self._opspec_branches = self._select_branches(info)
+        plain = self._opspec_branches.get(())
+        # The branch of every call without optional inputs or `out`, when it has no error.
+        self._opspec_plain = plain if plain is not None and plain.error is None else None
         self._opspec_key = f"{type(self).__name__}#{next(_instance_counter)}"
         _INSTANCES[self._opspec_key] = self
         self._opspec_last: tuple | None = None
@@ -387,12 +396,14 @@ class Op:
         info = type(self)._opspec_info
         if kwargs or info.optional or len(args) != info.n_inputs:
             inputs, out = self._bind(args, kwargs)
+            br = self._branch_for(inputs, out)
         else:
+            # No optional input and no `out`: the branch key is () (see _branch_for).
             inputs, out = args, None
-        br = self._branch_for(inputs, out)
+            br = self._opspec_plain or self._branch_for(inputs, out)
         code = br.code
         ind, device, empty = code.call(self, *inputs, out, br.ind)
-        for n, t in self._opspec_ctensors.items():
+        for n, t in (self._opspec_ctensors.items() if self._opspec_ctensors else ()):
             if t is not None and device is not None and t.device != device and \
                     info.spec.ctensors[n].device != "cpu":
                 # Seed § 4: copied to the call device and written back to the instance, so
@@ -401,7 +412,7 @@ class Op:
                 setattr(self, n, self._opspec_ctensors[n])
         # Sub-op calls are filed only under a composite (an op with delegate_types) running on
         # this thread; other calls touch no call stack.
-        stack = getattr(_local, "stack", None)
+        stack = _local.stack
         if stack is None and self.delegate_types:
             stack = _local.stack = []
         if stack is not None:
@@ -596,7 +607,9 @@ def _shares_storage(o: torch.Tensor, inputs: tuple) -> bool:
 
 
 def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, ADTValue) and not isinstance(b, ADTValue):
+    # `a` is a branch's value: an ADT there fixes the constructor and its finite fields
+    # only, so `b` (an ADTValue or a runtime object) matches on those, not on all fields.
+    if isinstance(a, ADTValue):
         try:
             from opspec.schema.values import field_of
             return field_of(b, "kind") == a.ctor and all(field_of(b, f) == v for f, v in a.fields)
