@@ -24,8 +24,10 @@ Precision: float16/bfloat16 run on tensor cores with float32 accumulation. float
 ``tl.dot`` with ``input_precision="ieee"`` (no TF32): torch.bmm's default for float32
 (``torch.backends.cuda.matmul.allow_tf32`` is False unless a user sets it), so the kernel
 agrees with the reference to float32 rounding; it is a correctness path (CUDA cores), not
-a fast one. On the CPU the Triton interpreter's ``tl.dot`` is wrong for bfloat16: test the
-kernel in float16/float32 there.
+a fast one. On the CPU, Triton's interpreter computes ``tl.dot`` wrongly in bfloat16:
+there (only) the bfloat16 tiles are widened to float32 before the dot (``UPCAST``), so
+that everything else of the bfloat16 path -- loads, accumulation, the rounded store --
+is still tested on the CPU; the bfloat16 MMA itself is checked on the GPU.
 
 Tile choice (:func:`bmm_config_for`): a small table in plain Python (no autotuning at call
 time), the same shape of rules as the GEMM table of :mod:`opspec.kernels.gemm`: a wave
@@ -43,6 +45,8 @@ from typing import NamedTuple
 import torch
 import triton
 import triton.language as tl
+
+from opspec.kernels.devices import TRITON_INTERPRETED
 
 __all__ = ["BmmConfig", "bmm_config_for", "bmm_configs", "bmm_reference", "bmm_triton"]
 
@@ -153,7 +157,7 @@ def _bmm_kernel(
     stride_cb, stride_cm, stride_cn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, EVEN_K: tl.constexpr, USE_INT64: tl.constexpr,
-    INPUT_PRECISION: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -191,6 +195,9 @@ def _bmm_kernel(
     for _ in range(0, K // BLOCK_K):
         a = tl.load(a_ptrs)
         b = tl.load(b_ptrs)
+        if UPCAST:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
         acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
@@ -198,6 +205,9 @@ def _bmm_kernel(
         k_left = K % BLOCK_K
         a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
         b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        if UPCAST:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
         acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
 
     c = acc.to(c_ptr.dtype.element_ty)
@@ -245,6 +255,7 @@ def bmm_triton(input: torch.Tensor, mat2: torch.Tensor, out: torch.Tensor,
     cfg = config or bmm_config_for(B, M, N, K, input.dtype)
     use_int64 = max(_matrix_extent(input), _matrix_extent(mat2), _matrix_extent(out)) > _INT32_LIMIT
     grid = (B * triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n),)
+    upcast = TRITON_INTERPRETED and input.dtype == torch.bfloat16
     _bmm_kernel[grid](
         input, mat2, out, M, N, K,
         input.stride(0), input.stride(1), input.stride(2),
@@ -252,7 +263,7 @@ def bmm_triton(input: torch.Tensor, mat2: torch.Tensor, out: torch.Tensor,
         out.stride(0), out.stride(1), out.stride(2),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
         EVEN_K=K % cfg.block_k == 0, USE_INT64=use_int64,
-        INPUT_PRECISION="ieee" if input.dtype == torch.float32 else "tf32",
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        INPUT_PRECISION="ieee" if input.dtype == torch.float32 or upcast else "tf32",
+        UPCAST=upcast, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out

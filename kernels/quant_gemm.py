@@ -41,8 +41,10 @@ Kernels (plain functions; the dispatch classes are in :mod:`opspec.kernels.quant
   x's dtype) and ``tl.dot`` into a float32 accumulator.
 
 Every tuning constant is in the block below (plain Python, no autotuning at call time), to
-be retuned from H200 timings. On the CPU, Triton's interpreter runs ``tl.dot`` wrongly in
-bfloat16; both kernels use ``tl.dot``, so they are tested there in float16 only.
+be retuned from H200 timings. On the CPU, Triton's interpreter computes ``tl.dot`` wrongly in
+bfloat16: there (only) bfloat16 operands are widened to float32 before the dot
+(``UPCAST``), so the rest of the bfloat16 path is still tested on the CPU; the bfloat16 MMA
+itself is checked on the GPU.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ from typing import NamedTuple
 import torch
 import triton
 import triton.language as tl
+
+from opspec.kernels.devices import TRITON_INTERPRETED
 
 __all__ = [
     "DECODE_MAX_M",
@@ -220,7 +224,8 @@ def _decode_step(acc, x_ptr, w_ptr, s_ptr, z_ptr, k0, k_end, offs_m, offs_n, off
                  stride_xm, stride_xk, stride_wn, stride_wk, stride_sn, stride_sg,
                  stride_zn, stride_zg,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 GROUP: tl.constexpr, ONE_GROUP: tl.constexpr, MASKED: tl.constexpr):
+                 GROUP: tl.constexpr, ONE_GROUP: tl.constexpr, MASKED: tl.constexpr,
+                 UPCAST: tl.constexpr):
     # One BLOCK_K step of the decode kernel: acc[n, m] += sum_k dequant(W)[n, k] * x[m, k].
     kk = k0 + offs_k                       # [BLOCK_K] logical k
     kh = k0 // 2 + offs_j                  # [BLOCK_K // 2] byte column
@@ -232,6 +237,8 @@ def _decode_step(acc, x_ptr, w_ptr, s_ptr, z_ptr, k0, k_end, offs_m, offs_n, off
     else:
         x = tl.load(x_ptrs)
         p = tl.load(w_ptrs, eviction_policy="evict_first")
+    if UPCAST:
+        x = x.to(tl.float32)
     # x's even and odd columns, transposed to [BLOCK_K // 2, BLOCK_M] (the dot's B operand).
     x_even, x_odd = tl.split(tl.reshape(x, (BLOCK_M, BLOCK_K // 2, 2)))
     x_even = tl.trans(x_even)
@@ -277,6 +284,7 @@ def _w4a16_decode_kernel(
     stride_os, stride_om, stride_on,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP: tl.constexpr, ONE_GROUP: tl.constexpr, USE_INT64: tl.constexpr,
+    UPCAST: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -298,14 +306,14 @@ def _w4a16_decode_kernel(
                            offs_xm, offs_wn, offs_k, offs_j,
                            stride_xm, stride_xk, stride_wn, stride_wk, stride_sn, stride_sg,
                            stride_zn, stride_zg, BLOCK_M, BLOCK_N, BLOCK_K, GROUP, ONE_GROUP,
-                           False)
+                           False, UPCAST)
     k_tail = k_end - (k_end - k_begin) % BLOCK_K
     if k_tail < k_end:
         acc = _decode_step(acc, x_ptr, w_ptr, s_ptr, z_ptr, k_tail, k_end,
                            offs_xm, offs_wn, offs_k, offs_j,
                            stride_xm, stride_xk, stride_wn, stride_wk, stride_sn, stride_sg,
                            stride_zn, stride_zg, BLOCK_M, BLOCK_N, BLOCK_K, GROUP, ONE_GROUP,
-                           True)
+                           True, UPCAST)
     # out[(split,) m, n] = acc[n, m]: contiguous along n.
     out_ptrs = (out_ptr + pid_k * stride_os + offs_m[None, :] * stride_om
                 + offs_n[:, None] * stride_on)
@@ -335,6 +343,7 @@ def _w4a16_prefill_kernel(
     stride_om, stride_on,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     GROUP: tl.constexpr, ONE_GROUP: tl.constexpr, EVEN_K: tl.constexpr, USE_INT64: tl.constexpr,
+    UPCAST: tl.constexpr,
 ):
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -365,6 +374,8 @@ def _w4a16_prefill_kernel(
         else:
             x = tl.load(x_ptrs, mask=(k0 + offs_k)[None, :] < K, other=0.0)
             p = tl.load(w_ptrs, mask=(k0 + 2 * offs_j)[None, :] < K, other=0)
+        if UPCAST:
+            x = x.to(tl.float32)
         # Interleave the nibbles back into k order: w[n, 2j + t] = (p >> 4t) & 0xF.
         q = tl.reshape(tl.join(p & 0xF, p >> 4), (BLOCK_N, BLOCK_K)).to(tl.float32)
         if ONE_GROUP:
@@ -426,6 +437,12 @@ def _extent(t: torch.Tensor) -> int:
     return sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride())) + 4096
 
 
+def _upcast(x: torch.Tensor) -> bool:
+    # Triton's interpreter computes tl.dot wrongly in bfloat16: there only, the dot's
+    # operands are widened to float32 (see the module docstring).
+    return TRITON_INTERPRETED and x.dtype == torch.bfloat16
+
+
 def _strides(x, w, s, z):
     return (x.stride(0), x.stride(1), w.stride(0), w.stride(1), s.stride(0), s.stride(1),
             z.stride(0), z.stride(1))
@@ -465,7 +482,7 @@ def w4a16_decode_triton(x: torch.Tensor, packed_weight: torch.Tensor, scales: to
         *_strides(x, packed_weight, scales, zeros), *dstrides,
         BLOCK_M=16, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP=group_size,
         ONE_GROUP=group_size % cfg.block_k == 0, USE_INT64=use_int64,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        UPCAST=_upcast(x), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if split > 1:
         block = 1024
@@ -494,7 +511,7 @@ def w4a16_prefill_triton(x: torch.Tensor, packed_weight: torch.Tensor, scales: t
         *_strides(x, packed_weight, scales, zeros), out.stride(0), out.stride(1),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
         GROUP=group_size, ONE_GROUP=group_size % cfg.block_k == 0,
-        EVEN_K=K % cfg.block_k == 0, USE_INT64=use_int64,
+        EVEN_K=K % cfg.block_k == 0, USE_INT64=use_int64, UPCAST=_upcast(x),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out
