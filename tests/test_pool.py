@@ -1,0 +1,380 @@
+"""The pool family: MaxPool2dFwdOp, AvgPool2dFwdOp.
+
+Kernels: the Triton kernel against torch's own pooling, on the CPU through Triton's
+interpreter (tests/conftest.py sets TRITON_INTERPRET=1 without CUDA), in float32, float16
+and bfloat16, odd sizes, padding / dilation / ceil_mode / count_include_pad /
+divisor_override combinations, NaN and infinities, both window loops (unrolled and run-time),
+several tiles per row and per column, strided inputs and empty batches. Ops: results against
+torch.nn.functional, errors naming the declaration they break, the compile boundary
+(`opcheck` on both operators, one cold `torch.compile(fullgraph=True)`), and every workload
+case instantiated on the meta device. Where CUDA is available the same tests run on the GPU
+(every tensor a test makes is made there), so this file is also the family's GPU
+correctness check.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from opspec.kernels.pool import (
+    Pool2dPlan, pool2d_geometry, pool2d_out_size, pool2d_plan, pool2d_reference, pool2d_triton,
+)
+from opspec.ops import AvgPool2dFwdOp, MaxPool2dFwdOp
+from opspec.ops.workloads import cases
+from opspec.schema.errors import SignatureError, SignatureTypeError
+
+from runtime_user_ops import expect_error
+
+DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+# The average is summed in float32 and rounded once (the interpreter rounds bfloat16 by
+# truncation: one bfloat16 step).
+TOL = {
+    torch.float32: dict(rtol=1e-5, atol=1e-5),
+    torch.float16: dict(rtol=2e-3, atol=2e-3),
+    torch.bfloat16: dict(rtol=1.6e-2, atol=1.6e-2),
+}
+# (input shape, kernel_size, stride, padding, dilation, ceil_mode)
+WINDOWS = [
+    ((2, 3, 9, 11), 3, 2, 1, 1, False),               # ResNet stem shape, odd sizes
+    ((1, 2, 17, 13), 3, 2, 0, 1, True),               # ceil_mode: a clipped last window
+    ((2, 1, 10, 7), (2, 3), (1, 2), (1, 0), 1, True),  # per-axis values, ceil_mode + padding
+    ((1, 3, 8, 8), 2, None, 0, 1, False),             # stride None = kernel_size
+    ((3, 5, 5), 3, 1, 1, 1, False),                   # unbatched [C, H, W]
+    ((1, 1, 1, 1), 1, 1, 0, 1, False),                # a single pixel
+    ((1, 2, 12, 9), 3, (2, 1), 1, (2, 3), True),      # dilation (max only)
+    ((2, 2, 6, 40), (1, 3), 1, (0, 1), 1, False),     # wide rows
+]
+AVG_MODES = [(True, None), (False, None), (True, -3), (False, 5)]
+
+
+@pytest.fixture(autouse=True)
+def _on_device():
+    """Tensors the tests make without naming a device are made on DEV."""
+    with torch.device(DEV):
+        yield
+
+
+def _randn(*shape, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, device="cpu").to(device=DEV, dtype=dtype)
+
+
+def _torch_max(x, k, s, p, d, c):
+    return F.max_pool2d(x.float(), k, s, p, d, c).to(x.dtype)
+
+
+def _torch_avg(x, k, s, p, c, cip, div):
+    return F.avg_pool2d(x.float(), k, s, p, c, cip, div)
+
+
+def _run(x, mode, g, cip=True, div=None, plan=None):
+    H_out, W_out = pool2d_out_size(x.shape[-2], x.shape[-1], g)
+    out = torch.empty((*x.shape[:-2], H_out, W_out), dtype=x.dtype)
+    res = pool2d_triton(x, out, mode, g, cip, div, plan)
+    assert res is out
+    return out
+
+
+# ============================================================================ geometry, reference
+
+def test_geometry_and_output_size_follow_torch():
+    g = pool2d_geometry((2, 3), None, 1, (1, 2), True)
+    assert (g.kernel, g.stride, g.padding, g.dilation, g.ceil_mode) == \
+        ((2, 3), (2, 3), (1, 1), (1, 2), True)
+    assert pool2d_geometry(3, []).stride == (3, 3)
+    for shape, k, s, p, d, c in WINDOWS:
+        g = pool2d_geometry(k, s, p, d, c)
+        want = F.max_pool2d(torch.zeros(shape, device="cpu"), k, s, p, d, c).shape[-2:]
+        assert pool2d_out_size(shape[-2], shape[-1], g) == tuple(want)
+    with pytest.raises(ValueError, match="pair"):
+        pool2d_geometry((1, 2, 3))
+
+
+def test_reference_matches_torch():
+    x = _randn(2, 3, 9, 11, dtype=torch.bfloat16)
+    g = pool2d_geometry(3, 2, 1, 1, True)
+    got = pool2d_reference(x, "max", g)
+    assert got.dtype == torch.bfloat16
+    assert torch.equal(got, F.max_pool2d(x, 3, 2, 1, 1, True))
+    got = pool2d_reference(x, "avg", g, False, None)
+    torch.testing.assert_close(got.float(), F.avg_pool2d(x.float(), 3, 2, 1, True, False),
+                               **TOL[torch.bfloat16])
+    x64 = x.double()
+    assert pool2d_reference(x64, "avg", g).dtype == torch.float64
+    with pytest.raises(ValueError, match="dilation"):
+        pool2d_reference(x, "avg", pool2d_geometry(3, 1, 0, 2))
+    with pytest.raises(ValueError, match="mode"):
+        pool2d_reference(x, "min", g)
+
+
+# ============================================================================ Triton kernel
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("window", WINDOWS, ids=lambda w: f"{w[0]}-k{w[1]}-s{w[2]}-p{w[3]}-d{w[4]}-c{int(w[5])}")
+def test_max_pool_triton(window, dtype):
+    shape, k, s, p, d, c = window
+    x = _randn(*shape, dtype=dtype)
+    got = _run(x, "max", pool2d_geometry(k, s, p, d, c))
+    # the maximum is one of the inputs: exact
+    assert torch.equal(got, _torch_max(x, k, s, p, d, c))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("window", [w for w in WINDOWS if w[4] == 1],
+                         ids=lambda w: f"{w[0]}-k{w[1]}-s{w[2]}-p{w[3]}-c{int(w[5])}")
+def test_avg_pool_triton(window, dtype):
+    shape, k, s, p, _, c = window
+    x = _randn(*shape, dtype=dtype, seed=1)
+    g = pool2d_geometry(k, s, p, 1, c)
+    for cip, div in AVG_MODES:
+        got = _run(x, "avg", g, cip, div)
+        torch.testing.assert_close(got.float(), _torch_avg(x, k, s, p, c, cip, div),
+                                   **TOL[dtype], msg=lambda m: f"{cip=} {div=}: {m}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_max_propagates_nan_and_keeps_infinities(dtype):
+    x = _randn(1, 2, 7, 9, dtype=dtype)
+    x[0, 0, 1, 1] = float("nan")          # inside several windows
+    x[0, 1, 6, 8] = float("nan")          # the last pixel: a clipped ceil_mode window
+    x[0, 0, 5, 0] = float("inf")
+    x[0, 1, :3, :3] = float("-inf")       # a window of -inf only
+    g = pool2d_geometry(3, 2, 1, 1, True)
+    got = _run(x, "max", g)
+    want = _torch_max(x, 3, 2, 1, 1, True)
+    torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+    assert got.isnan().sum() == want.isnan().sum() > 0
+    # NaN propagates through the average too, as a sum does
+    got = _run(x, "avg", g)
+    assert torch.equal(got.isnan(), _torch_avg(x, 3, 2, 1, True, True, None).isnan())
+
+
+def test_large_window_loops_at_run_time():
+    """A window of more than 64 elements (global pooling) takes the run-time loop."""
+    x = _randn(2, 3, 11, 10)
+    g = pool2d_geometry((11, 9), 1, (5, 4), 1, False)
+    assert not pool2d_plan(6 * 1, 2, g).unroll
+    assert torch.equal(_run(x, "max", g), _torch_max(x, (11, 9), 1, (5, 4), 1, False))
+    torch.testing.assert_close(_run(x, "avg", g, False),
+                               _torch_avg(x, (11, 9), 1, (5, 4), False, False, None),
+                               **TOL[torch.float32])
+
+
+@pytest.mark.parametrize("plan", [Pool2dPlan(2, 4, 1, True), Pool2dPlan(1, 2, 1, False),
+                                  Pool2dPlan(8, 1, 1, True)], ids=str)
+def test_tiles_cover_rows_and_columns(plan):
+    """Small tiles: several column blocks per row, a partial last row tile, both loops."""
+    x = _randn(1, 2, 5, 9, dtype=torch.float16)
+    g = pool2d_geometry(3, (2, 1), 1, 1, True)
+    assert torch.equal(_run(x, "max", g, plan=plan), _torch_max(x, 3, (2, 1), 1, 1, True))
+    torch.testing.assert_close(_run(x, "avg", g, False, None, plan).float(),
+                               _torch_avg(x, 3, (2, 1), 1, True, False, None),
+                               **TOL[torch.float16])
+
+
+def test_plan_shapes():
+    stem = pool2d_geometry(3, 2, 1)
+    p = pool2d_plan(128 * 64 * 56, 56, stem)
+    assert (p.block_r, p.block_w, p.num_warps, p.unroll) == (16, 64, 4, True)
+    p = pool2d_plan(128 * 2048, 1, pool2d_geometry(7))         # ResNet head: one pixel a row
+    assert (p.block_r, p.block_w) == (1024, 1)
+    p = pool2d_plan(3, 300, stem)                                # wide rows: split, few rows
+    assert (p.block_r, p.block_w, p.num_warps) == (4, 128, 2)
+
+
+@pytest.mark.parametrize("mode", ["max", "avg"])
+def test_strided_inputs(mode):
+    """Any strides: channels_last, a transposed view, a sliced view, as torch's results."""
+    base = _randn(2, 6, 11, 14, dtype=torch.bfloat16)
+    views = {
+        "channels_last": base.contiguous(memory_format=torch.channels_last),
+        "transposed": base.transpose(2, 3),
+        "sliced": base[:, 1::2, 1:, ::2],
+        "unbatched-permuted": base[0].permute(0, 2, 1),
+    }
+    g = pool2d_geometry(3, 2, 1, 1, True)
+    for name, x in views.items():
+        assert not x.is_contiguous() or name == "channels_last"
+        got = _run(x, mode, g)
+        if mode == "max":
+            assert torch.equal(got, _torch_max(x, 3, 2, 1, 1, True)), name
+        else:
+            torch.testing.assert_close(got.float(), _torch_avg(x, 3, 2, 1, True, True, None),
+                                       **TOL[torch.bfloat16], msg=name)
+
+
+def test_empty_batch_launches_nothing():
+    x = torch.empty(0, 3, 8, 8, dtype=torch.float16)
+    for mode in ("max", "avg"):
+        out = _run(x, mode, pool2d_geometry(2))
+        assert out.shape == (0, 3, 4, 4)
+
+
+def test_launcher_checks():
+    x = _randn(1, 2, 6, 6)
+    g = pool2d_geometry(2)
+    with pytest.raises(ValueError, match="out must have shape"):
+        pool2d_triton(x, torch.empty(1, 2, 4, 4), "max", g)
+    with pytest.raises(TypeError, match="share a dtype"):
+        pool2d_triton(x, torch.empty(1, 2, 3, 3, dtype=torch.float16), "max", g)
+    with pytest.raises(ValueError, match="mode"):
+        pool2d_triton(x, torch.empty(1, 2, 3, 3), "sum", g)
+    with pytest.raises(ValueError, match="contiguous"):
+        pool2d_triton(x, torch.empty(1, 2, 3, 6)[..., ::2], "max", g)
+
+
+# ============================================================================ ops
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_ops_match_torch(dtype):
+    x = _randn(2, 4, 13, 10, dtype=dtype, seed=3)
+    for kw in (dict(kernel_size=3, stride=2, padding=1),
+               dict(kernel_size=(3, 2), stride=(1, 2), padding=(1, 0), dilation=(2, 1),
+                    ceil_mode=True),
+               dict(kernel_size=2)):
+        y = MaxPool2dFwdOp(**kw)(x)
+        assert y.is_contiguous() and torch.equal(y, _torch_max(
+            x, kw["kernel_size"], kw.get("stride"), kw.get("padding", 0),
+            kw.get("dilation", 1), kw.get("ceil_mode", False)))
+    for kw in (dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False),
+               dict(kernel_size=(2, 3), padding=(1, 1), divisor_override=4),
+               dict(kernel_size=2)):
+        y = AvgPool2dFwdOp(**kw)(x)
+        want = F.avg_pool2d(x.float(), kw["kernel_size"], kw.get("stride"),
+                            kw.get("padding", 0), kw.get("ceil_mode", False),
+                            kw.get("count_include_pad", True), kw.get("divisor_override"))
+        torch.testing.assert_close(y.float(), want, **TOL[dtype])
+    # unbatched [C, H, W] and an empty batch
+    assert torch.equal(MaxPool2dFwdOp(3, 2, 1)(x[0]), _torch_max(x[0], 3, 2, 1, 1, False))
+    assert AvgPool2dFwdOp(2)(x[:0]).shape == (0, 4, 6, 5)
+
+
+def test_construction_errors():
+    bad = [
+        (MaxPool2dFwdOp, dict(kernel_size=0), "signature.shape_rules.2", "`kH > 0 and kW > 0`"),
+        (MaxPool2dFwdOp, dict(kernel_size=2, stride=(1, 0)), "signature.shape_rules.3",
+         "`sH > 0 and sW > 0`"),
+        (MaxPool2dFwdOp, dict(kernel_size=2, dilation=0), "signature.shape_rules.4",
+         "`dH > 0 and dW > 0`"),
+        (MaxPool2dFwdOp, dict(kernel_size=2, padding=-1), "signature.shape_rules.5",
+         "`pH >= 0 and pW >= 0`"),
+        (MaxPool2dFwdOp, dict(kernel_size=3, padding=(1, 2)), "signature.shape_rules.6",
+         "`pH <= kH // 2 and pW <= kW // 2`"),
+        (AvgPool2dFwdOp, dict(kernel_size=(3, 4), padding=(2, 0)), "signature.shape_rules.5",
+         "`pH <= kH // 2 and pW <= kW // 2`"),
+        (AvgPool2dFwdOp, dict(kernel_size=2, divisor_override=0), "signature.shape_rules.7",
+         "`divisor_override.value != 0`"),
+    ]
+    for cls, kw, path, fragment in bad:
+        with pytest.raises(SignatureError) as ei:
+            cls(**kw)
+        expect_error(ei, SignatureError, cls.__name__, path, fragment, "got False")
+    with pytest.raises(SignatureTypeError) as ei:
+        MaxPool2dFwdOp((3, 3, 3))
+    expect_error(ei, SignatureTypeError, "MaxPool2dFwdOp", "signature.params.kernel_size",
+                 "parameter `kernel_size` has type `int | tuple[int, int]`", "got (3, 3, 3)")
+    with pytest.raises(SignatureTypeError) as ei:
+        AvgPool2dFwdOp(2, divisor_override=2.0)
+    expect_error(ei, SignatureTypeError, "AvgPool2dFwdOp", "signature.params.divisor_override",
+                 "got 2.0")
+    with pytest.raises(TypeError, match="dilation"):
+        AvgPool2dFwdOp(2, dilation=1)
+
+
+def test_call_errors():
+    op = MaxPool2dFwdOp(3, 2)
+    bad = [
+        (torch.randn(2, 3, 1, 1), SignatureError, "signature.shape_rules.7",
+         ["refinement `H_out >= 1 and W_out >= 1`", "H_out=0"]),
+        (torch.randn(2, 2, 3, 5, 5), SignatureError, "signature.shape_rules.0",
+         ["refinement `len(B) <= 1`", "B=(2, 2)"]),
+        (torch.randn(2, 0, 5, 5), SignatureError, "signature.shape_rules.1",
+         ["refinement `C > 0 and H > 0 and W > 0`", "C=0"]),
+        (torch.randn(0, 5, 5), SignatureError, "signature.shape_rules.1", ["C=0"]),
+        (torch.randn(5, 5), SignatureError, "signature.inputs.input.shape",
+         ["the rank of [*B, C, H, W]", "expected at least 3, got 2"]),
+        (torch.randn(1, 2, 5, 5, dtype=torch.float64), SignatureError,
+         "signature.inputs.input.dtype",
+         ["input input, dtype T", "expected bfloat16 | float16 | float32, got float64"]),
+    ]
+    for x, exc, path, fragments in bad:
+        with pytest.raises(exc) as ei:
+            op(x)
+        expect_error(ei, exc, "MaxPool2dFwdOp", path, *fragments)
+    with pytest.raises(SignatureError) as ei:
+        AvgPool2dFwdOp(4, 1, 0)(torch.randn(1, 2, 3, 8))
+    expect_error(ei, SignatureError, "AvgPool2dFwdOp", "signature.shape_rules.6", "H_out=0")
+
+
+# ============================================================================ compile boundary
+
+def test_opcheck_every_operator():
+    assert MaxPool2dFwdOp.compile_op_names == ("opspec::pool_max_pool2d_fwd_op",)
+    assert AvgPool2dFwdOp.compile_op_names == ("opspec::pool_avg_pool2d_fwd_op",)
+    mx = MaxPool2dFwdOp(3, 2, 1, ceil_mode=True)
+    av = AvgPool2dFwdOp((2, 3), 1, (1, 0), count_include_pad=False)
+    assert str(torch.ops.opspec.pool_max_pool2d_fwd_op.default._schema) == \
+        "opspec::pool_max_pool2d_fwd_op(Tensor input, str key) -> Tensor"
+    for x in (torch.randn(2, 3, 7, 6), torch.randn(3, 5, 5).half()):
+        torch.library.opcheck(torch.ops.opspec.pool_max_pool2d_fwd_op.default,
+                              (x, mx._opspec_key))
+        torch.library.opcheck(torch.ops.opspec.pool_avg_pool2d_fwd_op.default,
+                              (x, av._opspec_key))
+
+
+def test_cold_compile_fullgraph():
+    """Both operators in one compiled graph, next to torch code."""
+    from torch._inductor import config
+    from torch._inductor.compile_fx import compile_fx
+
+    torch._dynamo.reset()
+    mx, av = MaxPool2dFwdOp(3, 2, 1), AvgPool2dFwdOp(2, count_include_pad=False)
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        with config.patch(fx_graph_cache=False):
+            return compile_fx(gm, example_inputs)
+
+    fn = torch.compile(lambda x: av(mx(x) * 2), backend=backend, fullgraph=True)
+    x = _randn(2, 3, 12, 12)
+    y = fn(x)
+    targets = [str(n.target) for g in graphs for n in g.graph.nodes if n.op == "call_function"]
+    assert any("pool_max_pool2d_fwd_op" in t for t in targets), targets
+    assert any("pool_avg_pool2d_fwd_op" in t for t in targets), targets
+    torch.testing.assert_close(y, F.avg_pool2d(F.max_pool2d(x, 3, 2, 1) * 2, 2))
+
+
+# ============================================================================ workloads
+
+@pytest.mark.parametrize("cls", (MaxPool2dFwdOp, AvgPool2dFwdOp), ids=lambda c: c.__name__)
+def test_workload_cases_instantiate(cls):
+    """Every case builds on the meta device (no data) and passes the op's checks with the
+    row's values; each op has a row moving at least 256 MiB (the bandwidth target), and the
+    roofline's bytes are the input read and the output written."""
+    spec = cls._info().spec
+    largest = 0
+    all_cases = cases(cls)
+    assert len({c.id for c in all_cases}) == len(all_cases)
+    for case in all_cases:
+        op = case.construct(cls)
+        (x,) = case.inputs("meta")
+        ind = op.check_call(x)
+        for name, v in case.values.items():
+            if name in spec.forall:
+                assert ind[name] == v, (case.id, name, ind)
+        g = op._geometry
+        H_out, W_out = pool2d_out_size(x.shape[-2], x.shape[-1], g)
+        assert (ind["H_out"], ind["W_out"]) == (H_out, W_out)
+        # every input pixel lies in some window: the derived bytes (the whole input) are
+        # the minimum traffic
+        for axis, (L, n) in enumerate(((x.shape[-2], H_out), (x.shape[-1], W_out))):
+            last = (n - 1) * g.stride[axis] - g.padding[axis] + g.dilation[axis] * (g.kernel[axis] - 1)
+            assert last >= L - 1, (case.id, axis)
+        traffic = (x.numel() + x.numel() // (x.shape[-2] * x.shape[-1]) * H_out * W_out) \
+            * x.element_size()
+        largest = max(largest, traffic)
+    assert largest >= 256 * 2**20, largest
