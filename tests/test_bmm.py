@@ -1,0 +1,277 @@
+"""The bmm family: BmmFwdOp (torch.bmm).
+
+Kernel: the Triton batched GEMM against the torch reference, on the CPU through Triton's
+interpreter (tests/conftest.py sets TRITON_INTERPRET=1 without CUDA), in float32, float16
+and bfloat16 (under the interpreter bfloat16 tiles are widened before the dot, whose
+bfloat16 form the interpreter gets wrong), odd sizes, several tiles and a K tail (forced
+small tiles), transposed, sliced and broadcast (stride 0) operands, strided outputs and
+empty tensors. Op: results against torch.bmm, the `out=` buffer, errors that name the
+declaration they break, the roofline, dispatch, the compile boundary (opcheck on both
+operators, one cold fullgraph compile) and every workload case on the meta device. Where
+CUDA is available the same tests run on the GPU (the bfloat16 MMA included).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from opspec.kernels.bmm import BmmConfig, bmm_config_for, bmm_configs, bmm_reference, bmm_triton
+from opspec.kernels.bmm_impl import BmmCall, BmmReferenceKernel
+from opspec.ops import BmmFwdOp
+from opspec.ops.workloads import cases
+from opspec.schema.errors import SignatureError, SignatureTypeError
+
+from runtime_user_ops import expect_error
+
+DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+TOL = {
+    torch.float32: dict(rtol=1e-4, atol=1e-4),
+    torch.float16: dict(rtol=4e-3, atol=4e-3),
+    torch.bfloat16: dict(rtol=1.6e-2, atol=3e-2),
+}
+# (B, M, K, N): one element, odd sizes, more rows than a 16-row tile, a long K.
+SHAPES = [(1, 1, 1, 1), (2, 3, 17, 5), (3, 17, 40, 33), (1, 70, 130, 20)]
+SMALL_TILES = BmmConfig(16, 16, 16, 2, 4, 1)   # many tiles, grouped order, K tails
+
+
+@pytest.fixture(autouse=True)
+def _on_device():
+    with torch.device(DEV):
+        yield
+
+
+def _randn(*shape, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, device="cpu").to(device=DEV, dtype=dtype)
+
+
+def _close(got, want, dtype):
+    torch.testing.assert_close(got.float(), want.float(), **TOL[dtype])
+
+
+def _want(a, b):
+    return torch.bmm(a.double(), b.double())
+
+
+# ============================================================================ kernel
+
+def test_reference_matches_torch():
+    a, b = _randn(2, 5, 7), _randn(2, 7, 3, seed=1)
+    torch.testing.assert_close(bmm_reference(a, b), torch.bmm(a, b))
+    ah, bh = a.half(), b.half()
+    got = bmm_reference(ah, bh)
+    assert got.dtype == torch.float16
+    _close(got, _want(ah, bh), torch.float16)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_bmm_triton(shape, dtype):
+    B, M, K, N = shape
+    a, b = _randn(B, M, K, dtype=dtype), _randn(B, K, N, dtype=dtype, seed=1)
+    out = torch.empty(B, M, N, dtype=dtype)
+    assert bmm_triton(a, b, out) is out
+    _close(out, _want(a, b), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_many_tiles_and_k_tail(dtype):
+    """Forced 16x16x16 tiles: 3 x 3 tiles a matrix in grouped order, a K tail of 2."""
+    a, b = _randn(3, 40, 50, dtype=dtype), _randn(3, 50, 35, dtype=dtype, seed=1)
+    out = torch.full((3, 40, 35), 7.0, dtype=dtype)
+    bmm_triton(a, b, out, config=SMALL_TILES)
+    _close(out, _want(a, b), dtype)
+
+
+def test_strided_transposed_and_broadcast_operands():
+    # attention scores: q @ k^T with k^T a transposed view; a sliced input; an out of
+    # another layout; a batch-broadcast mat2 (stride 0)
+    q = _randn(4, 9, 16, dtype=torch.float16)
+    k = _randn(4, 11, 16, dtype=torch.float16, seed=1)
+    out = torch.empty(4, 11, 9, dtype=torch.float16).transpose(1, 2)
+    bmm_triton(q, k.transpose(1, 2), out, config=SMALL_TILES)
+    _close(out, _want(q, k.transpose(1, 2)), torch.float16)
+    big = _randn(3, 20, 30, seed=2)
+    a = big[:, 2:19:2, 5:25]                   # rows every other, a column window
+    b = _randn(1, 20, 7, seed=3).expand(3, 20, 7)
+    out = torch.empty(3, 9, 7)
+    bmm_triton(a, b, out)
+    _close(out, _want(a, b), torch.float32)
+    # a transposed input (column stride 1 on M)
+    at = _randn(2, 13, 6, seed=4).transpose(1, 2)
+    out = torch.empty(2, 6, 5)
+    bmm_triton(at, _randn(2, 13, 5, seed=5), out)
+    _close(out, _want(at, _randn(2, 13, 5, seed=5)), torch.float32)
+
+
+@pytest.mark.parametrize("shape", [(0, 3, 4, 5), (2, 0, 4, 5), (2, 3, 4, 0), (2, 3, 0, 5)], ids=str)
+def test_empty(shape):
+    B, M, K, N = shape
+    a, b = torch.ones(B, M, K, dtype=torch.float16), torch.ones(B, K, N, dtype=torch.float16)
+    out = torch.full((B, M, N), 3.0, dtype=torch.float16)
+    assert bmm_triton(a, b, out) is out
+    assert torch.equal(out, torch.zeros(B, M, N, dtype=torch.float16))   # K = 0 zero-fills
+
+
+def test_launcher_rejects_bad_arguments():
+    a, b = torch.zeros(2, 3, 4), torch.zeros(2, 4, 5)
+    with pytest.raises(ValueError, match="3-D"):
+        bmm_triton(a[0], b[0], torch.empty(3, 5))
+    with pytest.raises(ValueError, match=r"mat2 must have shape \[2, 4, N\]"):
+        bmm_triton(a, torch.zeros(2, 3, 5), torch.empty(2, 3, 5))
+    with pytest.raises(ValueError, match=r"out must have shape \[2, 3, 5\]"):
+        bmm_triton(a, b, torch.empty(2, 3, 6))
+    with pytest.raises(TypeError, match="share a dtype"):
+        bmm_triton(a, b.half(), torch.empty(2, 3, 5))
+    with pytest.raises(TypeError, match="share a dtype"):
+        bmm_triton(a.double(), b.double(), torch.empty(2, 3, 5, dtype=torch.float64))
+
+
+def test_config_choice():
+    # MoE and attention prefill: the largest tiles that fill the waves
+    assert bmm_config_for(8, 1024, 14336, 4096) == (128, 256, 64, 8, 8, 3)
+    assert bmm_config_for(256, 2048, 2048, 128) == (128, 256, 64, 8, 8, 3)
+    # PV (N = 128): the 128-wide tile, clipped
+    assert bmm_config_for(256, 2048, 128, 2048).block_n == 128
+    # decode attention (M = 4): 16-row tiles streaming mat2, 128 columns a program
+    assert bmm_config_for(512, 4, 4096, 128) == (16, 128, 128, 1, 4, 4)
+    assert bmm_config_for(1, 4, 256, 128).block_n == 64
+    # float32: the ieee configuration
+    assert bmm_config_for(32, 4096, 4096, 128, torch.float32) == (64, 64, 32, 8, 4, 3)
+    assert len(bmm_configs()) == len(set(bmm_configs()))
+
+
+# ============================================================================ op
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_op_matches_torch(dtype):
+    a, b = _randn(3, 17, 24, dtype=dtype), _randn(3, 24, 9, dtype=dtype, seed=1)
+    op = BmmFwdOp()
+    y = op(a, b)
+    assert y.shape == (3, 17, 9) and y.dtype == dtype and y.is_contiguous()
+    _close(y, _want(a, b), dtype)
+    assert op.last_call.indices == {"B": 3, "M": 17, "K": 24, "N": 9, "T": str(dtype)[6:]}
+
+
+def test_out_buffer_is_written_and_returned():
+    op = BmmFwdOp()
+    a, b = _randn(2, 5, 8), _randn(2, 8, 6, seed=1)
+    out = torch.empty(2, 6, 5).transpose(1, 2)          # any strides
+    assert op(a, b, out=out) is out
+    _close(out, _want(a, b), torch.float32)
+    assert op.last_call.has_out
+    with pytest.raises(SignatureError) as ei:
+        op(a, b, out=torch.empty(2, 5, 7))
+    expect_error(ei, SignatureError, "BmmFwdOp", "signature.outputs.output.buffer",
+                 "out (the buffer of output output, Tensor[T, [B, M, N]])",
+                 "expected shape (2, 5, 6), got shape (2, 5, 7)")
+
+
+def test_call_errors():
+    op = BmmFwdOp()
+    a = torch.randn(2, 3, 4)
+    bad = [
+        ((a, torch.randn(2, 5, 6)), "signature.inputs.mat2.shape",
+         ["input mat2, axis 1 of [B, K, N]", "expected K = 4 (from input input), got 5"]),
+        ((a, torch.randn(3, 4, 6)), "signature.inputs.mat2.shape",
+         ["input mat2, axis 0 of [B, K, N]", "expected B = 2 (from input input), got 3"]),
+        ((a, torch.randn(2, 4, 6).half()), "signature.inputs.mat2.dtype",
+         ["input mat2, dtype T", "expected T = float32 (from input input), got float16"]),
+        ((torch.randn(3, 4), torch.randn(4, 6)), "signature.inputs.input.shape",
+         ["input input, the rank of [B, M, K]", "expected 3, got 2"]),
+        ((a.double(), torch.randn(2, 4, 6).double()), "signature.inputs.input.dtype",
+         ["expected bfloat16 | float16 | float32, got float64"]),
+    ]
+    for args, path, fragments in bad:
+        with pytest.raises(SignatureError) as ei:
+            op(*args)
+        expect_error(ei, SignatureError, "BmmFwdOp", path, *fragments)
+    with pytest.raises(SignatureTypeError) as ei:
+        op(a, None)
+    expect_error(ei, SignatureTypeError, "BmmFwdOp", "signature.inputs.mat2",
+                 "input mat2: expected a torch.Tensor, got NoneType")
+
+
+def test_roofline_and_empty_calls():
+    op = BmmFwdOp()
+    op(torch.ones(2, 3, 4, dtype=torch.float16), torch.ones(2, 4, 5, dtype=torch.float16))
+    assert op.eval_roofline() == (2 * 2 * 3 * 5 * 4, (2 * 3 * 4 + 2 * 4 * 5 + 2 * 3 * 5) * 2)
+    assert op(torch.ones(0, 3, 4), torch.ones(0, 4, 5)).shape == (0, 3, 5)
+    assert torch.equal(op(torch.ones(2, 3, 0), torch.ones(2, 0, 5)), torch.zeros(2, 3, 5))
+
+
+def test_dispatch():
+    op = BmmFwdOp()
+    cuda = BmmCall("bfloat16", device=torch.device("cuda"))
+    assert op.key_for("bmm", cuda, arch=90) == "bmm_triton"
+    assert op.key_for("bmm", BmmCall("float32", device=torch.device("mps"))) == "bmm_reference"
+    a, b = _randn(2, 3, 4), _randn(2, 4, 5, seed=1)
+    out = torch.empty(2, 3, 5)
+    BmmReferenceKernel(BmmCall("float32")).forward(a, b, out)
+    torch.testing.assert_close(out, torch.bmm(a, b))
+
+
+# ============================================================================ compile boundary
+
+def test_opcheck_every_operator():
+    op = BmmFwdOp()
+    assert BmmFwdOp.compile_op_names == ("opspec::bmm_fwd_op", "opspec::bmm_fwd_op_out")
+    assert str(torch.ops.opspec.bmm_fwd_op_out.default._schema) == (
+        "opspec::bmm_fwd_op_out(Tensor input, Tensor mat2, Tensor(a!) out, str key) -> ()")
+    a, b = torch.randn(2, 3, 16).half(), torch.randn(2, 16, 5).half()
+    torch.library.opcheck(torch.ops.opspec.bmm_fwd_op.default, (a, b, op._opspec_key))
+    torch.library.opcheck(torch.ops.opspec.bmm_fwd_op_out.default,
+                          (a, b, torch.empty(2, 3, 5).half(), op._opspec_key))
+
+
+def test_cold_compile_fullgraph():
+    """Scores then values, as attention: two bmm nodes in one graph, the second into `out`."""
+    from torch._inductor import config
+    from torch._inductor.compile_fx import compile_fx
+
+    torch._dynamo.reset()
+    op = BmmFwdOp()
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        with config.patch(fx_graph_cache=False):
+            return compile_fx(gm, example_inputs)
+
+    def attend(q, k, v, out):
+        s = op(q, k.transpose(1, 2)).softmax(-1)
+        return op(s, v, out=out)
+
+    fn = torch.compile(attend, backend=backend, fullgraph=True)
+    q, k, v = _randn(2, 5, 16), _randn(2, 7, 16, seed=1), _randn(2, 7, 16, seed=2)
+    out = torch.empty(2, 5, 16)
+    y = fn(q, k, v, out)
+    targets = [str(n.target) for g in graphs for n in g.graph.nodes if n.op == "call_function"]
+    assert any("bmm_fwd_op_out" in t for t in targets), targets
+    want = torch.bmm(torch.bmm(q, k.transpose(1, 2)).softmax(-1), v)
+    torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(y, want, rtol=1e-4, atol=1e-4)
+
+
+# ============================================================================ workloads
+
+def test_workload_cases_instantiate():
+    """Every case builds on the meta device and passes the op's checks with the row's
+    values; the large rows move at least 256 MiB."""
+    largest = 0
+    all_cases = cases(BmmFwdOp)
+    assert len({c.id for c in all_cases}) == len(all_cases)
+    labels = {c.label for c in all_cases}
+    assert {"llama3-8b-attn-qk", "mixtral-expert-up", "dsv3-expert-up"} <= labels
+    for case in all_cases:
+        op = case.construct(BmmFwdOp)
+        a, b = case.inputs("meta")
+        ind = op.check_call(a, b)
+        for name in ("B", "M", "N", "K"):
+            assert ind[name] == case.values[name], (case.id, name)
+        size = lambda t: t.numel() * t.element_size()
+        largest = max(largest, size(a) + size(b) + ind["B"] * ind["M"] * ind["N"] * a.element_size())
+    assert largest >= 256 * 2**20
+    assert {str(c.dtypes["T"]) for c in all_cases} >= {"bfloat16", "float16", "float32"}
