@@ -105,6 +105,9 @@ _DECODE_MIN_STEPS_PER_SPLIT = 4
 _DECODE_BLOCK_K = (256, 128, 64, 32)  # the largest dividing group_size (one group a tile)
 _DECODE_GATHER_BLOCK_K = 64           # group sizes that are not a multiple of 32
 _DECODE_WARPS, _DECODE_STAGES = 4, 4
+# 32 rows a program: many programs (896 for N = 28672), so that the last ones to finish
+# leave few SMs idle; each step's byte tile is 32 x 64 bytes (one 16-byte vector a thread).
+_DECODE_BLOCK_N = 32
 # Prefill: GEMM tiles; 128-wide K steps would straddle 64-wide groups, so block_k <= group.
 _PREFILL_LARGE = PrefillConfig(128, 128, 64, 8, 8, 3)
 _PREFILL_MEDIUM = PrefillConfig(64, 128, 64, 8, 4, 3)
@@ -120,9 +123,7 @@ def decode_config_for(M: int, N: int, K: int, group_size: int) -> DecodeConfig:
     """The decode kernel's configuration (``M <= 16``)."""
     block_k = _pow2_divisor(group_size, _DECODE_BLOCK_K) or _DECODE_GATHER_BLOCK_K
     block_k = min(block_k, max(32, triton.next_power_of_2(K)))
-    # Narrow row blocks when N is small, so that more programs stream the weight.
-    block_n = 64 if triton.cdiv(N, 64) >= _DECODE_TARGET_PROGRAMS // 2 else 32
-    block_n = min(block_n, max(16, triton.next_power_of_2(N)))
+    block_n = min(_DECODE_BLOCK_N, max(16, triton.next_power_of_2(N)))
     n_blocks = triton.cdiv(N, block_n)
     steps = triton.cdiv(K, block_k)
     split = 1

@@ -1,0 +1,344 @@
+"""The quant_gemm family: GemmW4A16FwdOp (int4 weight-only GEMM).
+
+Helpers: the nibble order of the packed layout, pack/unpack round trips, min/max
+quantization. Kernels: the decode kernel (M <= 16: per-group scaling for group sizes that
+are a multiple of its K step, per-weight dequantization otherwise, split-K forced through
+`config`) and the tiled prefill kernel against the torch reference, on the CPU through
+Triton's interpreter, float16 and bfloat16 activations (under the interpreter bfloat16 dot
+operands are widened to float32: its bfloat16 tl.dot is wrong), float16/bfloat16/float32
+scales, odd sizes, K tails, strided operands and empty tensors. Op: results, the dispatch
+between the kernels (decode refuses M > 16 and is preferred over prefill), errors that name
+the declaration they break (dtype_combos, the packed K // 2 axis, the K refinements), the
+roofline, the compile boundary (opcheck, one cold fullgraph compile) and every workload
+case on the meta device. Where CUDA is available the same tests run on the GPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from opspec.kernels.quant_gemm import (
+    DecodeConfig, PrefillConfig, decode_config_for, dequantize_int4, gemm_w4a16_reference,
+    pack_int4, prefill_config_for, quantize_int4, unpack_int4, w4a16_decode_triton,
+    w4a16_prefill_triton,
+)
+from opspec.kernels.quant_gemm_impl import GemmW4A16Call, W4A16ReferenceKernel
+from opspec.ops import GemmW4A16FwdOp
+from opspec.ops.workloads import cases
+from opspec.schema.errors import SignatureError
+
+from runtime_user_ops import expect_error
+
+DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
+TOL = {F16: dict(rtol=4e-3, atol=2e-2), BF16: dict(rtol=1.6e-2, atol=1.5e-1)}
+FORCED_SPLIT = DecodeConfig(16, 32, 3, 4, 2)       # 3 programs along K, a K tail
+SMALL_PREFILL = PrefillConfig(16, 16, 32, 2, 4, 1)  # several tiles in grouped order
+
+
+@pytest.fixture(autouse=True)
+def _on_device():
+    with torch.device(DEV):
+        yield
+
+
+def _operands(M, N, K, g, dtype=F16, sdtype=None, seed=0):
+    """x, packed weight (every nibble value), scales > 0 and integer zero points."""
+    gen = torch.Generator().manual_seed(seed)
+    sdtype = sdtype or dtype
+    x = torch.randn(M, K, generator=gen)
+    q = torch.randint(0, 16, (N, K), generator=gen, dtype=torch.uint8)
+    s = torch.rand(N, K // g, generator=gen) * 0.1 + 0.01
+    z = torch.randint(0, 16, (N, K // g), generator=gen).float()
+    return (x.to(DEV, dtype), pack_int4(q).to(DEV), s.to(DEV, sdtype), z.to(DEV, sdtype))
+
+
+def _want(x, p, s, z, g):
+    return gemm_w4a16_reference(x.double(), p, s.double(), z.double(), g)
+
+
+def _close(got, want, dtype):
+    torch.testing.assert_close(got.double(), want.double(), **TOL[dtype])
+
+
+# ============================================================================ helpers
+
+def test_nibble_order_and_round_trip():
+    q = torch.tensor([[1, 2, 15, 0], [7, 8, 3, 12]], dtype=torch.int32)
+    p = pack_int4(q)
+    assert p.dtype == torch.uint8 and p.tolist() == [[0x21, 0x0F], [0x87, 0xC3]]
+    assert torch.equal(unpack_int4(p), q.to(torch.uint8))
+    assert GemmW4A16FwdOp.repack is pack_int4 or GemmW4A16FwdOp.repack(q).equal(p)
+    with pytest.raises(ValueError, match="0..15"):
+        pack_int4(q + 1)
+    with pytest.raises(ValueError, match="K even"):
+        pack_int4(q[:, :3])
+    with pytest.raises(TypeError, match="integer"):
+        pack_int4(q.float())
+
+
+def test_dequantize_is_the_spec_formula():
+    x, p, s, z = _operands(1, 3, 8, 4, F32)
+    q = unpack_int4(p).float()
+    want = (q - z.repeat_interleave(4, 1)) * s.repeat_interleave(4, 1)
+    torch.testing.assert_close(dequantize_int4(p, s, z, 4), want)
+    torch.testing.assert_close(GemmW4A16FwdOp.dequantize(p, s, z, 4), want)
+
+
+def test_quantize_within_half_a_step():
+    gen = torch.Generator().manual_seed(3)
+    w = torch.randn(6, 64, generator=gen).to(DEV)
+    p, s, z = GemmW4A16FwdOp.quantize(w, 32)
+    assert p.shape == (6, 32) and s.shape == z.shape == (6, 2) and s.dtype == w.dtype
+    assert torch.equal(z, z.round()) and int(z.min()) >= 0 and int(z.max()) <= 15
+    err = (dequantize_int4(p, s, z, 32) - w).abs()
+    assert (err <= s.repeat_interleave(32, 1) / 2 + 1e-6).all()
+    with pytest.raises(ValueError, match="multiple of group_size"):
+        quantize_int4(w, 48)
+
+
+# ============================================================================ kernels
+
+DECODE = [(1, 48, 256, 128), (3, 40, 192, 64), (16, 33, 96, 32), (5, 20, 60, 6), (2, 17, 64, 64)]
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=str)
+@pytest.mark.parametrize("shape", DECODE, ids=str)
+def test_decode_kernel(shape, dtype):
+    M, N, K, g = shape
+    x, p, s, z = _operands(M, N, K, g, dtype)
+    out = torch.empty(M, N, dtype=dtype)
+    assert w4a16_decode_triton(x, p, s, z, g, out) is out
+    _close(out, _want(x, p, s, z, g), dtype)
+
+
+@pytest.mark.parametrize("sdtype", [F16, F32], ids=str)
+def test_decode_split_k_and_strided_operands(sdtype):
+    """Three K splits summed by the second kernel; x a transposed view, the packed weight
+    a row slice, the scales a transposed view, out transposed."""
+    M, N, K, g = 3, 20, 256, 64
+    x, p, s, z = _operands(M, N, K, g, F16, sdtype, seed=1)
+    xt = x.t().contiguous().t()
+    pw = torch.cat([p, p], dim=1)[:, :K // 2]
+    st = s.t().contiguous().t()
+    out = torch.empty(N, M, dtype=F16).t()
+    w4a16_decode_triton(xt, pw, st, z, g, out, config=FORCED_SPLIT)
+    _close(out, _want(x, p, s, z, g), F16)
+    # a K tail in every split: K = 200 in 32-wide steps over 4 splits, 8-wide groups
+    x, p, s, z = _operands(2, 16, 200, 8, F16, sdtype, seed=2)
+    out = torch.empty(2, 16, dtype=F16)
+    w4a16_decode_triton(x, p, s, z, 8, out, config=DecodeConfig(16, 32, 4, 4, 2))
+    _close(out, _want(x, p, s, z, 8), F16)
+
+
+PREFILL = [(1, 48, 256, 128), (17, 40, 192, 64), (40, 33, 96, 32), (20, 20, 60, 6)]
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=str)
+@pytest.mark.parametrize("shape", PREFILL, ids=str)
+def test_prefill_kernel(shape, dtype):
+    M, N, K, g = shape
+    x, p, s, z = _operands(M, N, K, g, dtype, F32 if M == 17 else None)
+    out = torch.empty(M, N, dtype=dtype)
+    assert w4a16_prefill_triton(x, p, s, z, g, out) is out
+    _close(out, _want(x, p, s, z, g), dtype)
+
+
+def test_prefill_many_tiles_and_strides():
+    x, p, s, z = _operands(40, 35, 128, 32, F16, seed=4)
+    xs = torch.cat([x, x], dim=1)[:, ::2]                   # column stride 2
+    xs.copy_(x)
+    out = torch.empty(35, 40, dtype=F16).t()
+    w4a16_prefill_triton(xs, p, s, z, 32, out, config=SMALL_PREFILL)
+    _close(out, _want(x, p, s, z, 32), F16)
+
+
+@pytest.mark.parametrize("shape", [(0, 8, 64), (4, 0, 64), (4, 8, 0)], ids=str)
+def test_empty(shape):
+    M, N, K = shape
+    x = torch.ones(M, K, dtype=F16)
+    p = torch.zeros(N, K // 2, dtype=torch.uint8)
+    s = z = torch.ones(N, K // 32, dtype=F16)
+    for fn in (w4a16_decode_triton, w4a16_prefill_triton):
+        out = torch.full((M, N), 3.0, dtype=F16)
+        assert fn(x, p, s, z, 32, out) is out
+        assert torch.equal(out, torch.zeros(M, N, dtype=F16))  # K = 0 zero-fills
+
+
+def test_launchers_reject_bad_arguments():
+    x, p, s, z = _operands(2, 8, 64, 32)
+    out = torch.empty(2, 8, dtype=F16)
+    with pytest.raises(ValueError, match=r"packed_weight must have shape \[8, 32\]"):
+        w4a16_prefill_triton(x, p[:, :31], s, z, 32, out)
+    with pytest.raises(ValueError, match="multiple of group_size"):
+        w4a16_prefill_triton(x, p, s, z, 48, out)
+    with pytest.raises(TypeError, match="uint8"):
+        w4a16_prefill_triton(x, p.to(torch.int8), s, z, 32, out)
+    with pytest.raises(TypeError, match="share a dtype"):
+        w4a16_prefill_triton(x, p, s, z.float(), 32, out)
+    with pytest.raises(ValueError, match="M <= 16"):
+        x17 = torch.zeros(17, 64, dtype=F16)
+        w4a16_decode_triton(x17, p, s, z, 32, torch.empty(17, 8, dtype=F16))
+
+
+def test_config_choice():
+    # (block_n, block_k, split_k, warps, stages): one 128-wide group a step
+    assert decode_config_for(1, 57344, 8192, 128) == (32, 128, 1, 4, 4)
+    assert decode_config_for(16, 28672, 8192, 128) == (32, 128, 1, 4, 4)
+    # N = 14336: 448 row blocks, two K splits
+    assert decode_config_for(1, 14336, 4096, 128).split_k == 2
+    # N = 4096: 128 row blocks, K split so that about 4 x 132 programs stream the weight
+    cfg = decode_config_for(16, 4096, 4096, 128)
+    assert cfg.block_n == 32 and cfg.split_k == 5
+    # group sizes that are no multiple of 32: per-weight dequantization, 64-wide steps
+    assert decode_config_for(1, 4096, 4104, 24).block_k == 64
+    assert prefill_config_for(4096, 28672, 8192, 128) == (128, 128, 64, 8, 8, 3)
+    assert prefill_config_for(512, 14336, 4096, 32).block_k == 32
+
+
+# ============================================================================ op
+
+@pytest.mark.parametrize("M", [1, 16, 20])
+def test_op_matches_reference(M):
+    op = GemmW4A16FwdOp(32)
+    for dtype, sdtype in ((F16, F16), (BF16, F32)):
+        x, p, s, z = _operands(M, 24, 64, 32, dtype, sdtype)
+        y = op(x, p, s, z)
+        assert y.shape == (M, 24) and y.dtype == dtype and y.is_contiguous()
+        _close(y, _want(x, p, s, z, 32), dtype)
+    assert op.last_call.indices == {"M": M, "N": 24, "K": 64, "T": "bfloat16",
+                                    "S": "float32", "group_size": 32}
+
+
+def test_quantized_linear_end_to_end():
+    """quantize a float weight, then the op is x @ dequant(W).T within quantization error."""
+    gen = torch.Generator().manual_seed(5)
+    w = torch.randn(40, 128, generator=gen).to(DEV, F16)
+    x = torch.randn(3, 128, generator=gen).to(DEV, F16)
+    op = GemmW4A16FwdOp()
+    p, s, z = op.quantize(w, 128)
+    got = op(x, p, s, z)
+    _close(got, x.double() @ dequantize_int4(p, s, z, 128).double().t(), F16)
+    rel = (got.double() - x.double() @ w.double().t()).norm() / (x.double() @ w.double().t()).norm()
+    assert rel < 0.2
+
+
+def test_dispatch():
+    op = GemmW4A16FwdOp()
+    dev = torch.device("cuda")
+    call = lambda M: GemmW4A16Call(M, 4096, 4096, 128, "bfloat16", "bfloat16", device=dev)
+    assert op.key_for("gemm_w4a16", call(1), arch=90) == "w4a16_decode_triton"
+    assert op.key_for("gemm_w4a16", call(16), arch=90) == "w4a16_decode_triton"
+    assert op.key_for("gemm_w4a16", call(17), arch=90) == "w4a16_prefill_triton"
+    from opspec.kernels.quant_gemm_impl import W4A16DecodeTritonKernel
+    assert "at most 16" in W4A16DecodeTritonKernel.refusal(call(17))
+    mps = GemmW4A16Call(1, 8, 64, 32, "float16", "float16", device=torch.device("mps"))
+    assert op.key_for("gemm_w4a16", mps) == "w4a16_reference"
+    x, p, s, z = _operands(2, 8, 64, 32)
+    out = torch.empty(2, 8, dtype=F16)
+    W4A16ReferenceKernel(GemmW4A16Call(2, 8, 64, 32, "float16", "float16")).forward(x, p, s, z, out)
+    _close(out, _want(x, p, s, z, 32), F16)
+
+
+def test_call_errors():
+    op = GemmW4A16FwdOp(32)
+    x, p, s, z = _operands(2, 5, 64, 32)
+    bad = [
+        ((x, p, s.bfloat16(), z.bfloat16()), "signature.dtype_combos",
+         ["the dtype combination T, S", "got (float16, bfloat16)"]),
+        ((x, p, s.float(), z), "signature.inputs.zeros.dtype",
+         ["expected S = float32 (from input scales), got float16"]),
+        ((x, p[:, :31], s, z), "signature.inputs.packed_weight.shape",
+         ["input packed_weight, axis 1 of [N, K // 2]", "expected K // 2 = 32, got 31"]),
+        ((x, p.to(torch.int8), s, z), "signature.inputs.packed_weight.dtype",
+         ["expected uint8, got int8"]),
+        ((x, p, s[:, :1], z), "signature.inputs.scales.shape",
+         ["axis 1 of [N, K // group_size]", "expected K // group_size = 2, got 1"]),
+        ((x.float(), p, s, z), "signature.inputs.x.dtype",
+         ["expected bfloat16 | float16, got float32"]),
+        # K = 63: the packed axis (31) and the groups (1) fit, K is odd
+        ((torch.zeros(2, 63, dtype=F16), p[:, :31], s[:, :1], z[:, :1]), "signature.shape_rules.1",
+         ["refinement `K % 2 == 0`"]),
+        ((torch.zeros(2, 66, dtype=F16), torch.zeros(5, 33, dtype=torch.uint8), s, z),
+         "signature.shape_rules.2", ["refinement `K % group_size == 0`"]),
+    ]
+    for args, path, fragments in bad:
+        with pytest.raises(SignatureError) as ei:
+            op(*args)
+        expect_error(ei, SignatureError, "GemmW4A16FwdOp", path, *fragments)
+    with pytest.raises(SignatureError) as ei:
+        GemmW4A16FwdOp(0)
+    expect_error(ei, SignatureError, "GemmW4A16FwdOp", "signature.shape_rules.0",
+                 "refinement `group_size >= 1`")
+
+
+def test_roofline_counts_the_packed_carrier():
+    op = GemmW4A16FwdOp(32)
+    x, p, s, z = _operands(3, 8, 64, 32, BF16, F32)
+    op(x, p, s, z)
+    # x (bf16) + packed (uint8, K / 2 a row) + scales and zeros (f32) + y (bf16)
+    assert op.eval_roofline() == (2 * 3 * 8 * 64,
+                                  3 * 64 * 2 + 8 * 32 + 2 * 8 * 2 * 4 + 3 * 8 * 2)
+    assert op(x[:0], p, s, z).shape == (0, 8)
+
+
+# ============================================================================ compile boundary
+
+def test_opcheck():
+    op = GemmW4A16FwdOp(32)
+    assert GemmW4A16FwdOp.compile_op_names == ("opspec::quant_gemm_gemm_w4_a16_fwd_op",)
+    for M in (2, 20):   # decode and prefill kernels
+        x, p, s, z = _operands(M, 16, 64, 32)
+        torch.library.opcheck(torch.ops.opspec.quant_gemm_gemm_w4_a16_fwd_op.default,
+                              (x, p, s, z, op._opspec_key))
+
+
+def test_cold_compile_fullgraph():
+    from torch._inductor import config
+    from torch._inductor.compile_fx import compile_fx
+
+    torch._dynamo.reset()
+    op = GemmW4A16FwdOp(32)
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        with config.patch(fx_graph_cache=False):
+            return compile_fx(gm, example_inputs)
+
+    fn = torch.compile(lambda x, p, s, z: op(x * 2, p, s, z).relu(), backend=backend,
+                       fullgraph=True)
+    x, p, s, z = _operands(3, 16, 64, 32)
+    y = fn(x, p, s, z)
+    targets = [str(n.target) for g in graphs for n in g.graph.nodes if n.op == "call_function"]
+    assert any("quant_gemm_gemm_w4_a16_fwd_op" in t for t in targets), targets
+    _close(y, _want(x * 2, p, s, z, 32).relu(), F16)
+
+
+# ============================================================================ workloads
+
+def test_workload_cases_instantiate():
+    """Every case builds on the meta device and passes the op's checks; decode and prefill
+    rows exist; the bandwidth row moves at least 256 MiB."""
+    all_cases = cases(GemmW4A16FwdOp)
+    assert len({c.id for c in all_cases}) == len(all_cases)
+    assert any("decode" in c.label for c in all_cases)
+    assert any("prefill" in c.label for c in all_cases)
+    largest_decode = 0
+    for case in all_cases:
+        op = case.construct(GemmW4A16FwdOp)
+        inputs = case.inputs("meta")
+        ind = op.check_call(*inputs)
+        for name in ("M", "N", "K"):
+            assert ind[name] == case.values[name], (case.id, name)
+        assert op.group_size == 128
+        if "decode" in case.label:
+            assert ind["M"] <= 16
+            moved = sum(t.numel() * t.element_size() for t in inputs)
+            largest_decode = max(largest_decode, moved)
+        else:
+            assert ind["M"] >= 512
+    assert largest_decode >= 256 * 2**20
+    combos = {(str(c.dtypes["T"]), str(c.dtypes["S"])) for c in all_cases}
+    assert ("bfloat16", "float32") in combos and ("float16", "float32") in combos
