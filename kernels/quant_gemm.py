@@ -105,9 +105,13 @@ _DECODE_MIN_STEPS_PER_SPLIT = 4
 _DECODE_BLOCK_K = (256, 128, 64, 32)  # the largest dividing group_size (one group a tile)
 _DECODE_GATHER_BLOCK_K = 64           # group sizes that are not a multiple of 32
 _DECODE_WARPS, _DECODE_STAGES = 4, 4
-# 32 rows a program: many programs (896 for N = 28672), so that the last ones to finish
-# leave few SMs idle; each step's byte tile is 32 x 64 bytes (one 16-byte vector a thread).
-_DECODE_BLOCK_N = 32
+# Weight rows a program, by M. Every program re-reads the x tile ([16, block_k], from L2)
+# for its block of weight rows: with M = 16 distinct rows that is 4 KB a step against
+# 2 KB of weight at 32 rows, more than L2 would serve at the HBM rate, so wider row blocks
+# for larger M (split-K makes up the programs). For M = 1 the wrapped rows repeat one
+# address (L1 hits): 32 rows give many programs (896 for N = 28672), so that the last ones
+# to finish leave few SMs idle.
+_DECODE_BLOCK_N = ((1, 32), (4, 64), (16, 128))
 # Prefill: GEMM tiles; 128-wide K steps would straddle 64-wide groups, so block_k <= group.
 _PREFILL_LARGE = PrefillConfig(128, 128, 64, 8, 8, 3)
 _PREFILL_MEDIUM = PrefillConfig(64, 128, 64, 8, 4, 3)
@@ -123,7 +127,8 @@ def decode_config_for(M: int, N: int, K: int, group_size: int) -> DecodeConfig:
     """The decode kernel's configuration (``M <= 16``)."""
     block_k = _pow2_divisor(group_size, _DECODE_BLOCK_K) or _DECODE_GATHER_BLOCK_K
     block_k = min(block_k, max(32, triton.next_power_of_2(K)))
-    block_n = min(_DECODE_BLOCK_N, max(16, triton.next_power_of_2(N)))
+    block_n = next(bn for rows, bn in _DECODE_BLOCK_N if M <= rows)
+    block_n = min(block_n, max(16, triton.next_power_of_2(N)))
     n_blocks = triton.cdiv(N, block_n)
     steps = triton.cdiv(K, block_k)
     split = 1

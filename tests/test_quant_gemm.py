@@ -185,12 +185,13 @@ def test_launchers_reject_bad_arguments():
 def test_config_choice():
     # (block_n, block_k, split_k, warps, stages): one 128-wide group a step
     assert decode_config_for(1, 57344, 8192, 128) == (32, 128, 1, 4, 4)
-    assert decode_config_for(16, 28672, 8192, 128) == (32, 128, 1, 4, 4)
     # N = 14336: 448 row blocks, two K splits
     assert decode_config_for(1, 14336, 4096, 128).split_k == 2
     # N = 4096: 128 row blocks, K split so that about 4 x 132 programs stream the weight
-    cfg = decode_config_for(16, 4096, 4096, 128)
-    assert cfg.block_n == 32 and cfg.split_k == 5
+    assert decode_config_for(1, 4096, 4096, 128) == (32, 128, 5, 4, 4)
+    # more tokens, wider row blocks (the x tile is re-read per block), more K splits
+    assert decode_config_for(4, 4096, 14336, 128) == (64, 128, 9, 4, 4)
+    assert decode_config_for(16, 28672, 8192, 128) == (128, 128, 3, 4, 4)
     # group sizes that are no multiple of 32: per-weight dequantization, 64-wide steps
     assert decode_config_for(1, 4096, 4104, 24).block_k == 64
     assert prefill_config_for(4096, 28672, 8192, 128) == (128, 128, 64, 8, 8, 3)
