@@ -137,12 +137,19 @@ def _act(h: torch.Tensor, silu: bool) -> torch.Tensor:
     return g * torch.sigmoid(g) * u
 
 
+def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    """fp32, or float64 for float64 operands (the bench's reference runs in float64)."""
+    return torch.promote_types(dtype, torch.float32)
+
+
 def _expert_matmul(xe: torch.Tensor, we: torch.Tensor) -> torch.Tensor:
-    """``xe @ we^T`` in fp32: on CUDA in the native dtype (fp32 accumulation), elsewhere
-    from fp32 copies (CPU half matmuls may accumulate differently)."""
+    """``xe @ we^T`` in fp32 (float64 for float64 operands): on CUDA in the native dtype
+    (fp32 accumulation), elsewhere from fp32 copies (CPU half matmuls may accumulate
+    differently)."""
+    acc = _acc_dtype(xe.dtype)
     if xe.is_cuda:
-        return torch.matmul(xe, we.t()).float()
-    return torch.matmul(xe.float(), we.float().t())
+        return torch.matmul(xe, we.t()).to(acc)
+    return torch.matmul(xe.to(acc), we.to(acc).t())
 
 
 def moe_grouped_gemm_reference(x: torch.Tensor, w: torch.Tensor, metadata: torch.Tensor,
@@ -157,13 +164,13 @@ def moe_grouped_gemm_reference(x: torch.Tensor, w: torch.Tensor, metadata: torch
     E, N, _ = w.shape
     n_out = N // 2 if silu else N
     if kind == "masked":
-        y = torch.zeros((*x.shape[:2], n_out), dtype=torch.float32, device=x.device)
+        y = torch.zeros((*x.shape[:2], n_out), dtype=_acc_dtype(x.dtype), device=x.device)
         for e, m in enumerate(metadata.tolist()[:E]):
             m = max(0, min(m, x.shape[1]))
             if m:
                 y[e, :m] = _act(_expert_matmul(x[e, :m], w[e]), silu)
         return y.to(x.dtype)
-    y = torch.zeros((x.shape[0], n_out), dtype=torch.float32, device=x.device)
+    y = torch.zeros((x.shape[0], n_out), dtype=_acc_dtype(x.dtype), device=x.device)
     for e, rows in _rows_of_experts(metadata, kind, metadata_kind, alignment, x.shape[0], E):
         y[rows] = _act(_expert_matmul(x[rows], w[e]), silu)
     return y.to(x.dtype)

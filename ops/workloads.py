@@ -167,6 +167,9 @@ def instantiate(case: Case, device: torch.device, seed: int = WORKLOAD_SEED) -> 
         t = spec.inputs[n]
         if n not in shapes or t.values is None:
             continue
+        # A generator's arguments may be lets (`moe.layout_metadata(layout, R, E)`): bind
+        # those the row and earlier generators already determine.
+        _settle_lets(spec, env)
         try:
             vals = evaluate(t.values, env, rng=rng)
         except Exception as exc:
