@@ -28,18 +28,15 @@ class AttentionCall(CallSpec):
     causal: bool
 
 
-class _TritonAttention:
-    """What both Triton kernels share: dtypes, head sizes, one entry per call spec's
-    dtype, head size, mask and device (the kernel object holds nothing shape-specific)."""
+#: The Triton kernels serve float16 and bfloat16 (float32 goes to the reference) up to the
+#: kernel's largest head size.
+_TRITON_APPLIES = f"(dtype == 'float16' or dtype == 'bfloat16') and head_dim <= {MAX_HEAD_DIM}"
 
-    devices = TRITON_DEVICES
-    applies = f"(dtype == 'float16' or dtype == 'bfloat16') and head_dim <= {MAX_HEAD_DIM}"
 
-    @classmethod
-    def refusal(cls, call):
-        if TRITON_INTERPRETED and call.dtype == "bfloat16":
-            return "Triton's interpreter computes tl.dot wrongly in bfloat16"
-        return super().refusal(call)
+def _interpreter_refusal(call: AttentionCall) -> str | None:
+    if TRITON_INTERPRETED and call.dtype == "bfloat16":
+        return "Triton's interpreter computes tl.dot wrongly in bfloat16"
+    return None
 
 
 class AttentionDenseFwdInterface(KernelInterface):
@@ -57,8 +54,20 @@ class AttentionDenseFwdInterface(KernelInterface):
         """
 
 
-class AttentionDenseTritonKernel(_TritonAttention, Kernel, AttentionDenseFwdInterface):
+class AttentionDenseTritonKernel(Kernel, AttentionDenseFwdInterface):
     """The Triton flash-attention forward over strided [B, H, S, D] tensors."""
+
+    devices = TRITON_DEVICES
+    applies = _TRITON_APPLIES
+
+    @classmethod
+    def refusal(cls, call):
+        return _interpreter_refusal(call) or super().refusal(call)
+
+    @classmethod
+    def entry_for(cls, call):
+        # the kernel object holds nothing shape-specific
+        return (call.dtype, call.head_dim, call.causal, call.device), lambda: cls(call)
 
     def forward(self, q, k, v, out, scale):
         return attention_dense_triton(q, k, v, out, self.call.causal, scale)
@@ -94,8 +103,19 @@ class AttentionVarlenFwdInterface(KernelInterface):
         """
 
 
-class AttentionVarlenTritonKernel(_TritonAttention, Kernel, AttentionVarlenFwdInterface):
+class AttentionVarlenTritonKernel(Kernel, AttentionVarlenFwdInterface):
     """The Triton flash-attention forward, each program reading its sequence's offsets."""
+
+    devices = TRITON_DEVICES
+    applies = _TRITON_APPLIES
+
+    @classmethod
+    def refusal(cls, call):
+        return _interpreter_refusal(call) or super().refusal(call)
+
+    @classmethod
+    def entry_for(cls, call):
+        return (call.dtype, call.head_dim, call.causal, call.device), lambda: cls(call)
 
     def forward(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, out, softmax_scale):
         return attention_varlen_triton(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,

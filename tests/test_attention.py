@@ -1,0 +1,469 @@
+"""The attention ops (GroupedQueryAttentionDenseFwdOp, GroupedQueryAttentionVarlenFwdOp):
+the Triton flash-attention kernel against the torch references, the references against
+torch's SDPA, the ops' checks, dispatch, compile boundary, roofline and workloads.
+
+Without CUDA the Triton kernel runs through Triton's interpreter on the CPU
+(tests/conftest.py sets TRITON_INTERPRET=1 first): sizes are tiny, and the kernel is tested
+in float16 and float32 (the interpreter's bfloat16 `tl.dot` is wrong; the ops send
+bfloat16 to the reference there). With CUDA the same tests run the compiled kernel.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from opspec.kernels.attention import (
+    CONFIGS, INTERPRETER_CONFIG, attention_config, attention_dense_reference,
+    attention_dense_triton, attention_varlen_reference, attention_varlen_triton,
+)
+from opspec.kernels.attention_impl import AttentionCall
+from opspec.kernels.devices import TRITON_DEVICES, TRITON_INTERPRETED
+from opspec.ops import GroupedQueryAttentionDenseFwdOp, GroupedQueryAttentionVarlenFwdOp
+from opspec.ops.workloads import cases
+from opspec.schema.errors import SignatureError, SignatureTypeError
+
+from runtime_user_ops import expect_error
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# bfloat16 products only where tl.dot is right (compiled, not interpreted)
+KERNEL_DTYPES = [torch.float16, torch.float32] + ([] if TRITON_INTERPRETED else [torch.bfloat16])
+TOL = {
+    torch.float32: dict(rtol=1e-4, atol=1e-4),
+    torch.float16: dict(rtol=2e-3, atol=2e-3),
+    torch.bfloat16: dict(rtol=1.6e-2, atol=1.6e-2),
+}
+DENSE, VARLEN = "GroupedQueryAttentionDenseFwdOp", "GroupedQueryAttentionVarlenFwdOp"
+
+needs_triton = pytest.mark.skipif(DEVICE not in TRITON_DEVICES,
+                                  reason="the Triton kernel needs CUDA or TRITON_INTERPRET=1")
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _randn(*shape, dtype=torch.float32, seed=0):
+    return torch.randn(*shape, generator=_gen(seed)).to(dtype).to(DEVICE)
+
+
+def _dense(B, H, H_kv, S_q, S_kv, D, dtype, seed=0):
+    return (_randn(B, H, S_q, D, dtype=dtype, seed=seed),
+            _randn(B, H_kv, S_kv, D, dtype=dtype, seed=seed + 1),
+            _randn(B, H_kv, S_kv, D, dtype=dtype, seed=seed + 2))
+
+
+def _offsets(lens):
+    out = [0]
+    for n in lens:
+        out.append(out[-1] + n)
+    return torch.tensor(out, dtype=torch.int32, device=DEVICE)
+
+
+def _varlen(q_lens, k_lens, H, H_kv, D, dtype, seed=0):
+    q = _randn(sum(q_lens), H, D, dtype=dtype, seed=seed)
+    k = _randn(sum(k_lens), H_kv, D, dtype=dtype, seed=seed + 1)
+    v = _randn(sum(k_lens), H_kv, D, dtype=dtype, seed=seed + 2)
+    return q, k, v, _offsets(q_lens), _offsets(k_lens)
+
+
+def _close(got, want, dtype):
+    torch.testing.assert_close(got.float(), want.float(), **TOL[dtype])
+
+
+def _ref64(fn, *tensors, **kw):
+    """The reference on float64 copies, in float64."""
+    return fn(*[t.double() if t.is_floating_point() else t for t in tensors], **kw)
+
+
+# ============================================================================ the references
+
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("S_q, S_kv", [(5, 5), (3, 9), (1, 1), (6, 0)])
+def test_dense_reference_is_sdpa_with_gqa(is_causal, S_q, S_kv):
+    if is_causal and S_q > S_kv:
+        return
+    q, k, v = (t.cpu().double() for t in _dense(2, 4, 2, S_q, S_kv, 8, torch.float32))
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, enable_gqa=True)
+    got = attention_dense_reference(q, k, v, is_causal)
+    torch.testing.assert_close(got, want.nan_to_num(0.0))
+    # top-left: with S_q < S_kv the first query sees only the first key
+    if is_causal and S_q < S_kv:
+        torch.testing.assert_close(got[:, :, 0], v.repeat_interleave(2, dim=1)[:, :, 0])
+    got = attention_dense_reference(q, k, v, is_causal, scale=0.3)
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=0.3,
+                                          enable_gqa=True)
+    torch.testing.assert_close(got, want.nan_to_num(0.0))
+
+
+def test_varlen_reference_is_bottom_right_and_zero_where_nothing_is_seen():
+    q_lens, k_lens = [3, 4, 2, 0], [5, 2, 0, 3]
+    q, k, v, cq, ck = (t.cpu() for t in _varlen(q_lens, k_lens, 4, 2, 8, torch.float64))
+    got = attention_varlen_reference(q, k, v, cq, ck, causal=True)
+    # sequence 0: 3 queries, 5 keys: query i sees keys 0..i + 2 (the last sees all)
+    qs, ks, vs = q[0:3].transpose(0, 1), k[0:5].transpose(0, 1), v[0:5].transpose(0, 1)
+    mask = torch.ones(3, 5, dtype=torch.bool).tril(diagonal=2)
+    want = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, enable_gqa=True)
+    torch.testing.assert_close(got[0:3], want.transpose(0, 1))
+    # sequence 1: 4 queries, 2 keys: queries 0 and 1 see nothing (zero), 2 sees key 0
+    assert got[3:5].abs().max() == 0
+    torch.testing.assert_close(got[5], v[5].repeat_interleave(2, dim=0))
+    # sequence 2: no keys at all
+    assert got[7:9].abs().max() == 0
+    # not causal: every query sees its sequence's keys
+    got = attention_varlen_reference(q, k, v, cq, ck, softmax_scale=0.5)
+    want = F.scaled_dot_product_attention(qs, ks, vs, scale=0.5, enable_gqa=True)
+    torch.testing.assert_close(got[0:3], want.transpose(0, 1))
+
+
+# ============================================================================ Triton, dense
+
+@needs_triton
+@pytest.mark.parametrize("dtype", KERNEL_DTYPES, ids=str)
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("B, H, H_kv, S_q, S_kv, D", [
+    (1, 2, 2, 17, 17, 16),      # MHA (ratio 1), one partial block
+    (2, 4, 2, 33, 45, 32),      # ratio 2, S_q < S_kv, partial blocks
+    (1, 4, 1, 64, 64, 64),      # ratio 4 (MQA), whole blocks
+    (1, 2, 1, 1, 3, 24),        # one query; a head size that is no power of two
+    (1, 1, 1, 5, 40, 8),        # the smallest head size (padded to 16)
+])
+def test_dense_triton_matches_reference(B, H, H_kv, S_q, S_kv, D, is_causal, dtype):
+    q, k, v = _dense(B, H, H_kv, S_q, S_kv, D, dtype)
+    out = torch.empty_like(q)
+    assert attention_dense_triton(q, k, v, out, is_causal) is out
+    _close(out, _ref64(attention_dense_reference, q, k, v, is_causal=is_causal), dtype)
+
+
+@needs_triton
+def test_dense_triton_strided_views_and_scales():
+    # q, k, v as views of one [B, S, H + 2 * H_kv, D] projection, transposed to [B, H, S, D]
+    B, S, H, H_kv, D = 2, 19, 4, 2, 32
+    qkv = _randn(B, S, H + 2 * H_kv, D, dtype=torch.float16, seed=3)
+    q = qkv[:, :, :H].transpose(1, 2)
+    k = qkv[:, :, H:H + H_kv].transpose(1, 2)
+    v = qkv[:, :, H + H_kv:].transpose(1, 2)
+    assert not q.is_contiguous() and not k.is_contiguous()
+    for scale in (None, 0.05, -0.2, 0.0):
+        out = torch.empty(B, S, H, D, dtype=torch.float16, device=DEVICE).transpose(1, 2)
+        attention_dense_triton(q, k, v, out, True, scale)
+        _close(out, _ref64(attention_dense_reference, q, k, v, is_causal=True, scale=scale),
+               torch.float16)
+
+
+@needs_triton
+def test_dense_triton_large_tiles_and_reversed_causal_order():
+    # the CUDA tile (BLOCK_M 128, BLOCK_N 64) on a few blocks, masked and unmasked
+    q, k, v = _dense(1, 2, 1, 150, 200, 64, torch.float16, seed=5)
+    out = torch.empty_like(q)
+    attention_dense_triton(q, k, v, out, True, config=(128, 64, 4, 1))
+    _close(out, _ref64(attention_dense_reference, q, k, v, is_causal=True), torch.float16)
+
+
+@needs_triton
+@pytest.mark.parametrize("shape", [(0, 2, 3, 8), (1, 2, 0, 8), (2, 2, 3, 8)])
+def test_dense_triton_empty(shape):
+    B, H, S_q, D = shape
+    S_kv = 0 if shape == (2, 2, 3, 8) else 4
+    q, k, v = _dense(B, H, 1, S_q, S_kv, D, torch.float16)
+    out = torch.full_like(q, float("nan"))
+    attention_dense_triton(q, k, v, out)
+    assert torch.equal(out, torch.zeros_like(q))  # no keys: zeros (empty: nothing)
+
+
+def test_dense_triton_rejects_bad_arguments():
+    q, k, v = (t.cpu() for t in _dense(1, 3, 2, 4, 4, 8, torch.float16))
+    with pytest.raises(ValueError, match="H_kv dividing H=3"):
+        attention_dense_triton(q, k, v, torch.empty_like(q))
+    q, k, v = (t.cpu() for t in _dense(1, 2, 1, 4, 4, 8, torch.float16))
+    with pytest.raises(TypeError, match="share a dtype"):
+        attention_dense_triton(q, k.float(), v, torch.empty_like(q))
+    with pytest.raises(ValueError, match="out must have q's shape"):
+        attention_dense_triton(q, k, v, torch.empty(1, 2, 4, 4, dtype=torch.float16))
+
+
+def test_configs():
+    assert attention_config(128, "cuda") == (128, 64, 8, 3)
+    assert attention_config(64, "cuda") == (128, 64, 4, 3)
+    assert attention_config(8, "cuda") == CONFIGS[0][1]
+    assert attention_config(256, "cuda") == (64, 32, 4, 2)
+    assert attention_config(128, "cpu") == INTERPRETER_CONFIG
+    with pytest.raises(ValueError, match="over the kernel's limit 256"):
+        attention_config(264, "cuda")
+
+
+# ============================================================================ Triton, varlen
+
+@needs_triton
+@pytest.mark.parametrize("dtype", KERNEL_DTYPES, ids=str)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("q_lens, k_lens, H, H_kv, D", [
+    ([5, 0, 40, 17], [9, 3, 40, 10], 4, 2, 32),   # an empty sequence; len_q > len_k
+    ([33], [64], 4, 1, 64),                        # chunked prefill (bottom-right)
+    ([3, 7, 1], [3, 7, 1], 2, 2, 16),              # self-attention, MHA
+    ([4, 2], [0, 6], 4, 4, 24),                    # a sequence without keys
+])
+def test_varlen_triton_matches_reference(q_lens, k_lens, H, H_kv, D, causal, dtype):
+    q, k, v, cq, ck = _varlen(q_lens, k_lens, H, H_kv, D, dtype)
+    out = torch.full_like(q, float("nan"))
+    assert attention_varlen_triton(q, k, v, cq, ck, max(q_lens), out, None, causal) is out
+    _close(out, _ref64(attention_varlen_reference, q, k, v, cq, ck, causal=causal), dtype)
+
+
+@needs_triton
+def test_varlen_triton_views_of_a_packed_qkv_tensor():
+    T, H, H_kv, D = 23, 4, 2, 16
+    qkv = _randn(T, H + 2 * H_kv, D, dtype=torch.float16, seed=9)
+    q, k, v = qkv[:, :H], qkv[:, H:H + H_kv], qkv[:, H + H_kv:]
+    cu = _offsets([10, 13])
+    out = torch.empty(T, H, D, dtype=torch.float16, device=DEVICE)
+    attention_varlen_triton(q, k, v, cu, cu, 13, out, 0.1, True)
+    _close(out, _ref64(attention_varlen_reference, q, k, v, cu, cu, softmax_scale=0.1,
+                       causal=True), torch.float16)
+
+
+@needs_triton
+def test_varlen_triton_empty():
+    q, k, v, cq, ck = _varlen([0, 0], [3, 0], 2, 1, 8, torch.float16)
+    out = torch.empty_like(q)
+    assert attention_varlen_triton(q, k, v, cq, ck, 0, out) is out and out.numel() == 0
+    q, k, v, cq, ck = _varlen([2, 1], [0, 0], 2, 1, 8, torch.float16)
+    out = torch.full_like(q, float("nan"))
+    attention_varlen_triton(q, k, v, cq, ck, 2, out)
+    assert torch.equal(out, torch.zeros_like(q))
+
+
+# ============================================================================ dispatch
+
+def test_dispatch():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    op = GroupedQueryAttentionDenseFwdOp()
+    tri = "attention_dense_triton" if "cpu" in TRITON_DEVICES else "attention_dense_reference"
+    assert op.key_for("attention_dense", AttentionCall("float16", 64, True, device=cpu)) == tri
+    # the interpreter's bfloat16 dot is wrong: bfloat16 goes to the reference there
+    want = "attention_dense_reference" if TRITON_INTERPRETED else tri
+    assert op.key_for("attention_dense", AttentionCall("bfloat16", 64, True, device=cpu)) == want
+    assert op.key_for("attention_dense", AttentionCall("float16", 128, False, device=cuda),
+                      arch=90) == "attention_dense_triton"
+    assert op.key_for("attention_dense", AttentionCall("float32", 128, False, device=cuda),
+                      arch=90) == "attention_dense_reference"
+    vop = GroupedQueryAttentionVarlenFwdOp(8, 8)
+    assert vop.key_for("attention_varlen", AttentionCall("float16", 128, True, device=cuda),
+                       arch=90) == "attention_varlen_triton"
+
+
+# ============================================================================ the ops
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_dense_op(dtype):
+    q, k, v = _dense(2, 4, 2, 9, 12, 16, dtype)
+    op = GroupedQueryAttentionDenseFwdOp(is_causal=True)
+    out = op(q, k, v)
+    assert out.shape == q.shape and out.dtype == dtype
+    _close(out, _ref64(attention_dense_reference, q, k, v, is_causal=True), dtype)
+    rec = op.last_call
+    assert (rec.indices["H"], rec.indices["H_kv"], rec.indices["S_q"], rec.indices["S_kv"]) == \
+        (4, 2, 9, 12)
+    flops, nbytes = op.eval_roofline()
+    assert flops == 4 * 2 * 4 * 16 * (9 * 10 // 2)      # visible pairs: 1 + 2 + ... + 9
+    assert nbytes == (2 * 2 * 4 * 9 * 16 + 2 * 2 * 2 * 12 * 16) * 2
+    op = GroupedQueryAttentionDenseFwdOp(scale=0.25)
+    _close(op(q, k, v), _ref64(attention_dense_reference, q, k, v, scale=0.25), dtype)
+    assert op.eval_roofline()[0] == 4 * 2 * 4 * 16 * 9 * 12
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_varlen_op(dtype):
+    q_lens, k_lens = [3, 0, 6, 2], [5, 2, 6, 1]
+    q, k, v, cq, ck = _varlen(q_lens, k_lens, 4, 1, 8, dtype)
+    op = GroupedQueryAttentionVarlenFwdOp(6, 6, causal=True)
+    out = op(q, k, v, cq, ck)
+    _close(out, _ref64(attention_varlen_reference, q, k, v, cq, ck, causal=True), dtype)
+    assert op.last_call.indices["B"] == 4
+    flops, nbytes = op.eval_roofline()
+    # visible pairs: 3 + 4 + 5, 0, 1 + ... + 6, 0 + 1 (query 0 of the last sees nothing)
+    assert flops == 4 * 4 * 8 * (12 + 21 + 1)
+    assert nbytes == (11 * 4 * 8 + 2 * 14 * 8 + 11 * 4 * 8) * 2 + 2 * 5 * 4
+    op = GroupedQueryAttentionVarlenFwdOp(6, 6, softmax_scale=0.5)
+    _close(op(q, k, v, cq, ck),
+           _ref64(attention_varlen_reference, q, k, v, cq, ck, softmax_scale=0.5), dtype)
+    assert op.eval_roofline()[0] == 4 * 4 * 8 * (15 + 0 + 36 + 2)
+
+
+def test_ops_empty_calls():
+    q, k, v = _dense(0, 4, 2, 3, 5, 8, torch.float16)
+    assert GroupedQueryAttentionDenseFwdOp()(q, k, v).shape == (0, 4, 3, 8)
+    q, k, v = _dense(1, 2, 1, 3, 0, 8, torch.float16)
+    assert torch.equal(GroupedQueryAttentionDenseFwdOp()(q, k, v), torch.zeros_like(q))
+    q, k, v, cq, ck = _varlen([], [], 2, 1, 8, torch.float16)
+    out = GroupedQueryAttentionVarlenFwdOp(0, 0)(q, k, v, cq, ck)
+    assert out.shape == (0, 2, 8)
+
+
+def _call_error(op, *args):
+    with pytest.raises((SignatureError, SignatureTypeError)) as ei:
+        op(*args)
+    return ei
+
+
+def test_dense_op_rejects_calls_that_break_the_spec():
+    q, k, v = (t.cpu() for t in _dense(1, 4, 2, 6, 6, 16, torch.float16))
+    op = GroupedQueryAttentionDenseFwdOp()
+    ei = _call_error(op, q[:, :3], k, v)
+    expect_error(ei, SignatureError, DENSE, "signature.shape_rules.0",
+                 "refinement `H_kv >= 1 and H % H_kv == 0`", "H=3", "H_kv=2")
+    causal = GroupedQueryAttentionDenseFwdOp(is_causal=True)
+    ei = _call_error(causal, q, k[:, :, :4], v[:, :, :4])
+    expect_error(ei, SignatureError, DENSE, "signature.shape_rules.1",
+                 "refinement `S_q <= S_kv`", "S_q=6", "S_kv=4")
+    assert op(q, k[:, :, :4], v[:, :, :4]).shape == q.shape   # without the mask it is fine
+    ei = _call_error(op, q[..., :12], k[..., :12], v[..., :12])
+    expect_error(ei, SignatureError, DENSE, "signature.shape_rules.2",
+                 "refinement `D >= 8 and D <= 256 and D % 8 == 0`", "D=12")
+    ei = _call_error(op, q, k, v[:, :, :5])
+    expect_error(ei, SignatureError, DENSE, "signature.inputs.v.shape",
+                 "expected S_kv = 6 (from input k), got 5")
+    ei = _call_error(op, q.float(), k.float(), v.float())
+    expect_error(ei, SignatureError, DENSE, "signature.inputs.k.dtype",
+                 "expected bfloat16 | float16, got float32")
+    ei = _call_error(op, q, k.bfloat16(), v)
+    expect_error(ei, SignatureError, DENSE, "signature.inputs.q.dtype",
+                 "expected T = bfloat16 (from input k), got float16")
+    ei = _call_error(op, q[0], k, v)
+    expect_error(ei, SignatureError, DENSE, "signature.inputs.q.shape", "expected 4, got 3")
+
+
+def test_varlen_op_rejects_calls_that_break_the_spec():
+    q, k, v, cq, ck = (t.cpu() for t in _varlen([3, 4], [3, 5], 4, 2, 16, torch.float16))
+    op = GroupedQueryAttentionVarlenFwdOp(4, 5)
+    # B is solved from the second offsets (checked first: the plan's order), the first
+    # disagree
+    ei = _call_error(op, q, k, v, cq, ck[:2])
+    expect_error(ei, SignatureError, VARLEN, "signature.inputs.cu_seqlens_q.shape",
+                 "axis 0 of [B + 1]: expected B + 1 = 2, got 3")
+    ei = _call_error(op, q, k, v, cq.long(), ck)
+    expect_error(ei, SignatureError, VARLEN, "signature.inputs.cu_seqlens_q.dtype",
+                 "expected int32, got int64")
+    ei = _call_error(op, q, k[:, :1].expand(8, 3, 16), v[:, :1].expand(8, 3, 16), cq, ck)
+    expect_error(ei, SignatureError, VARLEN, "signature.shape_rules.0",
+                 "refinement `H_kv >= 1 and H % H_kv == 0`", "H_kv=3")
+    ei = _call_error(op, q, k, v[:7], cq, ck)
+    expect_error(ei, SignatureError, VARLEN, "signature.inputs.v.shape",
+                 "expected total_k = 8 (from input k), got 7")
+    ei = _call_error(op, q, k, v, cq.tolist(), ck)
+    expect_error(ei, SignatureTypeError, VARLEN, "signature.inputs.cu_seqlens_q",
+                 "expected a torch.Tensor, got list")
+    with pytest.raises(SignatureError) as ei:
+        GroupedQueryAttentionVarlenFwdOp(-1, 5)
+    expect_error(ei, SignatureError, VARLEN, "signature.shape_rules.2",
+                 "refinement `max_seqlen_q >= 0 and max_seqlen_k >= 0`")
+    with pytest.raises(SignatureTypeError) as ei:
+        GroupedQueryAttentionVarlenFwdOp(4, 5, causal=1)
+    expect_error(ei, SignatureTypeError, VARLEN, "signature.params.causal",
+                 "parameter `causal` has type `bool`; got 1")
+
+
+# ============================================================================ compile boundary
+
+def test_opcheck():
+    assert GroupedQueryAttentionDenseFwdOp.compile_op_names == (
+        "opspec::attention_grouped_query_attention_dense_fwd_op",)
+    assert GroupedQueryAttentionVarlenFwdOp.compile_op_names == (
+        "opspec::attention_grouped_query_attention_varlen_fwd_op",)
+    q, k, v = (t.cpu() for t in _dense(1, 4, 2, 5, 7, 16, torch.float16))
+    op = GroupedQueryAttentionDenseFwdOp(is_causal=True)
+    torch.library.opcheck(torch.ops.opspec.attention_grouped_query_attention_dense_fwd_op.default,
+                          (q, k, v, op._opspec_key))
+    q, k, v, cq, ck = (t.cpu() for t in _varlen([2, 5], [4, 5], 4, 2, 16, torch.float16))
+    vop = GroupedQueryAttentionVarlenFwdOp(5, 5, causal=True)
+    torch.library.opcheck(
+        torch.ops.opspec.attention_grouped_query_attention_varlen_fwd_op.default,
+        (q, k, v, cq, ck, vop._opspec_key),
+        test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
+
+
+def test_cold_compile_fullgraph():
+    from torch._inductor import config
+    from torch._inductor.compile_fx import compile_fx
+
+    torch._dynamo.reset()
+    op = GroupedQueryAttentionDenseFwdOp(is_causal=True)
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        with config.patch(fx_graph_cache=False):
+            return compile_fx(gm, example_inputs)
+
+    def block(x, k, v):
+        # a projection's view as [B, H, S, D], attention, and the heads merged back
+        q = x.unflatten(-1, (4, 16)).transpose(1, 2)
+        return op(q, k, v).transpose(1, 2).flatten(-2) * 2
+
+    fn = torch.compile(block, backend=backend, fullgraph=True)
+    x = _randn(1, 6, 64, dtype=torch.float16).cpu()
+    k = _randn(1, 2, 6, 16, dtype=torch.float16, seed=1).cpu()
+    v = _randn(1, 2, 6, 16, dtype=torch.float16, seed=2).cpu()
+    got = fn(x, k, v)
+    targets = [str(n.target) for g in graphs for n in g.graph.nodes if n.op == "call_function"]
+    assert any("attention_grouped_query_attention_dense_fwd_op" in t for t in targets)
+    torch.testing.assert_close(got, block(x, k, v))
+
+
+# ============================================================================ workloads
+
+def test_dense_workloads_instantiate_on_meta():
+    all_cases = cases(GroupedQueryAttentionDenseFwdOp)
+    ids = [c.id for c in all_cases]
+    assert len(ids) == len(set(ids)) == 13
+    large = []
+    for c in all_cases:
+        op = c.construct(GroupedQueryAttentionDenseFwdOp)
+        q, k, v = c.inputs("meta")
+        ind = op.check_call(q, k, v)
+        assert ind["H"] % ind["H_kv"] == 0 and ind["D"] in (64, 128)
+        nbytes = sum(t.numel() * t.element_size() for t in (q, k, v, q))
+        if nbytes >= 256 * 2**20:
+            large.append(c.label)
+    assert "llama3-70b-prefill-8k" in large
+
+
+def test_varlen_workloads_instantiate():
+    all_cases = cases(GroupedQueryAttentionVarlenFwdOp)
+    assert len({c.id for c in all_cases}) == len(all_cases) == 8
+    for c in all_cases:
+        op = c.construct(GroupedQueryAttentionVarlenFwdOp)
+        q, k, v, cq, ck = c.inputs("meta")
+        ind = op.check_call(q, k, v, cq, ck)
+        assert ind["B"] == len(c.values["q_lens"]) and ind["total_q"] == sum(c.values["q_lens"])
+        assert max(c.values["q_lens"]) <= op.max_seqlen_q
+        assert max(c.values["k_lens"]) <= op.max_seqlen_k
+    (c,) = [c for c in all_cases if c.id == "llama3-8b-chunked-bfloat16"]
+    q, k, v, cq, ck = c.inputs("meta")
+    assert q.shape == (5632, 32, 128) and k.shape == (20992, 8, 128)
+
+
+def test_varlen_roofline_on_a_workload_row():
+    # the offsets of a real row, with stand-in tensors of the same shapes (no 16k-token data)
+    (c,) = [c for c in cases(GroupedQueryAttentionVarlenFwdOp) if c.id == "llama3-8b-chunked-bfloat16"]
+    from opspec.ops.attention import varlen_roofline
+
+    class _Call:
+        tensors = {"q": torch.empty(5632, 32, 128, device="meta")}
+        indices = {"causal": True}
+
+        def metadata_values(self, name):
+            lens = c.values["q_lens"] if name == "cu_seqlens_q" else c.values["k_lens"]
+            return [0] + list(torch.tensor(lens).cumsum(0).tolist())
+
+        def bytes(self, name):
+            return 1
+
+    flops, nbytes = varlen_roofline(_Call())
+    pairs = sum(lq * lk - lq * (lq - 1) // 2 for lq, lk in zip(c.values["q_lens"],
+                                                                c.values["k_lens"]))
+    assert flops == 4 * 32 * 128 * pairs and nbytes == 6
+    assert math.isclose(flops / 1e12, 4 * 32 * 128 * pairs / 1e12)
