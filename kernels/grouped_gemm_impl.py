@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import torch
 
-from opspec.kernels.devices import REFERENCE_DEVICES, TRITON_DEVICES
+from opspec.kernels.devices import REFERENCE_DEVICES, TRITON_DEVICES, TRITON_INTERPRETED
 from opspec.kernels.grouped_gemm import grouped_gemm_reference, grouped_gemm_triton
 from opspec.ops.dispatch import CallSpec, Kernel, KernelInterface
 
@@ -46,6 +46,14 @@ class GroupedGemmTritonKernel(Kernel, GroupedGemmFwdInterface):
     group from the sizes on the device (no host synchronisation), fp32 accumulation."""
 
     devices = TRITON_DEVICES
+
+    @classmethod
+    def refusal(cls, call):
+        # The CPU interpreter's bfloat16 tl.dot is wrong: the reference serves those calls.
+        if TRITON_INTERPRETED and call.dtype == "bfloat16" and (
+                call.device is None or call.device.type == "cpu"):
+            return "the Triton interpreter's bfloat16 tl.dot is wrong on the CPU"
+        return super().refusal(call)
 
     @classmethod
     def entry_for(cls, call):
