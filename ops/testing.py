@@ -626,6 +626,9 @@ def _soft_targets(data, e: _Encoding, extra: Iterable[tuple[str, Any]] = ()) -> 
             except EncodeError:
                 pass
     names = [n for n in spec.forall] + [n for n in spec.params if n not in spec.ctensors]
+    drawn: dict[str, list[int]] = {}
+    lists: list = []        # the Seq[Int] draws, tried before the other indices
+    start = len(out)
     for n in names:
         if n in discs or n in setup.fixed or n not in setup.kinds:
             continue
@@ -637,15 +640,19 @@ def _soft_targets(data, e: _Encoding, extra: Iterable[tuple[str, Any]] = ()) -> 
                 choices = sorted(k.members) if k.members else list(MAKEABLE_DTYPES)
                 out.append(enc.assign(n, data.draw(st.sampled_from(choices), label=n)))
             elif isinstance(k, K.SeqK) and k.elem in (K.DIM, K.INT) and k.length is None:
-                v = data.draw(st.lists(st.integers(1 if k.elem == K.DIM else -m, m),
+                # a Seq[Int] index is a generator argument (lengths) or a splat (axes):
+                # its elements are drawn non-negative
+                v = data.draw(st.lists(st.integers(1 if k.elem == K.DIM else 0, m),
                                        max_size=EXTRA_RANK), label=n)
                 s = enc.expr(Name(n))
-                out.append(z3.Length(s) == len(v))
-                out.append(enc.assign(n, tuple(v)))
+                lists += [z3.Length(s) == len(v), enc.assign(n, tuple(v))]
+                drawn[n] = list(v)
             elif isinstance(k, K.BoolK):
                 out.append(enc.assign(n, data.draw(st.booleans(), label=n)))
         except EncodeError:
             continue
+    # the lists first, then what they fix in the metadata, then the other indices
+    out[start:start] = lists + _metadata_hints(e, drawn)
     for kind, target in extra:
         if kind == "length":
             seq, ranks = target
@@ -661,6 +668,60 @@ def _soft_targets(data, e: _Encoding, extra: Iterable[tuple[str, Any]] = ()) -> 
         elif kind == "bool":
             out.append(target)
     return out
+
+
+def _metadata_hints(e: _Encoding, drawn: Mapping[str, list[int]]) -> list:
+    """Soft targets that make a metadata tensor fit the drawn `Seq[Int]` lists: the shape
+    its generator gives them, and the bare indices its `requires` name, where the predicate
+    fixes them (`prefix_offsets(N)`, `sums_to(N)`: the total; `max_segment(N)`: the largest
+    step). Z3 knows neither; without them, offsets such as `prefix_sum(q_lens)` with
+    `prefix_offsets(total_q)` almost never agree with the drawn shapes. They only steer
+    the draw: `_generated` still checks every `requires` on the values."""
+    import random
+    from opspec.schema.evaluate import evaluate
+    spec, enc = e.setup.spec, e.enc
+    out = []
+    for n in e.tensors:
+        t = spec.tensors[n]
+        if t.values is None or not isinstance(t.values, CallExpr):
+            continue
+        if not all(isinstance(a, Name) and a.id in drawn for a in t.values.args):
+            continue
+        try:
+            data = evaluate(t.values, dict(drawn), rng=random.Random(0))
+        except Exception:  # noqa: BLE001 - a generator that does not take these lists
+            continue
+        shape = torch.tensor(data).shape
+        out.append(enc.expr(Name(_shape_var(n)))
+                   == _seq_of(tuple(int(x) for x in shape)))
+        if len(shape) != 1:
+            continue
+        flat = [int(x) for x in data]
+        for r in t.requires:
+            if not (isinstance(r, CallExpr) and len(r.args) == 1
+                    and isinstance(r.args[0], Name)):
+                continue
+            target = r.args[0].id
+            if r.func == "prefix_offsets" and flat:
+                value = flat[-1]
+            elif r.func == "sums_to":
+                value = sum(flat)
+            elif r.func == "max_segment" and len(flat) > 1:
+                value = max(b - a for a, b in zip(flat, flat[1:]))
+            else:
+                continue
+            try:
+                out.append(enc.assign(target, value))
+            except EncodeError:
+                continue
+    return out
+
+
+def _seq_of(values: tuple[int, ...]) -> z3.SeqRef:
+    if not values:
+        return z3.Empty(z3.SeqSort(z3.IntSort()))
+    units = [z3.Unit(z3.IntVal(v)) for v in values]
+    return units[0] if len(units) == 1 else z3.Concat(*units)
 
 
 def _sizes(m: int) -> st.SearchStrategy[int]:

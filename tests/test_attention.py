@@ -467,3 +467,26 @@ def test_varlen_roofline_on_a_workload_row():
                                                                 c.values["k_lens"]))
     assert flops == 4 * 32 * 128 * pairs and nbytes == 6
     assert math.isclose(flops / 1e12, 4 * 32 * 128 * pairs / 1e12)
+
+
+# ============================================================================ bench entries
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_bench_baselines_match_the_references(causal):
+    from opspec.ops.baselines_attention import BENCH
+    from opspec.ops.bench_types import BaselineUnavailable
+
+    q, k, v = (t.cpu().double() for t in _dense(2, 4, 2, 5, 7, 8, torch.float32))
+    op = GroupedQueryAttentionDenseFwdOp(is_causal=causal)
+    entry = BENCH[DENSE]
+    want = entry.reference(op, q, k, v)
+    torch.testing.assert_close(entry.baselines["eager"](op)(q, k, v), want)
+    # len_q < len_k (bottom-right) in the first sequence, an empty one, a self-attention one
+    q, k, v, cq, ck = (t.cpu() for t in _varlen([3, 0, 5], [6, 2, 5], 4, 2, 8, torch.float64))
+    op = GroupedQueryAttentionVarlenFwdOp(5, 6, causal=causal)
+    entry = BENCH[VARLEN]
+    want = entry.reference(op, q, k, v, cq, ck)
+    for name in ("eager", "sdpa_loop"):
+        torch.testing.assert_close(entry.baselines[name](op)(q, k, v, cq, ck), want)
+    with pytest.raises(BaselineUnavailable):
+        entry.baselines["flash_attn"](op)(q, k, v, cq, ck)
