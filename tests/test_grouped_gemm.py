@@ -1,0 +1,405 @@
+"""GroupedGemmFwdOp and MoeExpertMLPFwdOp: the Triton kernel against the torch reference,
+the reference against torch._grouped_mm, the ops' checks, the composite's stages, the
+compile boundary and the workloads.
+
+Without CUDA the Triton kernel runs through Triton's interpreter on the CPU
+(tests/conftest.py sets TRITON_INTERPRET=1 first), so sizes are small, and bfloat16 is left
+to the reference there (the interpreter's bfloat16 tl.dot is wrong): the kernel tests run
+float16 and float32. With CUDA the same tests run the compiled kernel on the GPU, and the
+bfloat16 case runs too (run this file alone there).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import opspec.kernels.grouped_gemm as GG
+from opspec.kernels.devices import TRITON_DEVICES, TRITON_INTERPRETED
+from opspec.kernels.grouped_gemm import (
+    GroupedGemmConfig, grouped_gemm_config_for, grouped_gemm_reference, grouped_gemm_triton,
+    moe_expert_mlp_reference,
+)
+from opspec.kernels.grouped_gemm_impl import GroupedGemmCall, GroupedGemmTritonKernel
+from opspec.ops import GroupedGemmFwdOp, MoeExpertMLPFwdOp, SiluAndMulFwdOp
+from opspec.ops.bench_baselines import REFERENCES
+from opspec.ops.workloads import cases
+from opspec.schema.errors import SignatureError, SignatureTypeError
+
+from runtime_user_ops import expect_error
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+KERNEL_DTYPES = [torch.float32, torch.float16] + ([] if TRITON_INTERPRETED else [torch.bfloat16])
+TOL = {
+    torch.float32: dict(rtol=1e-4, atol=1e-4),
+    torch.float16: dict(rtol=2e-3, atol=2e-3),
+    torch.bfloat16: dict(rtol=1.6e-2, atol=1.6e-2),
+}
+LAYOUTS = [(False, False), (False, True), (True, False), (True, True)]
+OP = "GroupedGemmFwdOp"
+MLP = "MoeExpertMLPFwdOp"
+
+needs_triton = pytest.mark.skipif(DEVICE not in TRITON_DEVICES,
+                                  reason="the Triton kernel needs CUDA or TRITON_INTERPRET=1")
+
+
+def _data(sizes, K, N, dtype, ta=False, tb=False, seed=0, size_dtype=torch.int32):
+    """a, b, batch_sizes on DEVICE in the stored layouts; values scaled so that the
+    products stay near 1."""
+    g = torch.Generator().manual_seed(seed)
+    M, G = sum(sizes), len(sizes)
+    a = torch.randn((K, M) if ta else (M, K), generator=g) / max(K, 1) ** 0.5
+    b = torch.randn((G, N, K) if tb else (G, K, N), generator=g)
+    s = torch.tensor(sizes, dtype=size_dtype)
+    return a.to(dtype).to(DEVICE), b.to(dtype).to(DEVICE), s.to(DEVICE)
+
+
+def _want(a, b, s, ta, tb):
+    return grouped_gemm_reference(a.double(), b.double(), s, ta, tb)
+
+
+def _close(got, want, dtype):
+    torch.testing.assert_close(got.double(), want.double(), **TOL[dtype])
+
+
+# ============================================================================ the reference
+
+@pytest.mark.parametrize("ta, tb", LAYOUTS)
+def test_reference_is_torch_grouped_mm(ta, tb):
+    # (torch._grouped_mm wants 16-byte aligned strides)
+    a, b, s = (t.cpu() for t in _data([3, 0, 8, 1], 8, 12, torch.float32, ta, tb))
+    A = a.t() if ta else a
+    B = b.transpose(1, 2) if tb else b
+    want = torch._grouped_mm(A, B, offs=torch.cumsum(s, 0, dtype=torch.int32))
+    got = grouped_gemm_reference(a, b, s, ta, tb)
+    assert got.dtype == torch.float32 and got.shape == (12, 12)
+    torch.testing.assert_close(got, want)
+    # float64 stays float64 (the bench's reference precision)
+    assert grouped_gemm_reference(a.double(), b.double(), s.long(), ta, tb).dtype == torch.float64
+
+
+def test_mlp_reference_is_the_stage_math():
+    g = torch.Generator().manual_seed(1)
+    x, w13, w2 = torch.randn(7, 4, generator=g), torch.randn(2, 4, 6, generator=g), torch.randn(2, 3, 4, generator=g)
+    s = torch.tensor([4, 3])
+    got = moe_expert_mlp_reference(x.double(), w13.double(), w2.double(), s)
+    rows = []
+    for lo, hi, e in ((0, 4, 0), (4, 7, 1)):
+        h = x[lo:hi].double() @ w13[e].double()
+        rows.append((torch.nn.functional.silu(h[:, :3]) * h[:, 3:]) @ w2[e].double())
+    torch.testing.assert_close(got, torch.cat(rows))
+
+
+# ============================================================================ the kernel
+
+@needs_triton
+@pytest.mark.parametrize("dtype", KERNEL_DTYPES, ids=str)
+@pytest.mark.parametrize("ta, tb", LAYOUTS)
+def test_triton_matches_reference(dtype, ta, tb):
+    # empty groups first, in the middle and last; odd K and N
+    sizes, K, N = [0, 5, 0, 17, 1, 3, 0], 19, 24
+    a, b, s = _data(sizes, K, N, dtype, ta, tb)
+    out = torch.full((sum(sizes), N), float("nan"), dtype=dtype, device=DEVICE)
+    assert grouped_gemm_triton(a, b, s.long(), ta, tb, out) is out
+    _close(out, _want(a, b, s, ta, tb), dtype)
+
+
+@needs_triton
+@pytest.mark.parametrize("ta, tb", [(False, False), (True, True)])
+def test_triton_several_tiles_per_group_and_k_tail(ta, tb):
+    # 16-row tiles: groups of 1, 16, 33 and 40 rows span 1..3 tiles; K = 40 leaves a tail
+    # of 8 after two 16-deep blocks; 3 column tiles; GROUP_M = 2 reorders the programs.
+    sizes, K, N = [1, 16, 0, 33, 40], 40, 48
+    a, b, s = _data(sizes, K, N, torch.float16, ta, tb, seed=2)
+    out = torch.empty((sum(sizes), N), dtype=torch.float16, device=DEVICE)
+    cfg = GroupedGemmConfig(16, 16, 16, 2, 4, 2)
+    grouped_gemm_triton(a, b, s, ta, tb, out, config=cfg)
+    _close(out, _want(a, b, s, ta, tb), torch.float16)
+
+
+@needs_triton
+def test_triton_many_groups_and_one_group():
+    # more groups than the smallest BLOCK_G (16); then every row in a single group
+    sizes = [i % 3 for i in range(37)]
+    a, b, s = _data(sizes, 16, 16, torch.float32, seed=3)
+    out = torch.empty((sum(sizes), 16), device=DEVICE)
+    grouped_gemm_triton(a, b, s, False, False, out)
+    _close(out, _want(a, b, s, False, False), torch.float32)
+    a, b, s = _data([9], 16, 16, torch.float32, seed=4)
+    out = torch.empty((9, 16), device=DEVICE)
+    grouped_gemm_triton(a, b, s, False, False, out)
+    _close(out, _want(a, b, s, False, False), torch.float32)
+
+
+@needs_triton
+def test_triton_strided_operands():
+    # a: every other column of a wider tensor; b: a permuted, non-contiguous view;
+    # out: rows of a wider tensor
+    g = torch.Generator().manual_seed(5)
+    sizes, K, N = [4, 0, 7], 16, 12
+    a = (torch.randn(11, 2 * K, generator=g) / 4).half().to(DEVICE)[:, ::2]
+    b = torch.randn(3, N, K, generator=g).half().to(DEVICE).permute(0, 2, 1)  # [G, K, N]
+    assert not a.is_contiguous() and not b.is_contiguous()
+    s = torch.tensor(sizes, dtype=torch.int32, device=DEVICE)
+    wide = torch.zeros(11, N + 5, dtype=torch.float16, device=DEVICE)
+    out = wide[:, :N]
+    grouped_gemm_triton(a, b, s, False, False, out)
+    _close(out, _want(a, b, s, False, False), torch.float16)
+    assert (wide[:, N:] == 0).all()
+
+
+@needs_triton
+def test_triton_empty_problems():
+    # no rows: nothing launched
+    a, b, s = _data([0, 0], 8, 8, torch.float32)
+    out = torch.empty((0, 8), device=DEVICE)
+    assert grouped_gemm_triton(a, b, s, False, False, out).shape == (0, 8)
+    # K = 0: zeros
+    a, b, s = _data([2, 3], 0, 4, torch.float32)
+    out = torch.full((5, 4), 7.0, device=DEVICE)
+    assert (grouped_gemm_triton(a, b, s, False, False, out) == 0).all()
+    # N = 0
+    a, b, s = _data([2, 3], 4, 0, torch.float32)
+    assert grouped_gemm_triton(a, b, s, False, False, torch.empty((5, 0), device=DEVICE)).numel() == 0
+
+
+@needs_triton
+def test_triton_int64_offsets(monkeypatch):
+    # the int64 address path, forced by lowering the limit
+    monkeypatch.setattr(GG, "_INT32_LIMIT", 16)
+    a, b, s = _data([3, 0, 5], 16, 16, torch.float16, True, True, seed=6)
+    out = torch.empty((8, 16), dtype=torch.float16, device=DEVICE)
+    grouped_gemm_triton(a, b, s, True, True, out)
+    _close(out, _want(a, b, s, True, True), torch.float16)
+
+
+def test_triton_rejects_bad_arguments():
+    a, b, s = _data([2, 2], 8, 4, torch.float32)
+    out = torch.empty((4, 4), device=DEVICE)
+    with pytest.raises(ValueError, match="inner dimensions differ"):
+        grouped_gemm_triton(a, b, s, False, True, out)
+    with pytest.raises(TypeError, match="share a dtype"):
+        grouped_gemm_triton(a.half(), b, s, False, False, out)
+    with pytest.raises(ValueError, match="batch_sizes must be int32 or int64 of shape \\[2\\]"):
+        grouped_gemm_triton(a, b, s.float(), False, False, out)
+    with pytest.raises(ValueError, match="out must have shape \\[4, 4\\]"):
+        grouped_gemm_triton(a, b, s, False, False, out[:3])
+
+
+def test_config_table():
+    bf16 = torch.bfloat16
+    # decode: a few rows per expert
+    assert grouped_gemm_config_for(256, 4096, 7168, 32, bf16)[:3] == (16, 64, 128)
+    assert grouped_gemm_config_for(1024, 4096, 7168, 32, bf16)[:3] == (32, 64, 128)
+    assert grouped_gemm_config_for(2048, 4096, 7168, 32, bf16)[:3] == (64, 128, 64)
+    # prefill: wide tiles when the groups and N are large
+    assert grouped_gemm_config_for(16384, 4096, 7168, 32, bf16)[:3] == (128, 256, 64)
+    assert grouped_gemm_config_for(16384, 1536, 2048, 128, bf16)[:3] == (128, 128, 64)
+    # float32, unaligned operands, and blocks clipped to a small problem
+    assert grouped_gemm_config_for(4096, 4096, 4096, 8, torch.float32)[:3] == (64, 64, 32)
+    assert grouped_gemm_config_for(16384, 4096, 7168, 32, bf16, False)[:3] == (128, 128, 32)
+    assert grouped_gemm_config_for(10, 3, 5, 2, torch.float16)[:3] == (16, 16, 16)
+
+
+def test_dispatch_refuses_bf16_only_under_the_interpreter():
+    call = GroupedGemmCall("bfloat16", False, True, device=torch.device("cpu"))
+    refusal = GroupedGemmTritonKernel.refusal(call)
+    if TRITON_INTERPRETED:
+        assert "bfloat16 tl.dot" in refusal
+    else:
+        assert refusal is None
+    assert GroupedGemmTritonKernel.refusal(GroupedGemmCall("float16", True, True,
+                                                            device=torch.device("cpu"))) is None
+    op = GroupedGemmFwdOp()
+    want = "grouped_gemm_triton" if "cpu" in TRITON_DEVICES else "grouped_gemm_reference"
+    assert op.key_for("grouped_gemm", GroupedGemmCall("float16", False, False,
+                                                      device=torch.device("cpu"))) == want
+    if TRITON_INTERPRETED:
+        assert op.key_for("grouped_gemm", call) == "grouped_gemm_reference"
+
+
+# ============================================================================ the ops
+
+@pytest.mark.parametrize("ta, tb", LAYOUTS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_op_matches_reference(ta, tb, dtype):
+    sizes, K, N = [3, 0, 10, 2], 16, 8
+    a, b, s = _data(sizes, K, N, dtype, ta, tb, size_dtype=torch.int64)
+    op = GroupedGemmFwdOp(ta, tb)
+    got = op(a, b, s)
+    assert got.shape == (15, 8) and got.dtype == dtype
+    _close(got, REFERENCES[OP](op, a.double(), b.double(), s), dtype)
+    call = op.last_call
+    assert call.indices == {"M": 15, "N": 8, "K": 16, "G": 4, "T": str(dtype).split(".")[1],
+                            "I": "int64", "transpose_a": ta, "transpose_b": tb}
+    assert call.branch_key == (("transpose_a", ta), ("transpose_b", tb))
+    assert call.metadata["batch_sizes"] is s
+    itemsize = a.element_size()
+    assert op.eval_roofline() == (2 * 15 * 8 * 16,
+                                  (15 * 16 + 4 * 16 * 8 + 15 * 8) * itemsize + 4 * 8)
+
+
+def test_op_empty_calls():
+    op = GroupedGemmFwdOp()
+    a, b, s = _data([0, 0, 0], 8, 4, torch.float32)
+    assert op(a, b, s).shape == (0, 4)
+    # no groups at all
+    out = op(torch.empty(0, 8), torch.empty(0, 8, 4), torch.empty(0, dtype=torch.int32))
+    assert out.shape == (0, 4) and op.last_call.indices["G"] == 0
+
+
+def _call_error(op, *args):
+    with pytest.raises((SignatureError, SignatureTypeError)) as ei:
+        op(*args)
+    return ei
+
+
+def test_op_rejects_calls_that_break_the_spec():
+    op = GroupedGemmFwdOp(transpose_b=True)
+    a, b, s = (t.cpu() for t in _data([2, 3], 8, 4, torch.float32, tb=True))
+    assert op.check_call(a, b, s) == {"M": 5, "N": 4, "K": 8, "G": 2, "T": "float32",
+                                      "I": "int32"}
+    # b in the [G, K, N] layout although transpose_b says [G, N, K]
+    ei = _call_error(op, a, b.transpose(1, 2).contiguous(), s)
+    expect_error(ei, SignatureError, OP, "signature.inputs.b.shape",
+                 "Weight[transpose_a, transpose_b, G, K, N] = [G, N, K]", "expected K = 8")
+    ei = _call_error(op, a, b, s[:1])
+    expect_error(ei, SignatureError, OP, "signature.inputs.batch_sizes.shape",
+                 "expected G = 2 (from input b), got 1")
+    ei = _call_error(op, a, b, s.float())
+    expect_error(ei, SignatureError, OP, "signature.inputs.batch_sizes.dtype",
+                 "input batch_sizes, dtype I", "got float32")
+    ei = _call_error(op, a, b.half(), s)
+    expect_error(ei, SignatureError, OP, "signature.inputs.b.dtype",
+                 "expected T = float32 (from input a), got float16")
+    ei = _call_error(op, a.double(), b.double(), s)
+    expect_error(ei, SignatureError, OP, "signature.inputs.a.dtype", "got float64")
+    ei = _call_error(op, a[None], b, s)
+    expect_error(ei, SignatureError, OP, "signature.inputs.a.shape", "expected 2, got 3")
+    ei = _call_error(op, a, b, s.tolist())
+    expect_error(ei, SignatureTypeError, OP, "signature.inputs.batch_sizes",
+                 "expected a torch.Tensor, got list")
+    # transpose_a: a is [K, M]
+    ei = _call_error(GroupedGemmFwdOp(transpose_a=True, transpose_b=True), a, b, s)
+    expect_error(ei, SignatureError, OP, "signature.inputs.b.shape",
+                 "expected K = 5 (from input a), got 8", "M=8")
+    with pytest.raises(SignatureTypeError) as ei:
+        GroupedGemmFwdOp(transpose_a=1)
+    expect_error(ei, SignatureTypeError, OP, "signature.params.transpose_a",
+                 "parameter `transpose_a` has type `bool`; got 1")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_mlp_runs_its_three_stages(dtype):
+    g = torch.Generator().manual_seed(7)
+    sizes, K, I = [5, 0, 9, 2], 16, 8
+    M, G = sum(sizes), len(sizes)
+    x = (torch.randn(M, K, generator=g) / 2).to(dtype)
+    w13 = (torch.randn(G, K, 2 * I, generator=g) / 4).to(dtype)
+    w2 = (torch.randn(G, I, K, generator=g) / 3).to(dtype)
+    s = torch.tensor(sizes)
+    op = MoeExpertMLPFwdOp()
+    got = op(x, w13, w2, s)
+    assert got.shape == (M, K) and got.dtype == dtype
+    _close(got, REFERENCES[MLP](op, x.double(), w13.double(), w2.double(), s), dtype)
+    _close(got, moe_expert_mlp_reference(x, w13, w2, s), dtype)  # the same roundings
+    stages = op.last_call.stages
+    assert list(stages) == ["gate_up", "act", "down"]
+    assert [c.op for c in stages["gate_up"] + stages["act"] + stages["down"]] == [
+        "GroupedGemmFwdOp", "SiluAndMulFwdOp", "GroupedGemmFwdOp"]
+    assert stages["gate_up"][0].indices["N"] == 2 * I and stages["down"][0].indices["N"] == K
+    assert [type(d).__name__ for d in op.held_delegates()] == [
+        "GroupedGemmFwdOp", "SiluAndMulFwdOp", "GroupedGemmFwdOp"]
+    assert op.gate_up is not op.down and isinstance(op.act, SiluAndMulFwdOp)
+    flops, nbytes = op.eval_roofline()
+    assert flops == 6 * M * K * I + 6 * M * I
+    assert nbytes == (M * K + G * K * 2 * I + G * I * K + M * K) * x.element_size() + G * 8
+    assert MoeExpertMLPFwdOp.compile_op_names == ()
+
+
+def test_mlp_rejects_calls_that_break_the_spec():
+    op = MoeExpertMLPFwdOp()
+    x, w13, w2, s = torch.randn(4, 8), torch.randn(2, 8, 6), torch.randn(2, 3, 8), torch.tensor([1, 3])
+    assert op.check_call(x, w13, w2, s)["I"] == 3
+    ei = _call_error(op, x, torch.randn(2, 8, 5), w2, s)
+    expect_error(ei, SignatureError, MLP, "signature.inputs.w13.shape", "2 * I")
+    ei = _call_error(op, x, w13, torch.randn(2, 3, 7), s)
+    expect_error(ei, SignatureError, MLP, "signature.inputs.w2.shape", "expected K = 8")
+    ei = _call_error(op, x, w13, w2, torch.tensor([4]))
+    expect_error(ei, SignatureError, MLP, "signature.inputs.w13.shape",
+                 "expected G = 1 (from input batch_sizes), got 2")
+
+
+# ============================================================================ compile boundary
+
+def test_opcheck():
+    assert GroupedGemmFwdOp.compile_op_names == ("opspec::grouped_gemm_fwd_op",)
+    fn = torch.ops.opspec.grouped_gemm_fwd_op.default
+    assert str(fn._schema) == ("opspec::grouped_gemm_fwd_op(Tensor a, Tensor b, "
+                               "Tensor batch_sizes, str key) -> Tensor")
+    for (ta, tb), dtype, tests in (((False, True), torch.float32, None),
+                                   ((True, False), torch.float16,
+                                    ("test_schema", "test_faketensor",
+                                     "test_autograd_registration"))):
+        op = GroupedGemmFwdOp(ta, tb)
+        a, b, s = (t.cpu() for t in _data([2, 0, 3], 8, 4, dtype, ta, tb))
+        kwargs = {} if tests is None else {"test_utils": tests}
+        torch.library.opcheck(fn, (a, b, s, op._opspec_key), **kwargs)
+
+
+def test_cold_compile_fullgraph():
+    from torch._inductor import config
+    from torch._inductor.compile_fx import compile_fx
+
+    torch._dynamo.reset()
+    op = GroupedGemmFwdOp(transpose_b=True)
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        with config.patch(fx_graph_cache=False):
+            return compile_fx(gm, example_inputs)
+
+    fn = torch.compile(lambda a, b, s: op(a, b, s) * 2, backend=backend, fullgraph=True)
+    a, b, s = (t.cpu() for t in _data([3, 0, 4], 8, 4, torch.float32, tb=True))
+    y = fn(a, b, s)
+    targets = [str(n.target) for g in graphs for n in g.graph.nodes if n.op == "call_function"]
+    assert sum("grouped_gemm_fwd_op" in t for t in targets) == 1, targets
+    torch.testing.assert_close(y, op(a, b, s) * 2)
+
+
+# ============================================================================ workloads
+
+def test_workload_cases_instantiate_on_meta():
+    for op_cls, n_cases in ((GroupedGemmFwdOp, 15), (MoeExpertMLPFwdOp, 6)):
+        all_cases = cases(op_cls)
+        ids = [c.id for c in all_cases]
+        assert len(ids) == len(set(ids)) == n_cases, ids
+        large = []
+        for c in all_cases:
+            op = c.construct(op_cls)
+            inputs = c.inputs("meta")
+            ind = op.check_call(*inputs)
+            assert ind["M"] == c.values["M"] and ind["G"] == c.values["G"]
+            out_elems = ind["M"] * (ind["N"] if op_cls is GroupedGemmFwdOp else ind["K"])
+            nbytes = sum(t.numel() * t.element_size() for t in inputs) + \
+                out_elems * inputs[0].element_size()
+            if nbytes >= 256 * 2**20:
+                large.append(c.label)
+        # every row but Qwen3-30B's (small experts) moves at least 256 MiB
+        assert {c.label for c in all_cases} - set(large) <= {
+            "qwen3-30b-gate-up", "qwen3-30b-down", "qwen3-30b-decode", "qwen3-30b-prefill"}
+    (c,) = [c for c in cases(GroupedGemmFwdOp) if c.id == "dsv3-gate-up-ep32-bfloat16-int32"]
+    a, b, s = c.inputs("meta")
+    assert a.shape == (16384, 7168) and b.shape == (32, 4096, 7168) and s.shape == (32,)
+    assert c.params == {"transpose_b": True}
+    (c,) = [c for c in cases(GroupedGemmFwdOp) if c.id == "mixtral-w1-tn-bfloat16-int32"]
+    a, b, s = c.inputs("meta")
+    assert a.shape == (4096, 8192) and b.shape == (8, 4096, 14336)
+
+
+def test_workload_sizes_are_balanced_and_add_up():
+    (c,) = [c for c in cases(MoeExpertMLPFwdOp) if c.id == "qwen3-30b-decode-bfloat16-int32"]
+    x, w13, w2, s = c.inputs("cpu")
+    assert s.tolist() == [8] * 16 and s.dtype == torch.int32
+    assert x.shape == (128, 2048) and w13.shape == (16, 2048, 1536) and w2.shape == (16, 768, 2048)
