@@ -226,20 +226,24 @@ def gemm_w4a16_reference(x: torch.Tensor, packed_weight: torch.Tensor, scales: t
 
 
 @triton.jit
-def _decode_step(acc, x_ptr, w_ptr, s_ptr, z_ptr, k0, k_end, offs_m, offs_n, offs_k, offs_j,
+def _decode_step(acc, x_ptr, w_ptr, s_ptr, z_ptr, j0, j_end, offs_m, offs_n, offs_k, offs_j,
                  stride_xm, stride_xk, stride_wn, stride_wk, stride_sn, stride_sg,
                  stride_zn, stride_zg,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                  GROUP: tl.constexpr, ONE_GROUP: tl.constexpr, MASKED: tl.constexpr,
                  UPCAST: tl.constexpr):
-    # One BLOCK_K step of the decode kernel: acc[n, m] += sum_k dequant(W)[n, k] * x[m, k].
+    # One step of the decode kernel over bytes [j0, j0 + BLOCK_K // 2) of each weight row,
+    # i.e. k in [2 j0, 2 j0 + BLOCK_K): acc[n, m] += sum_k dequant(W)[n, k] * x[m, k].
+    # Offsets are formed from the byte index j0 (a multiple of BLOCK_K // 2 on unmasked
+    # steps), so that the compiler sees aligned, contiguous 16-byte runs of the weight.
+    k0 = 2 * j0
     kk = k0 + offs_k                       # [BLOCK_K] logical k
-    kh = k0 // 2 + offs_j                  # [BLOCK_K // 2] byte column
+    kh = j0 + offs_j                       # [BLOCK_K // 2] byte column
     x_ptrs = x_ptr + offs_m[:, None] * stride_xm + kk[None, :] * stride_xk
     w_ptrs = w_ptr + offs_n[:, None] * stride_wn + kh[None, :] * stride_wk
     if MASKED:
-        x = tl.load(x_ptrs, mask=kk[None, :] < k_end, other=0.0)
-        p = tl.load(w_ptrs, mask=(2 * kh)[None, :] < k_end, other=0, eviction_policy="evict_first")
+        x = tl.load(x_ptrs, mask=kk[None, :] < 2 * j_end, other=0.0)
+        p = tl.load(w_ptrs, mask=kh[None, :] < j_end, other=0, eviction_policy="evict_first")
     else:
         x = tl.load(x_ptrs)
         p = tl.load(w_ptrs, eviction_policy="evict_first")
@@ -265,7 +269,7 @@ def _decode_step(acc, x_ptr, w_ptr, s_ptr, z_ptr, k0, k_end, offs_m, offs_n, off
         g_even = (k0 + 2 * offs_j) // GROUP
         g_odd = (k0 + 2 * offs_j + 1) // GROUP
         if MASKED:
-            gm = ((k0 + 2 * offs_j) < k_end)[None, :]
+            gm = (kh < j_end)[None, :]
             s_e = tl.load(s_ptr + offs_n[:, None] * stride_sn + g_even[None, :] * stride_sg, mask=gm, other=0.0)
             z_e = tl.load(z_ptr + offs_n[:, None] * stride_zn + g_even[None, :] * stride_zg, mask=gm, other=0.0)
             s_o = tl.load(s_ptr + offs_n[:, None] * stride_sn + g_odd[None, :] * stride_sg, mask=gm, other=0.0)
@@ -285,37 +289,41 @@ def _decode_step(acc, x_ptr, w_ptr, s_ptr, z_ptr, k0, k_end, offs_m, offs_n, off
 @triton.jit
 def _w4a16_decode_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, out_ptr,
-    M, N, K, K_PER_SPLIT,
+    M, N, KH, KH_PER_SPLIT,
     stride_xm, stride_xk, stride_wn, stride_wk, stride_sn, stride_sg, stride_zn, stride_zg,
     stride_os, stride_om, stride_on,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP: tl.constexpr, ONE_GROUP: tl.constexpr, USE_INT64: tl.constexpr,
     UPCAST: tl.constexpr,
 ):
+    # KH = K // 2 bytes a weight row; program (pid_n, pid_k) owns rows
+    # [pid_n * BLOCK_N, +BLOCK_N) and bytes [pid_k * KH_PER_SPLIT, +KH_PER_SPLIT).
+    BLOCK_J: tl.constexpr = BLOCK_K // 2
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
     offs_k = tl.arange(0, BLOCK_K)
-    offs_j = tl.arange(0, BLOCK_K // 2)
+    offs_j = tl.arange(0, BLOCK_J)
     # Wrapped rows (M < 16, N tails) load valid data; the store drops them.
     offs_wn = offs_n % N
     offs_xm = offs_m % M
     if USE_INT64:
         offs_wn = offs_wn.to(tl.int64)
         offs_xm = offs_xm.to(tl.int64)
-    k_begin = pid_k * K_PER_SPLIT
-    k_end = tl.minimum(k_begin + K_PER_SPLIT, K)
+    j_begin = pid_k * KH_PER_SPLIT
+    j_end = tl.minimum(j_begin + KH_PER_SPLIT, KH)
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    for i in range(0, (k_end - k_begin) // BLOCK_K):
-        acc = _decode_step(acc, x_ptr, w_ptr, s_ptr, z_ptr, k_begin + i * BLOCK_K, k_end,
+    for i in range(0, (j_end - j_begin) // BLOCK_J):
+        j0 = tl.multiple_of(j_begin + i * BLOCK_J, BLOCK_J)
+        acc = _decode_step(acc, x_ptr, w_ptr, s_ptr, z_ptr, j0, j_end,
                            offs_xm, offs_wn, offs_k, offs_j,
                            stride_xm, stride_xk, stride_wn, stride_wk, stride_sn, stride_sg,
                            stride_zn, stride_zg, BLOCK_M, BLOCK_N, BLOCK_K, GROUP, ONE_GROUP,
                            False, UPCAST)
-    k_tail = k_end - (k_end - k_begin) % BLOCK_K
-    if k_tail < k_end:
-        acc = _decode_step(acc, x_ptr, w_ptr, s_ptr, z_ptr, k_tail, k_end,
+    j_tail = j_end - (j_end - j_begin) % BLOCK_J
+    if j_tail < j_end:
+        acc = _decode_step(acc, x_ptr, w_ptr, s_ptr, z_ptr, j_tail, j_end,
                            offs_xm, offs_wn, offs_k, offs_j,
                            stride_xm, stride_xk, stride_wn, stride_wk, stride_sn, stride_sg,
                            stride_zn, stride_zg, BLOCK_M, BLOCK_N, BLOCK_K, GROUP, ONE_GROUP,
@@ -484,7 +492,7 @@ def w4a16_decode_triton(x: torch.Tensor, packed_weight: torch.Tensor, scales: to
         dstrides = dest.stride()
     grid = (triton.cdiv(N, cfg.block_n), split)
     _w4a16_decode_kernel[grid](
-        x, packed_weight, scales, zeros, dest, M, N, K, k_per_split,
+        x, packed_weight, scales, zeros, dest, M, N, K // 2, k_per_split // 2,
         *_strides(x, packed_weight, scales, zeros), *dstrides,
         BLOCK_M=16, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP=group_size,
         ONE_GROUP=group_size % cfg.block_k == 0, USE_INT64=use_int64,

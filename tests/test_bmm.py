@@ -275,3 +275,74 @@ def test_workload_cases_instantiate():
         largest = max(largest, size(a) + size(b) + ind["B"] * ind["M"] * ind["N"] * a.element_size())
     assert largest >= 256 * 2**20
     assert {str(c.dtypes["T"]) for c in all_cases} >= {"bfloat16", "float16", "float32"}
+
+
+# ============================================================================ sm_90 build
+
+_COMPILE_SCRIPT = r"""
+import json, re, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+import opspec.kernels.bmm as K
+
+def build(B, M, N, Kd, dt):
+    # The launch the table plans for a contiguous problem, specialised as a launch is.
+    cfg = K.bmm_config_for(B, M, N, Kd, {"bf16": K.torch.bfloat16, "fp32": K.torch.float32}[dt])
+    fn = K._bmm_kernel
+    ints = dict(M=M, N=N, K=Kd, stride_ab=M * Kd, stride_am=Kd, stride_ak=1, stride_bb=Kd * N,
+                stride_bk=N, stride_bn=1, stride_cb=M * N, stride_cm=N, stride_cn=1)
+    cexpr = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+                 GROUP_M=cfg.group_m, EVEN_K=Kd % cfg.block_k == 0, USE_INT64=False,
+                 INPUT_PRECISION="ieee" if dt == "fp32" else "tf32", UPCAST=False)
+    sig, attrs = {}, {}
+    for i, name in enumerate(fn.arg_names):
+        if name in cexpr:
+            sig[name] = "constexpr"
+        elif name.endswith("_ptr"):
+            sig[name] = "*" + dt
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        elif ints[name] == 1:
+            sig[name], cexpr[name] = "constexpr", 1
+        else:
+            sig[name] = "i32"
+            if ints[name] % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    src = ASTSource(fn=fn, signature=sig, constexprs=cexpr, attrs=attrs)
+    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                         options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}).asm["ptx"]
+    return {"cp_async": ptx.count("cp.async"), "local": ptx.count(".local"),
+            "wgmma": "wgmma" in ptx, "mma": "mma.sync" in ptx}
+
+out = {
+    "attn-qk": build(256, 2048, 2048, 128, "bf16"),
+    "attn-pv": build(256, 2048, 128, 2048, "bf16"),
+    "decode-qk": build(512, 4, 4096, 128, "bf16"),
+    "expert-up": build(8, 1024, 14336, 4096, "bf16"),
+    "fp32": build(32, 4096, 4096, 128, "fp32"),
+}
+json.dump(out, sys.stdout)
+"""
+
+
+def test_kernel_builds_for_sm90():
+    """The kernel compiles for sm_90 (ptxas included) with the table's configurations of the
+    workload shapes: pipelined operand loads (cp.async), no local memory (no spills), 16-bit
+    tiles of 64 rows or more on Hopper's wgmma. Compiled in a fresh process: under the interpreter,
+    triton.language is patched."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], capture_output=True,
+                         text=True, env=env, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    built = json.loads(res.stdout)
+    for name, k in built.items():
+        assert k["local"] == 0 and k["cp_async"] > 0, (name, k)
+        if name == "decode-qk":      # 16-row tiles: Ampere-style mma (wgmma needs 64 rows)
+            assert k["mma"], (name, k)
+        elif name != "fp32":
+            assert k["wgmma"], (name, k)
