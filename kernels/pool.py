@@ -11,23 +11,33 @@ Plain functions; the dispatch classes are in :mod:`opspec.kernels.pool_impl`.
 Layout of the work. The input is viewed as ``[N, C, H, W]`` with any strides (an unbatched
 ``[C, H, W]`` is one image). The output ``[N, C, H_out, W_out]`` (contiguous) is seen as a
 matrix of ``R = N * C * H_out`` rows of ``W_out`` pixels; each program takes a tile of
-``BLOCK_R`` rows by ``BLOCK_W`` columns. The row index is split into ``(n, c, oh)`` once per
-row (a ``[BLOCK_R]`` vector), never per pixel, so the window loop costs only an add, a mask
-and a load per element: over ``kh`` the row address and row mask, over ``kw`` the column
-offset and column mask, combined by broadcasting. Windows up to ``_MAX_UNROLL`` elements are
-unrolled (window sizes are compile-time constants); larger ones (global pooling) loop at run
-time. Padding and the part of a ceil_mode window past the input are masked: ``-inf`` for
-max (never selected), ``0`` for the sum. Max propagates NaN as torch does (a NaN is taken
-and then kept); the average sums in float32 and divides by torch's divisor:
+``BLOCK_R`` rows by ``BLOCK_W`` columns (see :func:`pool2d_plan`): rows of one plane
+(``n``, ``c``) when planes are tall enough (plane tiles: no division per row), else
+consecutive rows of the flattened output, each split into ``(n, c, oh)`` once per row (a
+``[BLOCK_R]`` vector), never per pixel. The window loop then works on a row vector over
+``kh`` and a column vector over ``kw``, combined by broadcasting. Windows up to
+``_MAX_UNROLL`` elements are unrolled (window sizes are compile-time constants); larger
+ones (global pooling) loop at run time.
+
+Max with dilation 1 clamps each window row and column into the input instead of masking:
+the clamped element lies in the same window (the window meets the input, as torch's
+output-size rule guarantees), so the maximum is unchanged and no load is masked; lanes past
+the output are clamped onto the last output and not stored. Otherwise (the average, dilated
+max) padding and the part of a ceil_mode window past the input are masked: ``-inf`` for
+max, ``0`` for the sum. Max propagates NaN as torch does (a NaN is taken and then kept:
+a NaN-propagating maximum); the average sums in float32 and divides by torch's divisor:
 ``divisor_override``, else the window clipped to the padded input (count_include_pad), else
 the window clipped to the input.
 
 The op reads the input about once (neighbouring windows share cache lines, so the
 overlapping reads of a 3x3 stride-2 window come from L1/L2) and writes the output once: it
-is bound by HBM bandwidth on the H200 (about 4.2 TB/s measured for a copy). The tile is
-about ``_TILE`` output pixels, ``BLOCK_W`` the next power of two of ``W_out`` up to
-``_MAX_BLOCK_W``, ``BLOCK_R`` the rest; all tuning constants are at the top of this module.
-Offsets are int64 when an address can pass ``2**31 - 1``.
+is bound by HBM bandwidth on the H200 (about 4.2 TB/s measured for a copy), with the
+instruction issue close behind for overlapping windows (sm_90 build of the ResNet stem
+tile: about 78 SASS instructions per output), so the per-element work is kept to an
+address, a load and a max or add. The tile is about ``_TILE`` output pixels; all tuning
+constants are at the top of this module. Offsets are int64 when an address can pass
+``2**31 - 1``. channels_last inputs are read through their strides (correct, not
+coalesced along ``W``: the fast case is contiguous NCHW).
 """
 
 from __future__ import annotations
@@ -55,8 +65,13 @@ _TILE = 1024
 _MAX_BLOCK_W = 128
 #: Threads: _TILE / (32 * _NUM_WARPS) = 8 output pixels per thread.
 _NUM_WARPS = 4
-#: Windows with at most this many elements are unrolled; larger ones loop at run time.
-_MAX_UNROLL = 64
+#: Windows with at most this many elements are unrolled; larger ones loop at run time
+#: (a 7x7 window unrolled over 8 outputs a thread spills registers on sm_90).
+_MAX_UNROLL = 32
+#: Enough programs to give each of the H200's 132 SMs a few: tiles shrink to reach it.
+_TARGET_PROGRAMS = 4 * 132
+#: Planes with at least this many output rows are tiled plane by plane (see pool2d_plan).
+_MIN_PLANE_ROWS = 8
 _INT32_LIMIT = 2**31 - 1
 
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
@@ -129,72 +144,122 @@ def pool2d_reference(x: torch.Tensor, mode: str, g: Pool2dGeometry,
 # -- Triton kernel ----------------------------------------------------------------------------
 
 @triton.jit
-def _window_step(acc, x_ptr, row_off, row_ok, iw, W, sxw, IS_MAX: tl.constexpr):
-    """Accumulate one window column: the element at row offset `row_off` ([BLOCK_R, 1])
-    and input column `iw` ([1, BLOCK_W]), masked outside the input."""
-    ok = row_ok & (iw >= 0) & (iw < W)
-    ptrs = x_ptr + (row_off + iw * sxw)
+def _window_step(acc, tile_ptrs, step, row_ok, iw, W, IS_MAX: tl.constexpr):
+    """Accumulate one window element of every output of the tile: the input at
+    `tile_ptrs + step` (`tile_ptrs` points at each window's first element, `step` is the
+    scalar offset of this element), masked by the row mask `row_ok` ([BLOCK_R, 1]) and
+    the input column `iw` ([BLOCK_W])."""
+    ok = row_ok & ((iw >= 0) & (iw < W))[None, :]
     if IS_MAX:
-        v = tl.load(ptrs, mask=ok, other=float("-inf")).to(tl.float32)
-        # torch: `val > maxval || isnan(val)`: a NaN is taken, and nothing replaces it
-        acc = tl.where((v > acc) | (v != v), v, acc)
+        v = tl.load(tile_ptrs + step, mask=ok, other=float("-inf")).to(tl.float32)
+        # torch takes a NaN and keeps it (`val > maxval || isnan(val)`): a NaN-propagating max
+        acc = tl.maximum(acc, v, propagate_nan=tl.PropagateNan.ALL)
     else:
-        v = tl.load(ptrs, mask=ok, other=0.0).to(tl.float32)
+        v = tl.load(tile_ptrs + step, mask=ok, other=0.0).to(tl.float32)
         acc = acc + v
+    return acc
+
+
+@triton.jit
+def _clamped_max_row(acc, row_ptrs, w0, W, sxw, KW_C: tl.constexpr):
+    """The max over one window row of every output of the tile, the input column clamped
+    into [0, W): a clamped column is another element of the same window (dilation 1), so
+    no load is masked."""
+    for kw in tl.static_range(KW_C):
+        iw = tl.minimum(tl.maximum(w0 + kw, 0), W - 1)
+        v = tl.load(row_ptrs[:, None] + (iw * sxw)[None, :]).to(tl.float32)
+        acc = tl.maximum(acc, v, propagate_nan=tl.PropagateNan.ALL)
     return acc
 
 
 @triton.jit
 def _pool2d_kernel(
     x_ptr, out_ptr,
-    R, C, H, W, H_out, W_out, n_col_blocks,
+    R, C, H, W, H_out, W_out, n_col_blocks, n_row_blocks,
     sxn, sxc, sxh, sxw,
     KH, KW, SH, SW, PH, PW, DH, DW,
     divisor,
     KH_C: tl.constexpr, KW_C: tl.constexpr,
-    UNROLL: tl.constexpr, IS_MAX: tl.constexpr,
+    UNROLL: tl.constexpr, IS_MAX: tl.constexpr, CLAMP: tl.constexpr, MERGE_NC: tl.constexpr,
+    PLANE_TILES: tl.constexpr,
     COUNT_INCLUDE_PAD: tl.constexpr, HAS_DIVISOR: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr, USE_INT64: tl.constexpr,
 ):
     pid = tl.program_id(0)
     if USE_INT64:
         pid = pid.to(tl.int64)
-    rb = pid // n_col_blocks
+        sxh = sxh.to(tl.int64)
+        sxw = sxw.to(tl.int64)
     cb = pid % n_col_blocks
-    rows = rb * BLOCK_R + tl.arange(0, BLOCK_R)
     cols = cb * BLOCK_W + tl.arange(0, BLOCK_W)
-    row_in = rows < R
     col_in = cols < W_out
-    # row -> (n, c, oh): once per row, not per pixel
-    oh = rows % H_out
-    nc = rows // H_out
-    c = nc % C
-    n = nc // C
-    base = n * sxn + c * sxc
-    h0 = oh * SH - PH                                  # [BLOCK_R]
-    w0 = cols * SW - PW                                # [BLOCK_W]
+    # Lanes past the output compute the last output again (valid addresses; not stored).
+    cols_c = tl.minimum(cols, W_out - 1)
+    if PLANE_TILES:
+        # the tile's rows are BLOCK_R output rows of one plane (n, c): no per-row division
+        t = pid // n_col_blocks
+        plane = t // n_row_blocks
+        oh = (t % n_row_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)
+        row_in = oh < H_out
+        oh = tl.minimum(oh, H_out - 1)
+        rows = plane * H_out + oh                      # output rows (n, c, oh) flattened
+        if MERGE_NC:
+            base = plane * sxc
+        else:
+            base = (plane // C) * sxn + (plane % C) * sxc
+    else:
+        # the tile's rows are BLOCK_R consecutive rows (n, c, oh) of the flattened output,
+        # split once per row (small planes: several per tile)
+        rows = (pid // n_col_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)
+        row_in = rows < R
+        rows_c = tl.minimum(rows, R - 1)
+        oh = rows_c % H_out
+        nc = rows_c // H_out
+        # a plane (n, c) is one stride away from the next when the layout merges them
+        # (MERGE_NC: sxn == C * sxc, e.g. contiguous NCHW)
+        if MERGE_NC:
+            base = nc * sxc
+        else:
+            base = (nc // C) * sxn + (nc % C) * sxc
+    h0 = oh * SH - PH                                  # [BLOCK_R] first window row
+    w0 = cols_c * SW - PW                              # [BLOCK_W] first window column
 
     if IS_MAX:
         acc = tl.full((BLOCK_R, BLOCK_W), float("-inf"), tl.float32)
     else:
         acc = tl.zeros((BLOCK_R, BLOCK_W), tl.float32)
 
-    if UNROLL:
-        for kh in tl.static_range(KH_C):
-            ih = h0 + kh * DH
-            row_ok = (row_in & (ih >= 0) & (ih < H))[:, None] & col_in[None, :]
-            row_off = (base + ih * sxh)[:, None]
-            for kw in tl.static_range(KW_C):
-                acc = _window_step(acc, x_ptr, row_off, row_ok, (w0 + kw * DW)[None, :], W,
-                                   sxw, IS_MAX)
+    if CLAMP:
+        # max, dilation 1: rows and columns clamped into the input, no masks
+        if UNROLL:
+            for kh in tl.static_range(KH_C):
+                ih = tl.minimum(tl.maximum(h0 + kh, 0), H - 1)
+                acc = _clamped_max_row(acc, x_ptr + (base + ih * sxh), w0, W, sxw, KW_C)
+        else:
+            for kh in range(0, KH):
+                ih = tl.minimum(tl.maximum(h0 + kh, 0), H - 1)
+                row_ptrs = x_ptr + (base + ih * sxh)
+                for kw in range(0, KW):
+                    iw = tl.minimum(tl.maximum(w0 + kw, 0), W - 1)
+                    v = tl.load(row_ptrs[:, None] + (iw * sxw)[None, :]).to(tl.float32)
+                    acc = tl.maximum(acc, v, propagate_nan=tl.PropagateNan.ALL)
     else:
-        for kh in range(0, KH):
-            ih = h0 + kh * DH
-            row_ok = (row_in & (ih >= 0) & (ih < H))[:, None] & col_in[None, :]
-            row_off = (base + ih * sxh)[:, None]
-            for kw in range(0, KW):
-                acc = _window_step(acc, x_ptr, row_off, row_ok, (w0 + kw * DW)[None, :], W,
-                                   sxw, IS_MAX)
+        # each output's window origin; a window element is then one scalar offset away
+        tile_ptrs = x_ptr + ((base + h0 * sxh)[:, None] + (w0 * sxw)[None, :])
+        if UNROLL:
+            for kh in tl.static_range(KH_C):
+                ih = h0 + kh * DH
+                row_ok = ((ih >= 0) & (ih < H))[:, None]
+                for kw in tl.static_range(KW_C):
+                    acc = _window_step(acc, tile_ptrs, kh * DH * sxh + kw * DW * sxw, row_ok,
+                                       w0 + kw * DW, W, IS_MAX)
+        else:
+            for kh in range(0, KH):
+                ih = h0 + kh * DH
+                row_ok = ((ih >= 0) & (ih < H))[:, None]
+                for kw in range(0, KW):
+                    acc = _window_step(acc, tile_ptrs, kh * DH * sxh + kw * DW * sxw, row_ok,
+                                       w0 + kw * DW, W, IS_MAX)
 
     if IS_MAX:
         res = acc
@@ -223,22 +288,58 @@ def _pool2d_kernel(
 
 @dataclass(frozen=True)
 class Pool2dPlan:
-    """How the launcher splits the output: tile ``BLOCK_R`` x ``BLOCK_W``, ``num_warps``,
-    whether the window is unrolled."""
+    """How the launcher splits the output: tiles of ``block_r`` rows by ``block_w``
+    columns, ``num_warps``, whether the window is unrolled, and whether a tile's rows are
+    rows of one plane (``plane_tiles``) or consecutive rows of the flattened output."""
 
     block_r: int
     block_w: int
     num_warps: int
     unroll: bool
+    plane_tiles: bool = False
 
 
-def pool2d_plan(R: int, W_out: int, g: Pool2dGeometry) -> Pool2dPlan:
-    """The plan for ``R`` output rows of ``W_out`` pixels (see the module docstring)."""
+def pool2d_plan(R: int, H_out: int, W_out: int, g: Pool2dGeometry) -> Pool2dPlan:
+    """The plan for ``R = N * C * H_out`` output rows of ``W_out`` pixels.
+
+    ``block_w`` is the next power of two of ``W_out`` (at most ``_MAX_BLOCK_W``). Planes of
+    at least ``_MIN_PLANE_ROWS`` output rows take plane tiles when a power of two
+    ``block_r`` (from ``_TILE / block_w`` down to a quarter of it) pads ``H_out`` by at most
+    an eighth; other outputs take ``_TILE / block_w`` consecutive flattened rows (each row
+    split into (n, c, oh) in the kernel), fewer (down to 256 outputs a tile) while the grid
+    holds fewer than ``_TARGET_PROGRAMS`` programs. ``num_warps`` gives each thread about 8
+    outputs.
+    """
     block_w = min(triton.next_power_of_2(max(W_out, 1)), _MAX_BLOCK_W)
-    block_r = max(1, min(_TILE // block_w, triton.next_power_of_2(max(R, 1))))
-    num_warps = max(1, min(_NUM_WARPS, (block_r * block_w) // 256))
     unroll = g.kernel[0] * g.kernel[1] <= _MAX_UNROLL
-    return Pool2dPlan(block_r, block_w, num_warps, unroll)
+    cap = max(1, _TILE // block_w)
+    plane, block_r = False, max(1, min(cap, triton.next_power_of_2(max(R, 1))))
+    if H_out >= _MIN_PLANE_ROWS:
+        top = min(cap, triton.next_power_of_2(H_out))
+        for b in (top, top // 2, top // 4):
+            if b >= 1 and triton.cdiv(H_out, b) * b - H_out <= H_out // 8:
+                plane, block_r = True, b
+                break
+    if not plane:
+        while block_r > 1 and block_r * block_w > 256 \
+                and triton.cdiv(R, block_r) * triton.cdiv(W_out, block_w) < _TARGET_PROGRAMS:
+            block_r //= 2
+    num_warps = max(1, min(_NUM_WARPS, (block_r * block_w) // 256))
+    return Pool2dPlan(block_r, block_w, num_warps, unroll, plane)
+
+
+def _needs_int64(x4: torch.Tensor, R: int, H_out: int, W_out: int, g: Pool2dGeometry,
+                 p: Pool2dPlan) -> bool:
+    """Whether an offset the kernel forms (masked lanes of the last tiles included) can
+    pass ``2**31 - 1``: a generous bound on the input and output offsets."""
+    N, C = x4.shape[0], x4.shape[1]
+    sn, sc, sh, sw = (abs(s) for s in x4.stride())
+    x_bound = ((N + 1) * sn + (C + 1) * sc
+               + (g.stride[0] * (H_out + 1) + g.dilation[0] * g.kernel[0] + g.padding[0] + 1) * sh
+               + (g.stride[1] * (W_out + p.block_w) + g.dilation[1] * g.kernel[1]
+                  + g.padding[1] + 1) * sw)
+    out_bound = (R + p.block_r + 1) * W_out + p.block_w
+    return max(x_bound, out_bound) > _INT32_LIMIT
 
 
 def pool2d_triton(x: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeometry,
@@ -270,24 +371,26 @@ def pool2d_triton(x: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeomet
     R = N * C * H_out
     if R == 0 or W_out == 0:
         return out
-    p = plan or pool2d_plan(R, W_out, g)
+    p = plan or pool2d_plan(R, H_out, W_out, g)
     n_col_blocks = triton.cdiv(W_out, p.block_w)
-    x_span = sum((s - 1) * abs(st) for s, st in zip(x4.shape, x4.stride()))
-    use_int64 = (max(x_span, R * W_out) + (p.block_r + 1) * max(p.block_w, W_out)
-                 + abs(x4.stride(2)) * (g.kernel[0] * g.dilation[0] + g.padding[0])
-                 + abs(x4.stride(3)) * (g.kernel[1] * g.dilation[1] + g.padding[1])
-                 > _INT32_LIMIT)
+    n_row_blocks = triton.cdiv(H_out, p.block_r) if p.plane_tiles else 1
+    use_int64 = _needs_int64(x4, R, H_out, W_out, g, p)
     kh, kw = g.kernel
-    grid = (triton.cdiv(R, p.block_r) * n_col_blocks,)
+    if p.plane_tiles:
+        grid = (N * C * n_row_blocks * n_col_blocks,)
+    else:
+        grid = (triton.cdiv(R, p.block_r) * n_col_blocks,)
     _pool2d_kernel[grid](
         x4, out,
-        R, C, H, W, H_out, W_out, n_col_blocks,
+        R, C, H, W, H_out, W_out, n_col_blocks, n_row_blocks,
         x4.stride(0), x4.stride(1), x4.stride(2), x4.stride(3),
         kh, kw, g.stride[0], g.stride[1], g.padding[0], g.padding[1],
         g.dilation[0], g.dilation[1],
         float(divisor_override) if divisor_override is not None else 1.0,
         KH_C=kh if p.unroll else 1, KW_C=kw if p.unroll else 1,
         UNROLL=p.unroll, IS_MAX=(mode == "max"),
+        CLAMP=(mode == "max" and g.dilation == (1, 1)),
+        MERGE_NC=(N == 1 or x4.stride(0) == C * x4.stride(1)), PLANE_TILES=p.plane_tiles,
         COUNT_INCLUDE_PAD=bool(count_include_pad), HAS_DIVISOR=divisor_override is not None,
         BLOCK_R=p.block_r, BLOCK_W=p.block_w, USE_INT64=use_int64,
         num_warps=p.num_warps,

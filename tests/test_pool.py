@@ -153,21 +153,29 @@ def test_max_propagates_nan_and_keeps_infinities(dtype):
 
 
 def test_large_window_loops_at_run_time():
-    """A window of more than 64 elements (global pooling) takes the run-time loop."""
+    """A window of more than 32 elements (global pooling) takes the run-time loop: clamped
+    (max), masked (dilated max, average)."""
     x = _randn(2, 3, 11, 10)
     g = pool2d_geometry((11, 9), 1, (5, 4), 1, False)
-    assert not pool2d_plan(6 * 1, 2, g).unroll
+    assert not pool2d_plan(6 * 1, 1, 2, g).unroll
     assert torch.equal(_run(x, "max", g), _torch_max(x, (11, 9), 1, (5, 4), 1, False))
+    gd = pool2d_geometry((6, 6), 1, 3, 2, True)
+    assert torch.equal(_run(x, "max", gd), _torch_max(x, (6, 6), 1, 3, 2, True))
     torch.testing.assert_close(_run(x, "avg", g, False),
                                _torch_avg(x, (11, 9), 1, (5, 4), False, False, None),
                                **TOL[torch.float32])
 
 
 @pytest.mark.parametrize("plan", [Pool2dPlan(2, 4, 1, True), Pool2dPlan(1, 2, 1, False),
-                                  Pool2dPlan(8, 1, 1, True)], ids=str)
-def test_tiles_cover_rows_and_columns(plan):
-    """Small tiles: several column blocks per row, a partial last row tile, both loops."""
-    x = _randn(1, 2, 5, 9, dtype=torch.float16)
+                                  Pool2dPlan(8, 1, 1, True), Pool2dPlan(2, 4, 1, True, True),
+                                  Pool2dPlan(4, 2, 1, False, True)], ids=str)
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_tiles_cover_rows_and_columns(plan, layout):
+    """Small tiles: several column blocks per row, a partial last row tile, both loops,
+    flattened rows and plane tiles, planes merged (contiguous) or not (channels_last)."""
+    x = _randn(2, 2, 5, 9, dtype=torch.float16)
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
     g = pool2d_geometry(3, (2, 1), 1, 1, True)
     assert torch.equal(_run(x, "max", g, plan=plan), _torch_max(x, 3, (2, 1), 1, 1, True))
     torch.testing.assert_close(_run(x, "avg", g, False, None, plan).float(),
@@ -177,12 +185,17 @@ def test_tiles_cover_rows_and_columns(plan):
 
 def test_plan_shapes():
     stem = pool2d_geometry(3, 2, 1)
-    p = pool2d_plan(128 * 64 * 56, 56, stem)
-    assert (p.block_r, p.block_w, p.num_warps, p.unroll) == (16, 64, 4, True)
-    p = pool2d_plan(128 * 2048, 1, pool2d_geometry(7))         # ResNet head: one pixel a row
-    assert (p.block_r, p.block_w) == (1024, 1)
-    p = pool2d_plan(3, 300, stem)                                # wide rows: split, few rows
-    assert (p.block_r, p.block_w, p.num_warps) == (4, 128, 2)
+    # ResNet stem: 56 x 56 planes, tiles of 8 rows of one plane (no padding rows)
+    p = pool2d_plan(128 * 64 * 56, 56, 56, stem)
+    assert (p.block_r, p.block_w, p.num_warps, p.unroll, p.plane_tiles) == (8, 64, 2, True, True)
+    # 28 x 28 planes: a power of two pads 28 rows by more than an eighth: flattened rows
+    p = pool2d_plan(128 * 256 * 28, 28, 28, pool2d_geometry(2))
+    assert (p.block_r, p.block_w, p.num_warps, p.plane_tiles) == (32, 32, 4, False)
+    # ResNet head: one pixel a row; 1024 rows a tile would make 256 programs: 256 rows
+    p = pool2d_plan(128 * 2048, 1, 1, pool2d_geometry(7))
+    assert (p.block_r, p.block_w, p.plane_tiles, p.unroll) == (256, 1, False, False)
+    p = pool2d_plan(3, 3, 300, stem)                             # wide rows: split, few rows
+    assert (p.block_r, p.block_w, p.num_warps, p.plane_tiles) == (2, 128, 1, False)
 
 
 @pytest.mark.parametrize("mode", ["max", "avg"])
@@ -378,3 +391,19 @@ def test_workload_cases_instantiate(cls):
             * x.element_size()
         largest = max(largest, traffic)
     assert largest >= 256 * 2**20, largest
+
+
+def test_int64_offsets(monkeypatch):
+    """The int64 path (inputs past 2**31 - 1 elements), forced with a lower limit."""
+    import opspec.kernels.pool as pool_mod
+
+    x = _randn(2, 3, 9, 11, dtype=torch.bfloat16)[:, :, 1:, :]
+    g = pool2d_geometry(3, 2, 1, 1, True)
+    H_out, W_out = pool2d_out_size(8, 11, g)
+    plan = pool2d_plan(6 * H_out, H_out, W_out, g)
+    assert not pool_mod._needs_int64(x, 6 * H_out, H_out, W_out, g, plan)
+    monkeypatch.setattr(pool_mod, "_INT32_LIMIT", 64)
+    assert pool_mod._needs_int64(x, 6 * H_out, H_out, W_out, g, plan)
+    assert torch.equal(_run(x, "max", g), _torch_max(x, 3, 2, 1, 1, True))
+    torch.testing.assert_close(_run(x, "avg", g, False).float(),
+                               _torch_avg(x, 3, 2, 1, True, False, None), **TOL[torch.bfloat16])
