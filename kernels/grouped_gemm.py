@@ -23,6 +23,25 @@ Each operand is read through its strides in its stored layout (no transposing co
   (``% N``) the same way; full K blocks are unmasked (cp.async pipelining) and one masked
   tail block handles ``K % BLOCK_K``.
 
+* :func:`grouped_gemm_tma` -- the same tile walk with the operands loaded through TMA
+  tensor descriptors (Hopper's bulk copy engine) in a persistent kernel: one program per
+  SM walks the real tiles (their count, a device value, bounds its loop) in the grouped
+  order above. ``a`` is described as stored (``[M, K]`` only: a descriptor's start in its
+  inner dimension must be 16-byte aligned, and a group's first row, the start of a
+  transposed ``a``'s inner dimension, need not be), ``b`` flattened to ``[G * K, N]``
+  (``[G * N, K]`` when ``transpose_b``), so tile rows of ``b`` past its group's K (or N)
+  would read the next group's: for ``[G, K, N]`` the kernel therefore needs
+  ``K % BLOCK_K == 0``, and for ``[G, N, K]`` those rows only reach output columns the
+  store drops. The output is stored through pointers with masks (a descriptor store
+  would write a tile's rows of the next group). The dense GEMM's TMA kernels
+  (kernels/gemm.py) measured 0.96-1.10x of cuBLAS with these tiles on an H200, where its
+  pointer kernel reached 0.69-0.79x on the nn.Linear (transposed b) layout; this kernel
+  has not yet been timed. :func:`grouped_gemm_triton` routes a call to it on CUDA
+  devices of compute capability 9.0 or later when the descriptors' rules hold and the
+  table (:func:`grouped_gemm_tma_config_for`) has an entry (more than 64 rows per group
+  on average); if the kernel fails to build on a device, a warning says so once and
+  the pointer kernel serves every later call.
+
 Tile shapes come from :func:`grouped_gemm_config_for` (a small table in plain Python,
 indexed by the mean group size ``M // G``, N, K and the dtype: shapes only, no device
 values). Empty groups produce no tile; ``K == 0`` zero-fills ``out``; ``M == 0`` or
@@ -35,17 +54,22 @@ On CPU the Triton interpreter's ``tl.dot`` is wrong for bf16: test in fp16/fp32 
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import NamedTuple
 
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 __all__ = [
     "GroupedGemmConfig",
     "grouped_gemm_config_for",
     "grouped_gemm_reference",
+    "grouped_gemm_tma",
+    "grouped_gemm_tma_config_for",
     "grouped_gemm_triton",
+    "tma_eligible",
     "moe_expert_mlp_reference",
 ]
 
@@ -301,6 +325,14 @@ def grouped_gemm_triton(a: torch.Tensor, b: torch.Tensor, batch_sizes: torch.Ten
     if K == 0 or G == 0:
         return out.zero_()
     if config is None:
+        tma = grouped_gemm_tma_config_for(M, N, K, G, transpose_b)
+        if tma is not None and _TMA_STATE["ok"] and tma_eligible(a, b, transpose_a, transpose_b, tma):
+            try:
+                return grouped_gemm_tma(a, b, batch_sizes, transpose_a, transpose_b, out, tma)
+            except Exception as exc:  # a build failure on this device: fall back, say so once
+                _TMA_STATE["ok"] = False
+                warnings.warn(f"grouped_gemm_tma failed ({type(exc).__name__}: {exc}); the "
+                              f"pointer kernel serves grouped GEMMs from now on", RuntimeWarning)
         config = grouped_gemm_config_for(M, N, K, G, a.dtype, _is_aligned(a) and _is_aligned(b))
     cfg = config
     # b's group offset is formed in int64 in the kernel; the rest needs it only past 2**31.
@@ -317,4 +349,150 @@ def grouped_gemm_triton(a: torch.Tensor, b: torch.Tensor, batch_sizes: torch.Ten
         INPUT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
+    return out
+
+
+# --- TMA descriptors ------------------------------------------------------------------------
+
+# The dense GEMM's TMA tiles (kernels/gemm.py, measured there on an H200): 128x256x64 in the
+# persistent kernel for large problems, 128x128x64 with 5 stages where N is narrow.
+_TMA_BIG = GroupedGemmConfig(128, 256, 64, 16, 8, 3)
+_TMA_NARROW = GroupedGemmConfig(128, 128, 64, 8, 4, 5)
+# Fewer rows per group than this go to the pointer kernel's shorter tiles.
+_TMA_MIN_ROWS = 64
+_NUM_SMS = 132  # H200; the device's own count is read at launch
+_TMA_STATE = {"ok": True}
+
+
+@functools.lru_cache(maxsize=1024)
+def grouped_gemm_tma_config_for(M: int, N: int, K: int, G: int,
+                                transpose_b: bool) -> GroupedGemmConfig | None:
+    """The TMA kernel's tiles for a float16/bfloat16 problem, or None where the pointer
+    kernel serves it (64 rows per group or fewer; ``[G, K, N]`` weights whose K is not a
+    multiple of the K step)."""
+    if M // max(G, 1) <= _TMA_MIN_ROWS:
+        return None
+    wide = M // max(G, 1) >= _WIDE_MIN_ROWS and N >= _WIDE_MIN_N
+    cfg = _clip(_TMA_BIG if wide else _TMA_NARROW, M, N, K)
+    if not transpose_b and K % cfg.block_k:
+        return None
+    return cfg
+
+
+@functools.lru_cache(maxsize=16)
+def _num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return _NUM_SMS
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def _rows_ok(t: torch.Tensor) -> bool:
+    """TMA's rules for the 2-D view: unit inner stride, 16-byte aligned rows and base."""
+    return (t.stride(-1) == 1 and (t.stride(-2) * t.element_size()) % 16 == 0
+            and t.data_ptr() % 16 == 0)
+
+
+def tma_eligible(a: torch.Tensor, b: torch.Tensor, transpose_a: bool, transpose_b: bool,
+                 cfg: GroupedGemmConfig) -> bool:
+    """Whether the TMA kernel can run this call: a CUDA device of compute capability 9.0 or
+    later, float16/bfloat16, ``a`` stored ``[M, K]`` with TMA's row rules, ``b`` contiguous (so that it
+    flattens to one 2-D descriptor) with 16-byte aligned rows, and for ``[G, K, N]``
+    weights K a multiple of the K step."""
+    return (a.is_cuda and a.dtype in (torch.float16, torch.bfloat16)
+            and torch.cuda.get_device_capability(a.device)[0] >= 9
+            and not transpose_a and a.dim() == 2 and _rows_ok(a)
+            and b.is_contiguous() and _rows_ok(b)
+            and (transpose_b or b.shape[1] % cfg.block_k == 0))
+
+
+@triton.jit
+def _grouped_gemm_tma_kernel(
+    a_desc, b_desc, c_ptr, sizes_ptr,
+    M, N, K, G, stride_cm, stride_cn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_G: tl.constexpr, GROUP_M: tl.constexpr,
+    TRANS_B: tl.constexpr, USE_INT64: tl.constexpr, PROGRAMS: tl.constexpr,
+):
+    # The groups' tile counts and row ends, once per program.
+    gi = tl.arange(0, BLOCK_G)
+    sizes = tl.load(sizes_ptr + gi, mask=gi < G, other=0).to(tl.int32)
+    tiles = (sizes + (BLOCK_M - 1)) // BLOCK_M
+    tile_end = tl.cumsum(tiles, 0)
+    row_end_all = tl.cumsum(sizes, 0)
+    num_m = tl.sum(tiles, 0)
+    num_n = tl.cdiv(N, BLOCK_N)
+    in_group = GROUP_M * num_n
+    # Walk the real tiles pid, pid + PROGRAMS, ... in grouped order.
+    for t in tl.range(tl.program_id(0), num_m * num_n, PROGRAMS):
+        first_m = (t // in_group) * GROUP_M
+        rows_here = tl.minimum(num_m - first_m, GROUP_M)
+        tile = first_m + ((t % in_group) % rows_here)
+        off_n = ((t % in_group) // rows_here) * BLOCK_N
+        g = tl.sum((tile_end <= tile).to(tl.int32), 0)
+        mine = gi == g
+        row_start = tl.sum(tl.where(mine, row_end_all - sizes, 0), 0)
+        row_end = tl.sum(tl.where(mine, row_end_all, 0), 0)
+        tile_start = tl.sum(tl.where(mine, tile_end - tiles, 0), 0)
+        off_m = row_start + (tile - tile_start) * BLOCK_M
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(tl.cdiv(K, BLOCK_K)):
+            off_k = k * BLOCK_K
+            a = a_desc.load([off_m, off_k])
+            if TRANS_B:
+                b = b_desc.load([g * N + off_n, off_k]).T
+            else:
+                b = b_desc.load([g * K + off_k, off_n])
+            acc = tl.dot(a, b, acc)
+        offs_m = off_m + tl.arange(0, BLOCK_M)
+        offs_n = off_n + tl.arange(0, BLOCK_N)
+        mask = (offs_m[:, None] < row_end) & (offs_n[None, :] < N)
+        if USE_INT64:
+            offs_m = offs_m.to(tl.int64)
+            offs_n = offs_n.to(tl.int64)
+        c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+def grouped_gemm_tma(a: torch.Tensor, b: torch.Tensor, batch_sizes: torch.Tensor,
+                     transpose_a: bool, transpose_b: bool, out: torch.Tensor,
+                     config: GroupedGemmConfig | None = None) -> torch.Tensor:
+    """The grouped product through TMA descriptors (see the module docstring).
+
+    float16/bfloat16 only; ``a`` must be stored ``[M, K]`` with a unit inner stride and 16-byte aligned rows,
+    ``b`` must be contiguous with 16-byte aligned rows, and with ``[G, K, N]`` weights K
+    must be a multiple of the K step (``ValueError`` otherwise: :func:`grouped_gemm_triton`
+    checks and routes). ``out`` may have any strides. ``config`` overrides the table.
+    """
+    M, N, K, G, _, _ = _check(a, b, batch_sizes, transpose_a, transpose_b, out)
+    if a.dtype not in (torch.float16, torch.bfloat16):
+        raise TypeError(f"grouped_gemm_tma takes float16 or bfloat16 operands, got {a.dtype}")
+    if transpose_a:
+        raise ValueError("grouped_gemm_tma takes a stored [M, K]: a group's first row would "
+                         "start a transposed a's descriptor block off TMA's 16-byte alignment")
+    if M == 0 or N == 0:
+        return out
+    if K == 0 or G == 0:
+        return out.zero_()
+    cfg = config or grouped_gemm_tma_config_for(M, N, K, G, transpose_b) or _clip(
+        _TMA_NARROW, M, N, K)
+    if not (_rows_ok(a) and b.is_contiguous() and _rows_ok(b)):
+        raise ValueError("grouped_gemm_tma needs a with a unit inner stride and b contiguous, "
+                         "both with 16-byte aligned rows and bases")
+    if not transpose_b and K % cfg.block_k:
+        raise ValueError(f"grouped_gemm_tma needs K ({K}) to be a multiple of BLOCK_K "
+                         f"({cfg.block_k}) when b is stored [G, K, N]")
+    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+    a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
+    if transpose_b:
+        b_desc = TensorDescriptor.from_tensor(b.view(G * N, K), [bn, bk])
+    else:
+        b_desc = TensorDescriptor.from_tensor(b.view(G * K, N), [bk, bn])
+    bound = (triton.cdiv(M, bm) + G) * triton.cdiv(N, bn)
+    programs = max(1, min(bound, _num_sms(a.device)))
+    _grouped_gemm_tma_kernel[(programs,)](
+        a_desc, b_desc, out, batch_sizes, M, N, K, G, out.stride(0), out.stride(1),
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, BLOCK_G=max(16, triton.next_power_of_2(G)),
+        GROUP_M=cfg.group_m, TRANS_B=transpose_b,
+        USE_INT64=_extent(out) > _INT32_LIMIT, PROGRAMS=programs,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out

@@ -17,8 +17,8 @@ import torch
 import opspec.kernels.grouped_gemm as GG
 from opspec.kernels.devices import TRITON_DEVICES, TRITON_INTERPRETED
 from opspec.kernels.grouped_gemm import (
-    GroupedGemmConfig, grouped_gemm_config_for, grouped_gemm_reference, grouped_gemm_triton,
-    moe_expert_mlp_reference,
+    GroupedGemmConfig, grouped_gemm_config_for, grouped_gemm_reference, grouped_gemm_tma,
+    grouped_gemm_tma_config_for, grouped_gemm_triton, moe_expert_mlp_reference, tma_eligible,
 )
 from opspec.kernels.grouped_gemm_impl import GroupedGemmCall, GroupedGemmTritonKernel
 from opspec.ops import GroupedGemmFwdOp, MoeExpertMLPFwdOp, SiluAndMulFwdOp
@@ -184,6 +184,51 @@ def test_triton_rejects_bad_arguments():
         grouped_gemm_triton(a, b, s.float(), False, False, out)
     with pytest.raises(ValueError, match="out must have shape \\[4, 4\\]"):
         grouped_gemm_triton(a, b, s, False, False, out[:3])
+
+
+@needs_triton
+@pytest.mark.parametrize("tb", [False, True])
+# with [G, N, K] weights an N-tail tile reads the next group's (infinite) rows into
+# columns the store drops: numpy's interpreter warns about the inf * 0 there
+@pytest.mark.filterwarnings("ignore:invalid value encountered in matmul:RuntimeWarning")
+def test_tma_matches_reference(tb):
+    # the TMA kernel, forced with small tiles: several tiles per group, an empty group, a
+    # K tail (only with [G, N, K] weights), an N tail; the last group is empty and its
+    # weights are infinite, so any read across a group's end would show
+    dtype = torch.float16 if TRITON_INTERPRETED else torch.bfloat16
+    sizes, K, N = [5, 0, 57, 1, 17, 0], (40 if tb else 32), 24
+    a, b, s = _data(sizes, K, N, dtype, False, tb, seed=8)
+    b[-1] = float("inf")
+    out = torch.full((sum(sizes), N), float("nan"), dtype=dtype, device=DEVICE)
+    cfg = GroupedGemmConfig(16, 16, 16, 2, 4, 2)
+    assert grouped_gemm_tma(a, b, s, False, tb, out, cfg) is out
+    _close(out, _want(a, b, s, False, tb), dtype)
+
+
+def test_tma_refuses_what_descriptors_cannot_describe():
+    a, b, s = _data([8, 8], 32, 16, torch.float16)
+    out = torch.empty((16, 16), dtype=torch.float16, device=DEVICE)
+    cfg = GroupedGemmConfig(16, 16, 16, 2, 4, 2)
+    with pytest.raises(ValueError, match="stored \\[M, K\\]"):
+        grouped_gemm_tma(a.t().contiguous(), b, s, True, False, out, cfg)
+    with pytest.raises(ValueError, match="b contiguous"):
+        grouped_gemm_tma(a, b.transpose(1, 2).contiguous().transpose(1, 2), s, False, False, out, cfg)
+    with pytest.raises(ValueError, match="multiple of BLOCK_K"):
+        grouped_gemm_tma(a, b, s, False, False, out, cfg._replace(block_k=64))
+    with pytest.raises(TypeError, match="float16 or bfloat16"):
+        grouped_gemm_tma(a.float(), b.float(), s, False, False, out.float(), cfg)
+    assert not tma_eligible(a.cpu(), b.cpu(), False, False, cfg)  # CPU: the pointer kernel
+
+
+def test_tma_table():
+    # more than 64 rows per group: wide tiles for wide N, narrow ones otherwise
+    assert grouped_gemm_tma_config_for(16384, 4096, 7168, 32, True)[:3] == (128, 256, 64)
+    assert grouped_gemm_tma_config_for(8192, 1536, 2048, 16, True)[:3] == (128, 128, 64)
+    assert grouped_gemm_tma_config_for(4096, 7168, 2048, 8, False)[:3] == (128, 256, 64)
+    # decode rows, and [G, K, N] weights with a K tail, stay on the pointer kernel
+    assert grouped_gemm_tma_config_for(256, 4096, 7168, 32, True) is None
+    assert grouped_gemm_tma_config_for(8192, 4096, 7200, 8, False) is None
+    assert grouped_gemm_tma_config_for(8192, 4096, 7200, 8, True) is not None
 
 
 def test_config_table():
