@@ -24,7 +24,7 @@ mask, ``len_k - len_q`` for flash-attn's bottom-right one. A row that sees no ke
 stays ``-inf``, and the masked step subtracts 0 instead, so no NaN appears).
 
 Layouts: dense tensors are addressed through their four strides (any strides; a unit
-stride on the head axis is specialised by Triton, which keeps loads vectorised); varlen
+stride on the feature axis D is specialised by Triton, which keeps loads vectorised); varlen
 programs read their sequence's start and end from ``cu_seqlens_q`` / ``cu_seqlens_k`` on
 the device and run an empty program when their query block lies past the sequence's end
 (the grid is sized by ``max_seqlen_q``). Sequence and head offsets are int64.
@@ -33,8 +33,10 @@ Head sizes up to 256: the head axis is padded to ``BLOCK_D = max(16, next_pow2(D
 (``tl.dot`` needs 16) with masked loads. Tile choices are in :data:`CONFIGS` (Hopper, from
 the Triton fused-attention tutorial's starting points; one place to change them): for
 D <= 64 and D <= 128, ``BLOCK_M = 128``, ``BLOCK_N = 64``, 4 / 8 warps, 3 stages; for
-D <= 256 a smaller tile. float32 inputs (tests only; the ops take float16 / bfloat16) use
-``input_precision="ieee"`` products.
+D <= 256 a smaller tile; ``BLOCK_N = 128`` is the first alternative to measure for
+D = 128. The launchers take ``config=(BLOCK_M, BLOCK_N, num_warps, num_stages)`` to try
+others without editing the table. float32 inputs (tests only; the ops take float16 /
+bfloat16) use ``input_precision="ieee"`` products.
 """
 
 from __future__ import annotations
