@@ -188,8 +188,10 @@ def _pool2d_kernel(
     pid = tl.program_id(0)
     if USE_INT64:
         pid = pid.to(tl.int64)
-        sxh = sxh.to(tl.int64)
-        sxw = sxw.to(tl.int64)
+        # int64 strides (adding an int64 zero: a stride equal to 1 is a constexpr)
+        zero = pid * 0
+        sxh = sxh + zero
+        sxw = sxw + zero
     cb = pid % n_col_blocks
     cols = cb * BLOCK_W + tl.arange(0, BLOCK_W)
     col_in = cols < W_out
