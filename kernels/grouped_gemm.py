@@ -201,7 +201,7 @@ def moe_expert_mlp_reference(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tenso
 def _grouped_gemm_kernel(
     a_ptr, b_ptr, c_ptr, sizes_ptr,
     M, N, K, G,
-    stride_am, stride_ak, stride_bg, stride_bk, stride_bn, stride_cm, stride_cn,
+    stride_am, stride_ak, stride_bg, stride_bk, stride_bn, stride_cm, stride_cn, stride_s,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     BLOCK_G: tl.constexpr, GROUP_M: tl.constexpr, EVEN_K: tl.constexpr,
     USE_INT64: tl.constexpr, INPUT_PRECISION: tl.constexpr,
@@ -218,7 +218,7 @@ def _grouped_gemm_kernel(
 
     # Which group owns row tile `tile`: prefix sums of the tiles per group (all on device).
     gi = tl.arange(0, BLOCK_G)
-    sizes = tl.load(sizes_ptr + gi, mask=gi < G, other=0).to(tl.int32)
+    sizes = tl.load(sizes_ptr + gi * stride_s, mask=gi < G, other=0).to(tl.int32)
     tiles = (sizes + (BLOCK_M - 1)) // BLOCK_M
     tile_end = tl.cumsum(tiles, 0)
     if tile >= tl.sum(tiles, 0):
@@ -342,7 +342,7 @@ def grouped_gemm_triton(a: torch.Tensor, b: torch.Tensor, batch_sizes: torch.Ten
     _grouped_gemm_kernel[grid](
         a, b, out, batch_sizes,
         M, N, K, G,
-        sa[0], sa[1], sb[0], sb[1], sb[2], out.stride(0), out.stride(1),
+        sa[0], sa[1], sb[0], sb[1], sb[2], out.stride(0), out.stride(1), batch_sizes.stride(0),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
         BLOCK_G=max(16, triton.next_power_of_2(G)), GROUP_M=cfg.group_m,
         EVEN_K=K % cfg.block_k == 0, USE_INT64=use_int64,
@@ -408,14 +408,14 @@ def tma_eligible(a: torch.Tensor, b: torch.Tensor, transpose_a: bool, transpose_
 @triton.jit
 def _grouped_gemm_tma_kernel(
     a_desc, b_desc, c_ptr, sizes_ptr,
-    M, N, K, G, stride_cm, stride_cn,
+    M, N, K, G, stride_cm, stride_cn, stride_s,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     BLOCK_G: tl.constexpr, GROUP_M: tl.constexpr,
     TRANS_B: tl.constexpr, USE_INT64: tl.constexpr, PROGRAMS: tl.constexpr,
 ):
     # The groups' tile counts and row ends, once per program.
     gi = tl.arange(0, BLOCK_G)
-    sizes = tl.load(sizes_ptr + gi, mask=gi < G, other=0).to(tl.int32)
+    sizes = tl.load(sizes_ptr + gi * stride_s, mask=gi < G, other=0).to(tl.int32)
     tiles = (sizes + (BLOCK_M - 1)) // BLOCK_M
     tile_end = tl.cumsum(tiles, 0)
     row_end_all = tl.cumsum(sizes, 0)
@@ -491,6 +491,7 @@ def grouped_gemm_tma(a: torch.Tensor, b: torch.Tensor, batch_sizes: torch.Tensor
     programs = max(1, min(bound, _num_sms(a.device)))
     _grouped_gemm_tma_kernel[(programs,)](
         a_desc, b_desc, out, batch_sizes, M, N, K, G, out.stride(0), out.stride(1),
+        batch_sizes.stride(0),
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, BLOCK_G=max(16, triton.next_power_of_2(G)),
         GROUP_M=cfg.group_m, TRANS_B=transpose_b,
         USE_INT64=_extent(out) > _INT32_LIMIT, PROGRAMS=programs,

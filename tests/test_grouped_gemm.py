@@ -140,7 +140,9 @@ def test_triton_strided_operands():
     a = (torch.randn(11, 2 * K, generator=g) / 4).half().to(DEVICE)[:, ::2]
     b = torch.randn(3, N, K, generator=g).half().to(DEVICE).permute(0, 2, 1)  # [G, K, N]
     assert not a.is_contiguous() and not b.is_contiguous()
-    s = torch.tensor(sizes, dtype=torch.int32, device=DEVICE)
+    # the sizes: every other element of a longer tensor
+    s = torch.tensor([v for n in sizes for v in (n, 99)], dtype=torch.int32, device=DEVICE)[::2]
+    assert s.tolist() == sizes and s.stride(0) == 2
     wide = torch.zeros(11, N + 5, dtype=torch.float16, device=DEVICE)
     out = wide[:, :N]
     grouped_gemm_triton(a, b, s, False, False, out)
@@ -197,12 +199,28 @@ def test_tma_matches_reference(tb):
     # weights are infinite, so any read across a group's end would show
     dtype = torch.float16 if TRITON_INTERPRETED else torch.bfloat16
     sizes, K, N = [5, 0, 57, 1, 17, 0], (40 if tb else 32), 24
-    a, b, s = _data(sizes, K, N, dtype, False, tb, seed=8)
+    a, b, s = _data(sizes, K, N, dtype, False, tb, seed=8, size_dtype=torch.int64)
+    s = torch.stack([s, s]).t()[:, 0]  # a strided view of the sizes
     b[-1] = float("inf")
     out = torch.full((sum(sizes), N), float("nan"), dtype=dtype, device=DEVICE)
     cfg = GroupedGemmConfig(16, 16, 16, 2, 4, 2)
     assert grouped_gemm_tma(a, b, s, False, tb, out, cfg) is out
     _close(out, _want(a, b, s, False, tb), dtype)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available()
+                    or torch.cuda.get_device_capability()[0] < 9, reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("tb", [False, True])
+def test_sm90_routes_large_groups_to_tma(tb):
+    # more than 64 rows per group: grouped_gemm_triton takes the TMA kernel, which builds
+    sizes, K, N = [130, 0, 70, 300, 12], 256, 320
+    a, b, s = _data(sizes, K, N, torch.bfloat16, False, tb, seed=9)
+    cfg = grouped_gemm_tma_config_for(sum(sizes), N, K, len(sizes), tb)
+    assert cfg is not None and tma_eligible(a, b, False, tb, cfg)
+    out = torch.empty((sum(sizes), N), dtype=torch.bfloat16, device=DEVICE)
+    grouped_gemm_triton(a, b, s, False, tb, out)
+    assert GG._TMA_STATE["ok"], "the TMA kernel failed to build and fell back"
+    _close(out, _want(a, b, s, False, tb), torch.bfloat16)
 
 
 def test_tma_refuses_what_descriptors_cannot_describe():
