@@ -357,10 +357,10 @@ def test_mlp_runs_its_three_stages(dtype):
     g = torch.Generator().manual_seed(7)
     sizes, K, I = [5, 0, 9, 2], 16, 8
     M, G = sum(sizes), len(sizes)
-    x = (torch.randn(M, K, generator=g) / 2).to(dtype)
-    w13 = (torch.randn(G, K, 2 * I, generator=g) / 4).to(dtype)
-    w2 = (torch.randn(G, I, K, generator=g) / 3).to(dtype)
-    s = torch.tensor(sizes)
+    x = (torch.randn(M, K, generator=g) / 2).to(dtype).to(DEVICE)
+    w13 = (torch.randn(G, K, 2 * I, generator=g) / 4).to(dtype).to(DEVICE)
+    w2 = (torch.randn(G, I, K, generator=g) / 3).to(dtype).to(DEVICE)
+    s = torch.tensor(sizes, device=DEVICE)
     op = MoeExpertMLPFwdOp()
     got = op(x, w13, w2, s)
     assert got.shape == (M, K) and got.dtype == dtype
