@@ -72,6 +72,7 @@ class MoeConfig(NamedTuple):
 _PREFILL = MoeConfig(128, 256, 64, 8, 8, 3)  # plain GEMM, M tiles of 128
 _PREFILL_SILU = MoeConfig(128, 128, 64, 8, 8, 3)  # two accumulators: 2 x 128 weight rows
 _SMALL_TILE = MoeConfig(64, 128, 64, 8, 4, 4)  # alignment 64 / tight packing
+_SMALL_TILE_SILU = MoeConfig(64, 64, 64, 8, 4, 4)
 # Masked (decode): bound by streaming w; 64-row tiles, BLOCK_N 128 (64 with two
 # accumulators) so that E x N / BLOCK_N programs fill the GPU.
 _MASKED = MoeConfig(64, 128, 64, 1, 4, 4)
@@ -97,7 +98,7 @@ def moe_config_for(kind: str, alignment: int, max_m: int, N_out: int, K: int,
     elif alignment >= 128:
         cfg = _PREFILL_SILU if silu else _PREFILL
     else:
-        cfg = _SMALL_TILE
+        cfg = _SMALL_TILE_SILU if silu else _SMALL_TILE
     bm = cfg.block_m
     if kind == "masked":
         bm = min(bm, max(_MIN_BLOCK, triton.next_power_of_2(max_m)))
@@ -180,11 +181,16 @@ def moe_grouped_gemm_reference(x: torch.Tensor, w: torch.Tensor, metadata: torch
 
 
 @triton.jit
-def _expert_dot(a_ptrs, b_ptrs, up_off, k_blocks, k_left, offs_k, stride_ak, stride_bk,
+def _expert_dot(a_base, offs_am, stride_am, stride_ak, b_base, offs_bn, stride_bn, stride_bk,
+                up_off, k_blocks, k_left, offs_k,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                 SILU: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr):
     """``A @ B`` over ``k_blocks`` full K blocks then (``not EVEN_K``) a ``k_left`` tail;
-    with SILU also ``A @ B_up`` (B_up is B moved by ``up_off`` elements)."""
+    with SILU also ``A @ B_up`` (B_up is B moved by ``up_off`` elements). The pointer
+    tiles are formed here from scalar bases and index vectors, so that a caller looping
+    over experts keeps no second copy of them live."""
+    a_ptrs = a_base + offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_base + offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for _ in range(0, k_blocks):
@@ -220,7 +226,8 @@ def _moe_contiguous_kernel(
     M, N_OUT, K, E, ALIGN,
     stride_xm, stride_xk, stride_we, stride_wn, stride_wk, stride_ym, stride_yn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    BLOCK_E: tl.constexpr, GROUP_M: tl.constexpr, PER_ROW: tl.constexpr,
+    BLOCK_E: tl.constexpr, LOG_E: tl.constexpr, GROUP_M: tl.constexpr, PER_ROW: tl.constexpr,
+    ONE_EXPERT: tl.constexpr,
     SILU: tl.constexpr, EVEN_K: tl.constexpr, USE_INT64: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
 ):
@@ -244,11 +251,15 @@ def _moe_contiguous_kernel(
     # The expert of each row of the tile (-1: no expert).
     if PER_ROW:
         ids = tl.load(meta_ptr + offs_m, mask=row_ok, other=-1)
+        ids = tl.where((ids >= 0) & (ids < E), ids, -1)  # never a weight out of range
     else:
-        offs_e = tl.arange(0, BLOCK_E)
-        ends = tl.load(meta_ptr + offs_e, mask=offs_e < E, other=2147483647)
-        # Expert of row r: the number of experts whose rows end at or before r ...
-        ids = tl.sum((ends[None, :] <= offs_m[:, None]).to(tl.int32), axis=1)
+        # Expert of row r: the number of experts whose rows end at or before r (the ends
+        # never decrease), by a branch-free binary search, steps BLOCK_E, ..., 2, 1 ...
+        ids = tl.zeros((BLOCK_M,), dtype=tl.int32)
+        for i in tl.static_range(LOG_E + 1):
+            cand = ids + (BLOCK_E >> i)
+            end = tl.load(meta_ptr + cand - 1, mask=row_ok & (cand <= E), other=2147483647)
+            ids = tl.where(end <= offs_m, cand, ids)
         prev_end = tl.load(meta_ptr + ids - 1, mask=row_ok & (ids > 0) & (ids < E), other=0)
         start = (prev_end + ALIGN - 1) // ALIGN * ALIGN
         # ... if r lies at or past that expert's aligned start (else a padding row).
@@ -262,26 +273,41 @@ def _moe_contiguous_kernel(
         offs_am = offs_am.to(tl.int64)
         offs_bn = offs_bn.to(tl.int64)
         offs_k = offs_k.to(tl.int64)
-    a_base = x_ptr + offs_am[:, None] * stride_xm + offs_k[None, :] * stride_xk
-    b_base = w_ptr + offs_k[:, None] * stride_wk + offs_bn[None, :] * stride_wn
     up_off = N_OUT * stride_wn
-
-    out = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    # One K loop per expert present in the tile: a single one with aligned packing.
-    b_expert = b_base + e_lo.to(tl.int64) * stride_we
-    for e in range(e_lo, e_hi + 1):
-        acc, acc_up = _expert_dot(a_base, b_expert, up_off,
-                                  K // BLOCK_K, K % BLOCK_K, offs_k, stride_xk, stride_wk,
-                                  BLOCK_M, BLOCK_N, BLOCK_K, SILU, EVEN_K, INPUT_PRECISION)
-        out = tl.where((ids == e)[:, None], _epilogue(acc, acc_up, SILU), out)
-        b_expert += stride_we
 
     if USE_INT64:
         offs_m = offs_m.to(tl.int64)
         offs_n = offs_n.to(tl.int64)
-    y_ptrs = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
-    tl.store(y_ptrs, out.to(y_ptr.dtype.element_ty),
-             mask=row_ok[:, None] & (offs_n[None, :] < N_OUT))
+    if ONE_EXPERT:
+        # BLOCK_M divides the alignment: the tile's rows are one expert's and padding. A
+        # tile with no expert runs no K step and stores zeros.
+        e = tl.maximum(e_hi, 0)
+        acc, acc_up = _expert_dot(x_ptr, offs_am, stride_xm, stride_xk,
+                                  w_ptr + e.to(tl.int64) * stride_we, offs_bn, stride_wn,
+                                  stride_wk, up_off, tl.where(e_hi >= 0, K // BLOCK_K, -1),
+                                  K % BLOCK_K, offs_k,
+                                  BLOCK_M, BLOCK_N, BLOCK_K, SILU, EVEN_K, INPUT_PRECISION)
+        res = tl.where((ids >= 0)[:, None], _epilogue(acc, acc_up, SILU), 0.0)
+        y_ptrs = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
+        tl.store(y_ptrs, res.to(y_ptr.dtype.element_ty),
+                 mask=row_ok[:, None] & (offs_n[None, :] < N_OUT))
+    else:
+        # One K loop per expert present in the tile, each storing its own rows: no third
+        # tile of registers beside the accumulators, output pointers formed after the loop.
+        b_expert = w_ptr + e_lo.to(tl.int64) * stride_we
+        for e in range(e_lo, e_hi + 1):
+            acc, acc_up = _expert_dot(x_ptr, offs_am, stride_xm, stride_xk,
+                                      b_expert, offs_bn, stride_wn, stride_wk, up_off,
+                                      K // BLOCK_K, K % BLOCK_K, offs_k,
+                                      BLOCK_M, BLOCK_N, BLOCK_K, SILU, EVEN_K, INPUT_PRECISION)
+            res = _epilogue(acc, acc_up, SILU).to(y_ptr.dtype.element_ty)
+            y_ptrs = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
+            tl.store(y_ptrs, res, mask=(ids == e)[:, None] & (offs_n[None, :] < N_OUT))
+            b_expert += stride_we
+        # Rows of no expert (padding, past the last end) are 0.
+        y_ptrs = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
+        zeros = tl.zeros((BLOCK_M, BLOCK_N), dtype=y_ptr.dtype.element_ty)
+        tl.store(y_ptrs, zeros, mask=(row_ok & (ids < 0))[:, None] & (offs_n[None, :] < N_OUT))
 
 
 @triton.jit
@@ -312,15 +338,14 @@ def _moe_masked_kernel(
         offs_am = offs_am.to(tl.int64)
         offs_bn = offs_bn.to(tl.int64)
         offs_k = offs_k.to(tl.int64)
-    a_ptrs = x_ptr + e * stride_xe + offs_am[:, None] * stride_xm + offs_k[None, :] * stride_xk
-    b_ptrs = w_ptr + e * stride_we + offs_k[:, None] * stride_wk + offs_bn[None, :] * stride_wn
 
     # A tile wholly past masked_m runs no K step and stores zeros.
     live = pid_m * BLOCK_M < count
     k_blocks = tl.where(live, K // BLOCK_K, -1)
-    acc, acc_up = _expert_dot(a_ptrs, b_ptrs, N_OUT * stride_wn, k_blocks, K % BLOCK_K,
-                              offs_k, stride_xk, stride_wk, BLOCK_M, BLOCK_N, BLOCK_K,
-                              SILU, EVEN_K, INPUT_PRECISION)
+    acc, acc_up = _expert_dot(x_ptr + e * stride_xe, offs_am, stride_xm, stride_xk,
+                              w_ptr + e * stride_we, offs_bn, stride_wn, stride_wk,
+                              N_OUT * stride_wn, k_blocks, K % BLOCK_K, offs_k,
+                              BLOCK_M, BLOCK_N, BLOCK_K, SILU, EVEN_K, INPUT_PRECISION)
     out = tl.where((offs_m < count)[:, None], _epilogue(acc, acc_up, SILU), 0.0)
 
     if USE_INT64:
@@ -377,6 +402,8 @@ def moe_grouped_gemm_triton(x: torch.Tensor, w: torch.Tensor, metadata: torch.Te
         x, w, metadata, out, M, n_out, K, E, max(alignment, 1),
         x.stride(0), x.stride(1), w.stride(0), w.stride(1), w.stride(2),
         out.stride(0), out.stride(1),
-        BLOCK_E=triton.next_power_of_2(E), GROUP_M=cfg.group_m,
-        PER_ROW=metadata_kind == "per_row", **common)
+        BLOCK_E=triton.next_power_of_2(E), LOG_E=triton.next_power_of_2(E).bit_length() - 1,
+        GROUP_M=cfg.group_m,
+        PER_ROW=metadata_kind == "per_row",
+        ONE_EXPERT=alignment >= cfg.block_m and alignment % cfg.block_m == 0, **common)
     return out

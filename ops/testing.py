@@ -811,6 +811,10 @@ def _build(setup: _Setup, bi: _BranchInfo, vals: Mapping[str, Any], seed: int, *
     from opspec.ops.op import DTYPES_BY_NAME
     spec = setup.spec
     gen = torch.Generator().manual_seed(seed)
+    params: dict[str, Any] = {}
+    for n, p in spec.params.items():
+        if n not in spec.ctensors:
+            params[n] = _param_value(setup, bi, n, p, vals)
     made: dict[str, torch.Tensor] = {}
     for n in list(bi.tensors) + ([bi.out] if bi.out else []):
         shape = tuple(int(x) for x in vals[_shape_var(n)])
@@ -818,13 +822,10 @@ def _build(setup: _Setup, bi: _BranchInfo, vals: Mapping[str, Any], seed: int, *
         t = spec.tensors[n]
         dev = torch.device("cpu") if t.device == "cpu" else setup.device
         if t.values is not None:
-            made[n] = _generated(spec, t, shape, dtype, dev, vals, seed)
+            made[n] = _generated(spec, t, shape, dtype, dev, vals, seed, params,
+                                 strict=kind == "valid")
         else:
             made[n] = _random(shape, dtype, dev, gen)
-    params: dict[str, Any] = {}
-    for n, p in spec.params.items():
-        if n not in spec.ctensors:
-            params[n] = _param_value(setup, bi, n, p, vals)
     for n in spec.ctensors:  # construction-time tensors are constructor arguments too
         params[n] = made.get(n)
     inputs = tuple(made.get(n) for n in spec.inputs)
@@ -919,12 +920,20 @@ def _random(shape: tuple, dtype: torch.dtype, device: torch.device, gen) -> torc
     return t.to(device)
 
 
-def _generated(spec, t, shape, dtype, device, vals, seed) -> torch.Tensor:
-    """A metadata tensor: its generator's values, when they have the drawn shape."""
+def _generated(spec, t, shape, dtype, device, vals, seed, params=None, *,
+               strict: bool = True) -> torch.Tensor:
+    """A metadata tensor: its generator's values, when they have the drawn shape.
+
+    Not `strict` (a violating call, rejected before any contents are read): where the
+    generator does not fit the draw (its domain excludes the violating sizes, as
+    `moe.layout_metadata` excludes E = 0), random contents of the drawn shape."""
     import random
     from opspec.schema.evaluate import evaluate
     from opspec.schema.evaluate import evaluate_requires
     env = {k: v for k, v in vals.items() if "(" not in k}
+    # The parameters as the call passes them: an ADT parameter is one value there
+    # (`moe.layout_metadata(layout, R, E)`), where the draw has one entry per field.
+    env.update(params or {})
     try:
         data = evaluate(t.values, env, rng=random.Random(seed))
         out = torch.tensor(data, dtype=dtype).reshape(shape)
@@ -933,6 +942,8 @@ def _generated(spec, t, shape, dtype, device, vals, seed) -> torch.Tensor:
         ok = all(evaluate_requires(r, data, env) is True for r in t.requires)
     except Exception:  # noqa: BLE001 - a generator that does not fit this draw
         ok = False
+    if not ok and not strict:
+        return _random(shape, dtype, device, torch.Generator().manual_seed(seed))
     assume(ok)
     return out.to(device)
 
