@@ -466,3 +466,96 @@ def test_workload_sizes_are_balanced_and_add_up():
     x, w13, w2, s = c.inputs("cpu")
     assert s.tolist() == [8] * 16 and s.dtype == torch.int32
     assert x.shape == (128, 2048) and w13.shape == (16, 2048, 1536) and w2.shape == (16, 768, 2048)
+
+
+# ============================================================================ sm_90 build
+
+_COMPILE_SCRIPT = r"""
+import json, sys, time
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+import opspec.kernels.grouped_gemm as GG
+
+def build(fn, types, ints, consts, num_warps, num_stages):
+    # Specialised as a launch is: pointers and multiples of 16 are 16-divisible, an
+    # integer equal to 1 is a constant.
+    sig, attrs, cexpr = {}, {}, dict(consts)
+    for i, name in enumerate(fn.arg_names):
+        if name in cexpr:
+            sig[name] = "constexpr"
+        elif name in types:
+            sig[name] = types[name]
+            if types[name].startswith("*"):
+                attrs[(i,)] = [["tt.divisibility", 16]]
+        elif ints[name] == 1:
+            sig[name], cexpr[name] = "constexpr", 1
+        else:
+            sig[name] = "i32"
+            if ints[name] % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    src = ASTSource(fn=fn, signature=sig, constexprs=cexpr, attrs=attrs)
+    t = time.time()
+    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                         options={"num_warps": num_warps, "num_stages": num_stages}).asm["ptx"]
+    return {"cp_async": ptx.count("cp.async"), "tma": ptx.count("cp.async.bulk.tensor"),
+            "local": ptx.count(".local"), "wgmma": "wgmma" in ptx, "s": round(time.time() - t, 1)}
+
+def pointer(M, N, K, G, ta, tb, dt="bf16"):
+    torch_dt = {"bf16": GG.torch.bfloat16, "fp16": GG.torch.float16, "fp32": GG.torch.float32}[dt]
+    cfg = GG.grouped_gemm_config_for(M, N, K, G, torch_dt)
+    sa = (1, M) if ta else (K, 1)
+    sb = (N * K, 1, K) if tb else (K * N, N, 1)
+    ints = dict(M=M, N=N, K=K, G=G, stride_am=sa[0], stride_ak=sa[1], stride_bg=sb[0],
+                stride_bk=sb[1], stride_bn=sb[2], stride_cm=N, stride_cn=1, stride_s=1)
+    types = dict(a_ptr="*" + dt, b_ptr="*" + dt, c_ptr="*" + dt, sizes_ptr="*i32")
+    consts = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+                  BLOCK_G=max(16, triton.next_power_of_2(G)), GROUP_M=cfg.group_m,
+                  EVEN_K=K % cfg.block_k == 0, USE_INT64=False,
+                  INPUT_PRECISION="ieee" if dt == "fp32" else "tf32")
+    return build(GG._grouped_gemm_kernel, types, ints, consts, cfg.num_warps, cfg.num_stages)
+
+def tma(M, N, K, G, tb, dt="bf16"):
+    cfg = GG.grouped_gemm_tma_config_for(M, N, K, G, tb)
+    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+    types = dict(a_desc=f"tensordesc<{dt}[{bm}, {bk}]>",
+                 b_desc=f"tensordesc<{dt}[{bn}, {bk}]>" if tb else f"tensordesc<{dt}[{bk}, {bn}]>",
+                 c_ptr="*" + dt, sizes_ptr="*i32")
+    ints = dict(M=M, N=N, K=K, G=G, stride_cm=N, stride_cn=1, stride_s=1)
+    consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, BLOCK_G=max(16, triton.next_power_of_2(G)),
+                  GROUP_M=cfg.group_m, TRANS_B=tb, USE_INT64=False, PROGRAMS=132)
+    return build(GG._grouped_gemm_tma_kernel, types, ints, consts, cfg.num_warps, cfg.num_stages)
+
+out = {
+    "ptr-decode-nt": pointer(256, 4096, 7168, 32, False, True),
+    "ptr-tn-large": pointer(8192, 14336, 4096, 8, True, False),
+    "ptr-fp32": pointer(4096, 4096, 4096, 8, False, False, "fp32"),
+    "tma-nt-big": tma(16384, 4096, 7168, 32, True),
+    "tma-nn-big": tma(32768, 4096, 7168, 8, False),
+    "tma-nt-narrow": tma(8192, 1536, 2048, 16, True),
+}
+json.dump(out, sys.stdout)
+"""
+
+
+def test_kernels_build_for_sm90():
+    """Both kernels compile for sm_90 (ptxas included) with the tables' configurations of
+    workload shapes: pipelined loads (cp.async; TMA bulk tensor copies in the TMA kernel),
+    no local memory (no spills), Hopper's wgmma for 16-bit tiles of 64 rows or more.
+    Compiled in a fresh process: under the interpreter, triton.language is patched."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], capture_output=True,
+                         text=True, env=env, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    built = json.loads(res.stdout)
+    for name, k in built.items():
+        assert k["local"] == 0 and k["cp_async"] > 0, (name, k)
+        if name.startswith("tma"):
+            assert k["tma"] > 0 and k["wgmma"], (name, k)
+        elif name == "ptr-tn-large":
+            assert k["wgmma"], (name, k)
