@@ -30,15 +30,20 @@ Kernels (plain functions; the dispatch classes are in :mod:`opspec.kernels.quant
   is the wide operand, so each MMA covers 16 weight rows, not 16 tokens).
   When a tile lies within one quantization group (``group_size % BLOCK_K == 0``, the usual
   128-wide groups) the dequantization is applied per group rather than per weight:
-  ``sum_k (q - z) s x = s * (sum_k q x - z * sum_k x)``, so the weight costs only a mask or
-  a shift and a conversion per element (exact: q <= 15 in 16-bit floats), and the scale and
-  zero point a few float32 operations per ``(row, token)`` per tile. Other group sizes
-  dequantize each weight in registers (float32, gathered scales) before the dot.
+  ``sum_k (q - z) s x = s * (sum_k q x - z * sum_k x)``. A nibble becomes a 16-bit float
+  without an int-to-float conversion (16 a clock per SM on sm_90, which alone would cap
+  the kernel near 45 % of HBM bandwidth): ORed into the mantissa of ``b`` = 1024.0
+  (float16) or 128.0 (bfloat16) it is exactly ``b + q``, and the bias goes out with the
+  zero point, ``s * (sum_k (b + q) x - (z + b) * sum_k x)`` in float32. So a weight byte
+  costs a few integer operations, and the scale and zero point a few float32 operations
+  per ``(row, token)`` per tile. Other group sizes dequantize each weight in registers
+  (``(q - z) * s`` in x's dtype, gathered scales) before the dot.
 * :func:`w4a16_prefill_triton` -- any M, tiled like a GEMM: one program per ``BLOCK_M x
   BLOCK_N`` tile of y in grouped order, loading ``x`` ``[BLOCK_M, BLOCK_K]`` and the packed
   ``[BLOCK_N, BLOCK_K / 2]`` bytes per step, dequantizing the weight tile in registers
-  (nibbles interleaved back to ``[BLOCK_N, BLOCK_K]``, ``(q - z) * s`` in float32, cast to
-  x's dtype) and ``tl.dot`` into a float32 accumulator.
+  (nibbles to exact 16-bit values as above, interleaved back to ``[BLOCK_N, BLOCK_K]``,
+  ``(q - z) * s`` in x's dtype: two roundings, no conversions) and ``tl.dot`` into a
+  float32 accumulator.
 
 Every tuning constant is in the block below (plain Python, no autotuning at call time), to
 be retuned from H200 timings. On the CPU, Triton's interpreter computes ``tl.dot`` wrongly in
@@ -105,13 +110,13 @@ _DECODE_MIN_STEPS_PER_SPLIT = 4
 _DECODE_BLOCK_K = (256, 128, 64, 32)  # the largest dividing group_size (one group a tile)
 _DECODE_GATHER_BLOCK_K = 64           # group sizes that are not a multiple of 32
 _DECODE_WARPS, _DECODE_STAGES = 4, 4
-# Weight rows a program, by M. Every program re-reads the x tile ([16, block_k], from L2)
-# for its block of weight rows: with M = 16 distinct rows that is 4 KB a step against
-# 2 KB of weight at 32 rows, more than L2 would serve at the HBM rate, so wider row blocks
-# for larger M (split-K makes up the programs). For M = 1 the wrapped rows repeat one
-# address (L1 hits): 32 rows give many programs (896 for N = 28672), so that the last ones
-# to finish leave few SMs idle.
-_DECODE_BLOCK_N = ((1, 32), (4, 64), (16, 128))
+# Weight rows a program. A step's fixed work (the x tile: loaded, split into even and odd
+# columns, summed, staged for the MMA; the scale and zero point) is shared by its rows:
+# in the sm_90 build a step of 32 rows issues 356 instructions a warp for 2 KB of weight
+# (1.4 bytes an instruction), 128 rows 509 for 8 KB (4.0); HBM at 75 % of 4.2 TB/s needs
+# about 3.4 at 1.75 GHz (4 instructions a clock per SM). It also amortizes the re-read of
+# x from L2 (4 KB a step at M = 16). Split-K makes up the programs for small N.
+_DECODE_BLOCK_N = 128
 # Prefill: GEMM tiles; 128-wide K steps would straddle 64-wide groups, so block_k <= group.
 _PREFILL_LARGE = PrefillConfig(128, 128, 64, 8, 8, 3)
 _PREFILL_MEDIUM = PrefillConfig(64, 128, 64, 8, 4, 3)
@@ -127,8 +132,7 @@ def decode_config_for(M: int, N: int, K: int, group_size: int) -> DecodeConfig:
     """The decode kernel's configuration (``M <= 16``)."""
     block_k = _pow2_divisor(group_size, _DECODE_BLOCK_K) or _DECODE_GATHER_BLOCK_K
     block_k = min(block_k, max(32, triton.next_power_of_2(K)))
-    block_n = next(bn for rows, bn in _DECODE_BLOCK_N if M <= rows)
-    block_n = min(block_n, max(16, triton.next_power_of_2(N)))
+    block_n = min(_DECODE_BLOCK_N, max(16, triton.next_power_of_2(N)))
     n_blocks = triton.cdiv(N, block_n)
     steps = triton.cdiv(K, block_k)
     split = 1
@@ -226,6 +230,32 @@ def gemm_w4a16_reference(x: torch.Tensor, packed_weight: torch.Tensor, scales: t
 
 
 @triton.jit
+def _nibbles(p, QT: tl.constexpr, AT: tl.constexpr, BIASED: tl.constexpr):
+    """The low and high nibbles of the uint8 tile ``p`` as exact values of type ``AT``
+    (``QT``, the activations' 16-bit type, except under the interpreter), without an
+    int-to-float conversion (16 a clock per SM on sm_90, which would cap the decode kernel
+    near 45 % of HBM bandwidth): a nibble ORed into the mantissa of 1024.0 (float16,
+    0x6400) or 128.0 (bfloat16, 0x4300) is that number plus the nibble, exactly. With
+    ``BIASED`` the values are returned so (``NIBBLE_BIAS`` + q; the caller takes the bias
+    out of its sums), else the number is subtracted, leaving q. (Triton's interpreter gets
+    bfloat16 arithmetic wrong, so there ``AT`` is float32.)"""
+    p16 = p.to(tl.uint16)
+    if QT == tl.bfloat16:
+        lo = ((p16 & 0xF) | 0x4300).to(tl.bfloat16, bitcast=True).to(AT)
+        hi = ((p16 >> 4) | 0x4300).to(tl.bfloat16, bitcast=True).to(AT)
+        if not BIASED:
+            lo = lo - 128.0
+            hi = hi - 128.0
+    else:
+        lo = ((p16 & 0xF) | 0x6400).to(tl.float16, bitcast=True).to(AT)
+        hi = ((p16 >> 4) | 0x6400).to(tl.float16, bitcast=True).to(AT)
+        if not BIASED:
+            lo = lo - 1024.0
+            hi = hi - 1024.0
+    return lo, hi
+
+
+@triton.jit
 def _decode_step(acc, x_ptr, w_ptr, s_ptr, z_ptr, j0, j_end, offs_m, offs_n, offs_k, offs_j,
                  stride_xm, stride_xk, stride_wn, stride_wk, stride_sn, stride_sg,
                  stride_zn, stride_zg,
@@ -253,18 +283,23 @@ def _decode_step(acc, x_ptr, w_ptr, s_ptr, z_ptr, j0, j_end, offs_m, offs_n, off
     x_even, x_odd = tl.split(tl.reshape(x, (BLOCK_M, BLOCK_K // 2, 2)))
     x_even = tl.trans(x_even)
     x_odd = tl.trans(x_odd)
-    q_even = p & 0xF                        # q[n, 2j]
-    q_odd = p >> 4                          # q[n, 2j + 1]
     if ONE_GROUP:
-        # The tile is inside group k0 // GROUP: s * (sum q x - z * sum x), in float32.
-        part = tl.dot(q_even.to(x.dtype), x_even)
-        part = tl.dot(q_odd.to(x.dtype), x_odd, part)
+        # The tile is inside group k0 // GROUP: s * (sum q x - z * sum x), in float32, with
+        # the nibbles biased (b + q, exact in 16 bits: b = 1024 for float16, 128 for
+        # bfloat16), the bias taken out with the zero point: s * (sum (b + q) x - (z + b) sum x).
+        QT: tl.constexpr = x_ptr.dtype.element_ty
+        q_even, q_odd = _nibbles(p, QT, x.dtype, True)   # b + q[n, 2j], b + q[n, 2j + 1]
+        part = tl.dot(q_even, x_even)
+        part = tl.dot(q_odd, x_odd, part)
         g = k0 // GROUP
         s = tl.load(s_ptr + offs_n * stride_sn + g * stride_sg).to(tl.float32)
         z = tl.load(z_ptr + offs_n * stride_zn + g * stride_zg).to(tl.float32)
+        z = z + (128.0 if QT == tl.bfloat16 else 1024.0)
         x_sum = tl.sum(x.to(tl.float32), axis=1)  # [BLOCK_M]
         acc += s[:, None] * (part - z[:, None] * x_sum[None, :])
     else:
+        # q[n, 2j], q[n, 2j + 1], exact, in x's (compute) dtype
+        q_even, q_odd = _nibbles(p, x_ptr.dtype.element_ty, x.dtype, False)
         # Groups change within the tile: dequantize each weight with its gathered group.
         g_even = (k0 + 2 * offs_j) // GROUP
         g_odd = (k0 + 2 * offs_j + 1) // GROUP
@@ -279,8 +314,8 @@ def _decode_step(acc, x_ptr, w_ptr, s_ptr, z_ptr, j0, j_end, offs_m, offs_n, off
             z_e = tl.load(z_ptr + offs_n[:, None] * stride_zn + g_even[None, :] * stride_zg)
             s_o = tl.load(s_ptr + offs_n[:, None] * stride_sn + g_odd[None, :] * stride_sg)
             z_o = tl.load(z_ptr + offs_n[:, None] * stride_zn + g_odd[None, :] * stride_zg)
-        w_even = ((q_even.to(tl.float32) - z_e.to(tl.float32)) * s_e.to(tl.float32)).to(x.dtype)
-        w_odd = ((q_odd.to(tl.float32) - z_o.to(tl.float32)) * s_o.to(tl.float32)).to(x.dtype)
+        w_even = (q_even - z_e.to(x.dtype)) * s_e.to(x.dtype)
+        w_odd = (q_odd - z_o.to(x.dtype)) * s_o.to(x.dtype)
         acc = tl.dot(w_even, x_even, acc)
         acc = tl.dot(w_odd, x_odd, acc)
     return acc
@@ -390,22 +425,24 @@ def _w4a16_prefill_kernel(
             p = tl.load(w_ptrs, mask=(k0 + 2 * offs_j)[None, :] < K, other=0)
         if UPCAST:
             x = x.to(tl.float32)
-        # Interleave the nibbles back into k order: w[n, 2j + t] = (p >> 4t) & 0xF.
-        q = tl.reshape(tl.join(p & 0xF, p >> 4), (BLOCK_N, BLOCK_K)).to(tl.float32)
+        # Interleave the nibbles back into k order: w[n, 2j + t] = (p >> 4t) & 0xF, exact
+        # in x's dtype; (q - z) * s is computed in it (16-bit arithmetic, two roundings).
+        lo, hi = _nibbles(p, x_ptr.dtype.element_ty, x.dtype, False)
+        q = tl.reshape(tl.join(lo, hi), (BLOCK_N, BLOCK_K))
         if ONE_GROUP:
             g = k0 // GROUP
-            s = tl.load(s_ptr + offs_wn * stride_sn + g * stride_sg).to(tl.float32)
-            z = tl.load(z_ptr + offs_wn * stride_zn + g * stride_zg).to(tl.float32)
+            s = tl.load(s_ptr + offs_wn * stride_sn + g * stride_sg).to(x.dtype)
+            z = tl.load(z_ptr + offs_wn * stride_zn + g * stride_zg).to(x.dtype)
             w = (q - z[:, None]) * s[:, None]
         else:
             gk = (k0 + offs_k) // GROUP
             gmask = (k0 + offs_k)[None, :] < K
             s = tl.load(s_ptr + offs_wn[:, None] * stride_sn + gk[None, :] * stride_sg,
-                        mask=gmask, other=0.0).to(tl.float32)
+                        mask=gmask, other=0.0).to(x.dtype)
             z = tl.load(z_ptr + offs_wn[:, None] * stride_zn + gk[None, :] * stride_zg,
-                        mask=gmask, other=0.0).to(tl.float32)
+                        mask=gmask, other=0.0).to(x.dtype)
             w = (q - z) * s
-        acc = tl.dot(x, tl.trans(w.to(x.dtype)), acc)
+        acc = tl.dot(x, tl.trans(w), acc)
         x_ptrs += BLOCK_K * stride_xk
         w_ptrs += (BLOCK_K // 2) * stride_wk
 

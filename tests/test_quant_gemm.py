@@ -183,15 +183,14 @@ def test_launchers_reject_bad_arguments():
 
 
 def test_config_choice():
-    # (block_n, block_k, split_k, warps, stages): one 128-wide group a step
-    assert decode_config_for(1, 57344, 8192, 128) == (32, 128, 1, 4, 4)
-    # N = 14336: 448 row blocks, two K splits
-    assert decode_config_for(1, 14336, 4096, 128).split_k == 2
-    # N = 4096: 128 row blocks, K split so that about 4 x 132 programs stream the weight
-    assert decode_config_for(1, 4096, 4096, 128) == (32, 128, 5, 4, 4)
-    # more tokens, wider row blocks (the x tile is re-read per block), more K splits
-    assert decode_config_for(4, 4096, 14336, 128) == (64, 128, 9, 4, 4)
+    # (block_n, block_k, split_k, warps, stages): 128 weight rows and one 128-wide group a
+    # step; K split until about 4 x 132 programs stream the weight
+    assert decode_config_for(1, 57344, 8192, 128) == (128, 128, 2, 4, 4)
     assert decode_config_for(16, 28672, 8192, 128) == (128, 128, 3, 4, 4)
+    assert decode_config_for(1, 4096, 4096, 128) == (128, 128, 8, 4, 4)
+    assert decode_config_for(4, 4096, 14336, 128) == (128, 128, 16, 4, 4)
+    # few steps: at least 4 a split
+    assert decode_config_for(1, 4096, 512, 128).split_k == 1
     # group sizes that are no multiple of 32: per-weight dequantization, 64-wide steps
     assert decode_config_for(1, 4096, 4104, 24).block_k == 64
     assert prefill_config_for(4096, 28672, 8192, 128) == (128, 128, 64, 8, 8, 3)
@@ -375,7 +374,8 @@ def build(fn, ptrs, ints, consts, num_warps, num_stages):
                          options={"num_warps": num_warps, "num_stages": num_stages}).asm["ptx"]
     return {"ld": sorted(set(re.findall(r"ld\.global[.\w:]*", ptx))),
             "cp_async": ptx.count("cp.async"), "local": ptx.count(".local"),
-            "mma": "wgmma" in ptx or "mma.sync" in ptx}
+            "mma": "wgmma" in ptx or "mma.sync" in ptx,
+            "i2f": len(re.findall(r"cvt\.rn\.(?:b?f16|f32)\.[su]\d+", ptx))}
 
 M, N, K, g = 16, 28672, 8192, 128
 out = {}
@@ -406,7 +406,8 @@ json.dump(out, sys.stdout)
 
 def test_kernels_build_for_sm90():
     """Both kernels compile for sm_90 (ptxas included) with the table's configurations, on
-    tensor cores, with no local memory (no spills); the decode kernel reads the packed
+    tensor cores, with no local memory (no spills) and no int-to-float conversion (a
+    quarter-rate instruction on sm_90); the decode kernel reads the packed
     weight in 16-byte vectors and its operand loads are software-pipelined (cp.async), as
     are the prefill kernel's. Compiled in a fresh process: under the interpreter,
     triton.language is patched."""
@@ -423,6 +424,7 @@ def test_kernels_build_for_sm90():
     assert len(built) == 8
     for name, k in built.items():
         assert k["local"] == 0 and k["mma"] and k["cp_async"] > 0, (name, k)
+        assert k["i2f"] == 0, (name, k)      # nibbles become floats by bit operations
         if name.startswith("decode"):
             # the weight: 16-byte vectors (the masked tail step keeps its evict-first hint)
             assert "ld.global.L1::evict_first.L2::cache_hint.v4.b32" in k["ld"], (name, k)
