@@ -27,9 +27,21 @@ import torch
 import torch.nn.functional as F
 
 from opspec.kernels.attention import attention_dense_reference, attention_varlen_reference
-from opspec.ops.bench_types import BaselineUnavailable, eager, torch_entry
+from opspec.ops.bench_types import BaselineUnavailable, Tolerance, eager, torch_entry
 
 __all__ = ["BENCH"]
+
+#: Flash attention (this kernel, FA2, torch's flash backend) rounds the unnormalised
+#: probabilities (at most 1) to the input dtype before the product with V: an output's error
+#: is about ulp(1) * |v|, not ulp(output). Causal outputs average many values, so rms(out)
+#: is small (0.05 on an 8k causal row of normal data) and, on a row whose values cancel, the
+#: error reaches 0.035 rms(ref) in bfloat16 (measured by emulating the rounding in float64;
+#: 0.0023 in float16). The per-element floor is raised to 0.08 rms (bfloat16) and 0.016 rms
+#: (float16); the relative L2 bounds stay the defaults (measured 0.0021 and 0.00026).
+_TOLERANCES = {
+    torch.bfloat16: Tolerance(1e-2, 1.6e-2, 8e-2),
+    torch.float16: Tolerance(3e-3, 4e-3, 1.6e-2),
+}
 
 
 # -- GroupedQueryAttentionDenseFwdOp ---------------------------------------------------------
@@ -135,7 +147,8 @@ BENCH = {
     "GroupedQueryAttentionDenseFwdOp": torch_entry(
         _dense_reference, _dense_fn,
         "F.scaled_dot_product_attention(q, k, v, is_causal, scale, enable_gqa=True), torch's "
-        "default backend (flash on CUDA for these shapes)"),
+        "default backend (flash on CUDA for these shapes)",
+        tolerances=_TOLERANCES),
     "GroupedQueryAttentionVarlenFwdOp": torch_entry(
         _varlen_reference, _varlen_masked_fn,
         "one F.scaled_dot_product_attention over all tokens with a same-sequence (and "
@@ -147,5 +160,6 @@ BENCH = {
                           "sequence, causal_lower_right bias where len_q != len_k"),
             "flash_attn": (_flash_attn,
                            "flash_attn.flash_attn_varlen_func, where installed (CUDA)"),
-        }),
+        },
+        tolerances=_TOLERANCES),
 }
