@@ -118,9 +118,15 @@ _DECODE_WARPS, _DECODE_STAGES = 4, 4
 # x from L2 (4 KB a step at M = 16). Split-K makes up the programs for small N.
 _DECODE_BLOCK_N = 128
 # Prefill: GEMM tiles; 128-wide K steps would straddle 64-wide groups, so block_k <= group.
+# The weight tile is dequantized by every program, so wide tiles pay it over more MMA work:
+# in the sm_90 build a K step issues 1152 FLOP of MMA per warp instruction at 128x256,
+# 1001 at 128x128, 583 at 64x128 (the tensor cores need about 1024 at 4 instructions a
+# clock). For M > 64 a wave model picks among them (those figures as efficiencies).
+_PREFILL_WIDE = PrefillConfig(128, 256, 64, 8, 8, 3)
 _PREFILL_LARGE = PrefillConfig(128, 128, 64, 8, 8, 3)
 _PREFILL_MEDIUM = PrefillConfig(64, 128, 64, 8, 4, 3)
 _PREFILL_SMALL = PrefillConfig(32, 64, 64, 8, 4, 3)
+_PREFILL_CANDIDATES = ((_PREFILL_WIDE, 1.0), (_PREFILL_LARGE, 0.87), (_PREFILL_MEDIUM, 0.5))
 
 
 def _pow2_divisor(n: int, choices: tuple[int, ...]) -> int | None:
@@ -146,7 +152,16 @@ def decode_config_for(M: int, N: int, K: int, group_size: int) -> DecodeConfig:
 @functools.lru_cache(maxsize=1024)
 def prefill_config_for(M: int, N: int, K: int, group_size: int) -> PrefillConfig:
     """The prefill kernel's tile configuration."""
-    cfg = _PREFILL_LARGE if M > 64 else _PREFILL_MEDIUM if M > 32 else _PREFILL_SMALL
+    if M > 64:
+        # Wave model: time ~ waves * tile area / efficiency; the first minimum wins.
+        def cost(entry: tuple[PrefillConfig, float]) -> float:
+            c, eff = entry
+            tiles = triton.cdiv(M, c.block_m) * triton.cdiv(N, c.block_n)
+            return triton.cdiv(tiles, _NUM_SMS) * c.block_m * c.block_n / eff
+
+        cfg = min(_PREFILL_CANDIDATES, key=cost)[0]
+    else:
+        cfg = _PREFILL_MEDIUM if M > 32 else _PREFILL_SMALL
     block_k = min(cfg.block_k, _pow2_divisor(group_size, (64, 32)) or cfg.block_k)
     bm = min(cfg.block_m, max(16, triton.next_power_of_2(M)))
     bn = min(cfg.block_n, max(16, triton.next_power_of_2(N)))

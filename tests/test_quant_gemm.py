@@ -193,7 +193,8 @@ def test_config_choice():
     assert decode_config_for(1, 4096, 512, 128).split_k == 1
     # group sizes that are no multiple of 32: per-weight dequantization, 64-wide steps
     assert decode_config_for(1, 4096, 4104, 24).block_k == 64
-    assert prefill_config_for(4096, 28672, 8192, 128) == (128, 128, 64, 8, 8, 3)
+    assert prefill_config_for(4096, 28672, 8192, 128) == (128, 256, 64, 8, 8, 3)
+    assert prefill_config_for(100, 256, 256, 128) == (64, 128, 64, 8, 4, 3)   # 4 tiles, not 1
     assert prefill_config_for(512, 14336, 4096, 32).block_k == 32
 
 
