@@ -33,7 +33,7 @@ The op reads the input about once (neighbouring windows share cache lines, so th
 overlapping reads of a 3x3 stride-2 window come from L1/L2) and writes the output once: it
 is bound by HBM bandwidth on the H200 (about 4.2 TB/s measured for a copy), with the
 instruction issue close behind for overlapping windows (sm_90 build of the ResNet stem
-tile: about 78 SASS instructions per output), so the per-element work is kept to an
+tile: about 80 SASS instructions per output), so the per-element work is kept to an
 address, a load and a max or add. The tile is about ``_TILE`` output pixels; all tuning
 constants are at the top of this module. Offsets are int64 when an address can pass
 ``2**31 - 1``. channels_last inputs are read through their strides (correct, not
@@ -63,6 +63,8 @@ __all__ = [
 _TILE = 1024
 #: Widest tile row: W_out beyond it is split over several programs.
 _MAX_BLOCK_W = 128
+#: Narrowest tile row for W_out above it (a warp then spans 4 rows of 8 outputs).
+_MIN_BLOCK_W = 8
 #: Threads: _TILE / (32 * _NUM_WARPS) = 8 output pixels per thread.
 _NUM_WARPS = 4
 #: Windows with at most this many elements are unrolled; larger ones loop at run time
@@ -304,7 +306,9 @@ class Pool2dPlan:
 def pool2d_plan(R: int, H_out: int, W_out: int, g: Pool2dGeometry) -> Pool2dPlan:
     """The plan for ``R = N * C * H_out`` output rows of ``W_out`` pixels.
 
-    ``block_w`` is the next power of two of ``W_out`` (at most ``_MAX_BLOCK_W``). Planes of
+    ``block_w`` is the widest power of two from ``_MIN_BLOCK_W`` to ``_MAX_BLOCK_W`` that
+    pads ``W_out`` at most a sixteenth more than the least padding one (the next power of
+    two of a narrower ``W_out``): idle lanes cost issue slots, which overlapping windows are short of. Planes of
     at least ``_MIN_PLANE_ROWS`` output rows take plane tiles when a power of two
     ``block_r`` (from ``_TILE / block_w`` down to a quarter of it) pads ``H_out`` by at most
     an eighth; other outputs take ``_TILE / block_w`` consecutive flattened rows (each row
@@ -312,7 +316,15 @@ def pool2d_plan(R: int, H_out: int, W_out: int, g: Pool2dGeometry) -> Pool2dPlan
     holds fewer than ``_TARGET_PROGRAMS`` programs. ``num_warps`` gives each thread about 8
     outputs.
     """
-    block_w = min(triton.next_power_of_2(max(W_out, 1)), _MAX_BLOCK_W)
+    if W_out <= _MIN_BLOCK_W:
+        block_w = triton.next_power_of_2(max(W_out, 1))
+    else:
+        # the widest power of two padding the row at most 1/16 more than the best one does
+        # (56 -> 8: 7 blocks, none padded; 35 -> 8: 40 lanes, where 64 would leave 29 of
+        # them idle; 300 -> 64: 320 lanes, against 304 for 16)
+        widths = [w for w in (128, 64, 32, 16, 8) if _MIN_BLOCK_W <= w <= _MAX_BLOCK_W]
+        best = min(triton.cdiv(W_out, w) * w for w in widths)
+        block_w = next(w for w in widths if 16 * triton.cdiv(W_out, w) * w <= 17 * best)
     unroll = g.kernel[0] * g.kernel[1] <= _MAX_UNROLL
     cap = max(1, _TILE // block_w)
     plane, block_r = False, max(1, min(cap, triton.next_power_of_2(max(R, 1))))

@@ -185,9 +185,15 @@ def test_tiles_cover_rows_and_columns(plan, layout):
 
 def test_plan_shapes():
     stem = pool2d_geometry(3, 2, 1)
-    # ResNet stem: 56 x 56 planes, tiles of 8 rows of one plane (no padding rows)
+    # ResNet stem: 56-wide rows in blocks of 8 (none padded), 128 flattened rows a tile
     p = pool2d_plan(128 * 64 * 56, 56, 56, stem)
-    assert (p.block_r, p.block_w, p.num_warps, p.unroll, p.plane_tiles) == (8, 64, 2, True, True)
+    assert (p.block_r, p.block_w, p.num_warps, p.unroll, p.plane_tiles) == (128, 8, 4, True, False)
+    # U-Net: 128-wide rows, tiles of 8 rows of one plane
+    p = pool2d_plan(16 * 64 * 128, 128, 128, pool2d_geometry(2))
+    assert (p.block_r, p.block_w, p.num_warps, p.plane_tiles) == (8, 128, 4, True)
+    # Inception: 35-wide rows take 5 blocks of 8 (40 lanes, not 64)
+    p = pool2d_plan(32 * 192 * 35, 35, 35, pool2d_geometry(3, 1, 1))
+    assert (p.block_r, p.block_w, p.plane_tiles) == (128, 8, False)
     # 28 x 28 planes: a power of two pads 28 rows by more than an eighth: flattened rows
     p = pool2d_plan(128 * 256 * 28, 28, 28, pool2d_geometry(2))
     assert (p.block_r, p.block_w, p.num_warps, p.plane_tiles) == (32, 32, 4, False)
@@ -195,7 +201,7 @@ def test_plan_shapes():
     p = pool2d_plan(128 * 2048, 1, 1, pool2d_geometry(7))
     assert (p.block_r, p.block_w, p.plane_tiles, p.unroll) == (256, 1, False, False)
     p = pool2d_plan(3, 3, 300, stem)                             # wide rows: split, few rows
-    assert (p.block_r, p.block_w, p.num_warps, p.plane_tiles) == (2, 128, 1, False)
+    assert (p.block_r, p.block_w, p.num_warps, p.plane_tiles) == (4, 64, 1, False)
 
 
 @pytest.mark.parametrize("mode", ["max", "avg"])
@@ -503,5 +509,6 @@ def test_kernel_builds_for_sm90():
     built = json.loads(res.stdout)
     for name, k in built.items():
         assert k["ld"] > 0 and k["local"] == 0, (name, k)
-    assert built["stem"]["plan"] == [8, 64, 2, True, True] and built["stem"]["ld"] == 72
+    assert built["stem"]["plan"] == [128, 8, 4, True, False] and built["stem"]["ld"] == 72
+    assert built["deeplab"]["plan"][4] is True           # plane tiles
     assert built["head"]["plan"][3] is False and built["global-max"]["plan"][3] is False
