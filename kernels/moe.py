@@ -32,6 +32,9 @@ Plain functions; the dispatch classes are in ``moe_impl.py``.
   columns), full K blocks unmasked and one masked K tail, like ``kernels/gemm.py``. With
   silu_and_mul a program holds two accumulators, gate (w rows ``n``) and up (rows
   ``n + N // 2``), and applies the activation before its one store.
+  - on Hopper (compute capability >= 9.0, fp16/bf16, operands TMA can describe) the same
+    tiles through TMA tensor descriptors: every masked call, and contiguous calls whose
+    tiles each hold one expert (aligned packing); the pointer kernels serve the rest.
 
 Tile choices are plain Python in :func:`moe_config_for` (constants below). fp32 inputs
 run with ``input_precision="ieee"``. On CPU the Triton interpreter's ``tl.dot`` is wrong
@@ -48,6 +51,7 @@ import triton.language as tl
 
 __all__ = [
     "MoeConfig",
+    "tma_eligible",
     "moe_config_for",
     "moe_grouped_gemm_reference",
     "moe_grouped_gemm_triton",
@@ -221,6 +225,28 @@ def _epilogue(acc, acc_up, SILU: tl.constexpr):
 
 
 @triton.jit
+def _row_experts(meta_ptr, offs_m, row_ok, E, ALIGN, BLOCK_M: tl.constexpr,
+                 BLOCK_E: tl.constexpr, LOG_E: tl.constexpr, PER_ROW: tl.constexpr):
+    """The expert of each row of a contiguous layout's tile; -1 for no expert."""
+    if PER_ROW:
+        ids = tl.load(meta_ptr + offs_m, mask=row_ok, other=-1)
+        ids = tl.where((ids >= 0) & (ids < E), ids, -1)  # never a weight out of range
+    else:
+        # Expert of row r: the number of experts whose rows end at or before r (the ends
+        # never decrease), by a branch-free binary search, steps BLOCK_E, ..., 2, 1 ...
+        ids = tl.zeros((BLOCK_M,), dtype=tl.int32)
+        for i in tl.static_range(LOG_E + 1):
+            cand = ids + (BLOCK_E >> i)
+            end = tl.load(meta_ptr + cand - 1, mask=row_ok & (cand <= E), other=2147483647)
+            ids = tl.where(end <= offs_m, cand, ids)
+        prev_end = tl.load(meta_ptr + ids - 1, mask=row_ok & (ids > 0) & (ids < E), other=0)
+        start = (prev_end + ALIGN - 1) // ALIGN * ALIGN
+        # ... if r lies at or past that expert's aligned start (else a padding row).
+        ids = tl.where(row_ok & (ids < E) & (offs_m >= start), ids, -1)
+    return ids
+
+
+@triton.jit
 def _moe_contiguous_kernel(
     x_ptr, w_ptr, meta_ptr, y_ptr,
     M, N_OUT, K, E, ALIGN,
@@ -248,22 +274,7 @@ def _moe_contiguous_kernel(
     offs_k = tl.arange(0, BLOCK_K)
     row_ok = offs_m < M
 
-    # The expert of each row of the tile (-1: no expert).
-    if PER_ROW:
-        ids = tl.load(meta_ptr + offs_m, mask=row_ok, other=-1)
-        ids = tl.where((ids >= 0) & (ids < E), ids, -1)  # never a weight out of range
-    else:
-        # Expert of row r: the number of experts whose rows end at or before r (the ends
-        # never decrease), by a branch-free binary search, steps BLOCK_E, ..., 2, 1 ...
-        ids = tl.zeros((BLOCK_M,), dtype=tl.int32)
-        for i in tl.static_range(LOG_E + 1):
-            cand = ids + (BLOCK_E >> i)
-            end = tl.load(meta_ptr + cand - 1, mask=row_ok & (cand <= E), other=2147483647)
-            ids = tl.where(end <= offs_m, cand, ids)
-        prev_end = tl.load(meta_ptr + ids - 1, mask=row_ok & (ids > 0) & (ids < E), other=0)
-        start = (prev_end + ALIGN - 1) // ALIGN * ALIGN
-        # ... if r lies at or past that expert's aligned start (else a padding row).
-        ids = tl.where(row_ok & (ids < E) & (offs_m >= start), ids, -1)
+    ids = _row_experts(meta_ptr, offs_m, row_ok, E, ALIGN, BLOCK_M, BLOCK_E, LOG_E, PER_ROW)
     e_lo = tl.min(tl.where(ids >= 0, ids, E), axis=0)
     e_hi = tl.max(ids, axis=0)
 
@@ -356,6 +367,122 @@ def _moe_masked_kernel(
              mask=(offs_m[:, None] < MAX_M) & (offs_n[None, :] < N_OUT))
 
 
+# --- TMA kernels (Hopper) -------------------------------------------------------------------
+# The same tiles with x, w and y read and written through TMA tensor descriptors (the bulk
+# copy engine), as kernels/gemm.py does for the nn.Linear (NT) layout, where it measured
+# 0.84-0.94x of cuBLAS against 0.69-0.79x for pointer loads. w is described [E, N, K]
+# (3-D: a tile never reads another expert's rows; N and K tails are zero-filled) and the
+# masked layout's x and y [E, max_m, .] the same way. The contiguous kernel serves tiles of
+# one expert only (aligned packing, BLOCK_M dividing the alignment).
+
+
+@triton.jit
+def _moe_contiguous_tma_kernel(
+    x_desc, w_desc, meta_ptr, y_desc, M, N_OUT, K, E, ALIGN,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_E: tl.constexpr, LOG_E: tl.constexpr, GROUP_M: tl.constexpr, PER_ROW: tl.constexpr,
+    SILU: tl.constexpr, STAGES: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N_OUT, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    first_pid_m = (pid // num_pid_in_group) * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+    off_m = pid_m * BLOCK_M
+    off_n = pid_n * BLOCK_N
+    offs_m = off_m + tl.arange(0, BLOCK_M)
+    ids = _row_experts(meta_ptr, offs_m, offs_m < M, E, ALIGN, BLOCK_M, BLOCK_E, LOG_E, PER_ROW)
+    e_hi = tl.max(ids, axis=0)
+    e = tl.maximum(e_hi, 0)
+    # A tile of padding rows only runs no K step and stores zeros.
+    k_tiles = tl.where(e_hi >= 0, tl.cdiv(K, BLOCK_K), 0)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in tl.range(0, k_tiles, num_stages=STAGES):
+        off_k = k * BLOCK_K
+        a = x_desc.load([off_m, off_k])
+        b = w_desc.load([e, off_n, off_k]).reshape(BLOCK_N, BLOCK_K)
+        acc = tl.dot(a, b.T, acc)
+        if SILU:
+            bu = w_desc.load([e, N_OUT + off_n, off_k]).reshape(BLOCK_N, BLOCK_K)
+            acc_up = tl.dot(a, bu.T, acc_up)
+    res = tl.where((ids >= 0)[:, None], _epilogue(acc, acc_up, SILU), 0.0)
+    y_desc.store([off_m, off_n], res.to(y_desc.dtype))
+
+
+@triton.jit
+def _moe_masked_tma_kernel(
+    x_desc, w_desc, meta_ptr, y_desc, MAX_M, N_OUT, K,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    SILU: tl.constexpr, STAGES: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    e = tl.program_id(1)
+    num_pid_n = tl.cdiv(N_OUT, BLOCK_N)
+    off_m = (pid // num_pid_n) * BLOCK_M
+    off_n = (pid % num_pid_n) * BLOCK_N
+    count = tl.minimum(tl.load(meta_ptr + e), MAX_M)
+    # A tile wholly past masked_m runs no K step and stores zeros.
+    k_tiles = tl.where(off_m < count, tl.cdiv(K, BLOCK_K), 0)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in tl.range(0, k_tiles, num_stages=STAGES):
+        off_k = k * BLOCK_K
+        a = x_desc.load([e, off_m, off_k]).reshape(BLOCK_M, BLOCK_K)
+        b = w_desc.load([e, off_n, off_k]).reshape(BLOCK_N, BLOCK_K)
+        acc = tl.dot(a, b.T, acc)
+        if SILU:
+            bu = w_desc.load([e, N_OUT + off_n, off_k]).reshape(BLOCK_N, BLOCK_K)
+            acc_up = tl.dot(a, bu.T, acc_up)
+    offs_m = off_m + tl.arange(0, BLOCK_M)
+    res = tl.where((offs_m < count)[:, None], _epilogue(acc, acc_up, SILU), 0.0)
+    y_desc.store([e, off_m, off_n], res.reshape(1, BLOCK_M, BLOCK_N).to(y_desc.dtype))
+
+
+def _descriptor_ok(t: torch.Tensor) -> bool:
+    """TMA's rules: unit inner stride, every other stride and the base 16-byte aligned."""
+    size = t.element_size()
+    return (t.stride(-1) == 1 and t.data_ptr() % 16 == 0
+            and all((st * size) % 16 == 0 for st in t.stride()[:-1]))
+
+
+def tma_eligible(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> bool:
+    """Whether the TMA kernels can run a call: a CUDA device of compute capability 9.0 or
+    later, fp16/bf16, and x, w, out as TMA describes them."""
+    return (x.is_cuda and x.dtype in (torch.float16, torch.bfloat16)
+            and torch.cuda.get_device_capability(x.device)[0] >= 9
+            and _descriptor_ok(x) and _descriptor_ok(w) and _descriptor_ok(out))
+
+
+def _launch_tma(x, w, metadata, out, kind, metadata_kind, alignment, silu, cfg) -> None:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    E, N, K = w.shape
+    n_out = out.shape[-1]
+    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+    w_desc = TensorDescriptor.from_tensor(w, [1, bn, bk])
+    opts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SILU=silu, STAGES=cfg.num_stages,
+                num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if kind == "masked":
+        max_m = x.shape[1]
+        x_desc = TensorDescriptor.from_tensor(x, [1, bm, bk])
+        y_desc = TensorDescriptor.from_tensor(out, [1, bm, bn])
+        grid = (triton.cdiv(max_m, bm) * triton.cdiv(n_out, bn), E)
+        _moe_masked_tma_kernel[grid](x_desc, w_desc, metadata, y_desc, max_m, n_out, K, **opts)
+        return
+    M = x.shape[0]
+    x_desc = TensorDescriptor.from_tensor(x, [bm, bk])
+    y_desc = TensorDescriptor.from_tensor(out, [bm, bn])
+    grid = (triton.cdiv(M, bm) * triton.cdiv(n_out, bn),)
+    _moe_contiguous_tma_kernel[grid](
+        x_desc, w_desc, metadata, y_desc, M, n_out, K, E, max(alignment, 1),
+        BLOCK_E=triton.next_power_of_2(E), LOG_E=triton.next_power_of_2(E).bit_length() - 1,
+        GROUP_M=cfg.group_m, PER_ROW=metadata_kind == "per_row", **opts)
+
+
 # --- launcher ----------------------------------------------------------------------------
 
 
@@ -367,11 +494,14 @@ def _extent(t: torch.Tensor) -> int:
 def moe_grouped_gemm_triton(x: torch.Tensor, w: torch.Tensor, metadata: torch.Tensor,
                             out: torch.Tensor, kind: str, metadata_kind: str = "per_row",
                             alignment: int = 1, activation: str = "none",
-                            config: MoeConfig | None = None) -> torch.Tensor:
+                            config: MoeConfig | None = None,
+                            tma: bool | None = None) -> torch.Tensor:
     """Write the M-grouped GEMM into ``out`` (any strides) and return it.
 
     x, w, out: any strides, one dtype of float16 / bfloat16 / float32; metadata: int32,
-    contiguous. ``config=`` forces a tile configuration.
+    contiguous. ``config=`` forces a tile configuration. ``tma`` picks the TMA kernels
+    (True), the pointer kernels (False), or (None) TMA where :func:`tma_eligible` holds
+    and, for a contiguous layout, every tile holds one expert.
     """
     if x.dtype not in _SUPPORTED or w.dtype != x.dtype or out.dtype != x.dtype:
         raise TypeError(f"x, w and out must share a dtype in {_SUPPORTED}; got {x.dtype}, "
@@ -384,6 +514,16 @@ def moe_grouped_gemm_triton(x: torch.Tensor, w: torch.Tensor, metadata: torch.Te
     metadata = metadata.contiguous()
     max_m = x.shape[1] if kind == "masked" else 0
     cfg = config or moe_config_for(kind, alignment, max_m, n_out, K, x.dtype, silu)
+    one_expert = kind == "masked" or (alignment >= cfg.block_m and alignment % cfg.block_m == 0)
+    if tma is None:
+        tma = one_expert and tma_eligible(x, w, out)
+    if tma:
+        if not (one_expert and x.dtype != torch.float32 and _descriptor_ok(x)
+                and _descriptor_ok(w) and _descriptor_ok(out)):
+            raise ValueError("the TMA kernels need float16/bfloat16, unit inner strides, "
+                             "16-byte aligned strides and bases, and tiles of one expert")
+        _launch_tma(x, w, metadata, out, kind, metadata_kind, alignment, silu, cfg)
+        return out
     use_int64 = max(_extent(x), _extent(w), _extent(out)) > _INT32_LIMIT
     precision = "ieee" if x.dtype == torch.float32 else "tf32"
     common = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SILU=silu,
@@ -405,5 +545,5 @@ def moe_grouped_gemm_triton(x: torch.Tensor, w: torch.Tensor, metadata: torch.Te
         BLOCK_E=triton.next_power_of_2(E), LOG_E=triton.next_power_of_2(E).bit_length() - 1,
         GROUP_M=cfg.group_m,
         PER_ROW=metadata_kind == "per_row",
-        ONE_EXPERT=alignment >= cfg.block_m and alignment % cfg.block_m == 0, **common)
+        ONE_EXPERT=one_expert, **common)
     return out
