@@ -160,7 +160,7 @@ def instantiate(case: Case, device: torch.device, seed: int = WORKLOAD_SEED) -> 
     shapes = {n: sh for n, sh, _ in b.tensors}
     dtypes = {n: dt for n, _, dt in b.tensors}
     rng = random.Random(f"{seed}:{case.op}:{case.id}")
-    gen = torch.Generator().manual_seed(seed)
+    gens: dict[torch.device, torch.Generator] = {}
     generated: dict[str, Any] = {}
     # generators first: their results solve the indices the row does not give
     for n in spec.inputs:
@@ -208,7 +208,7 @@ def instantiate(case: Case, device: torch.device, seed: int = WORKLOAD_SEED) -> 
             else:
                 out.append(torch.tensor(generated[n], dtype=dtype).reshape(shape).to(dev))
         else:
-            out.append(_random(shape, dtype, dev, gen))
+            out.append(_random(shape, dtype, dev, _generator(gens, dev, seed)))
     return tuple(out)
 
 
@@ -266,16 +266,30 @@ def _settle_lets(spec, env: dict) -> None:
             continue
 
 
+def _generator(gens: dict, device: torch.device, seed: int) -> torch.Generator | None:
+    """One seeded generator per device of a case. CUDA tensors are drawn on the GPU: a
+    workload's weights reach gigabytes, which the CPU takes minutes to draw. The values
+    then differ from a CPU draw of the same case, but are as deterministic."""
+    if device.type == "meta":
+        return None
+    where = device if device.type == "cuda" else torch.device("cpu")
+    g = gens.get(where)
+    if g is None:
+        g = gens[where] = torch.Generator(device=where).manual_seed(seed)
+    return g
+
+
 def _random(shape: tuple, dtype: torch.dtype, device: torch.device, gen) -> torch.Tensor:
     if device.type == "meta":
         return torch.empty(shape, dtype=dtype, device=device)
+    at = gen.device
     if dtype.is_floating_point:
-        t = torch.randn(shape, generator=gen, dtype=torch.float32)
+        t = torch.randn(shape, generator=gen, dtype=torch.float32, device=at)
         t = t.to(dtype)
     elif dtype == torch.bool:
-        t = torch.randint(0, 2, shape, generator=gen).bool()
+        t = torch.randint(0, 2, shape, generator=gen, device=at).bool()
     elif dtype.is_complex:
-        t = torch.randn(shape, generator=gen, dtype=dtype)
+        t = torch.randn(shape, generator=gen, dtype=dtype, device=at)
     else:
-        t = torch.randint(0, 8, shape, generator=gen).to(dtype)
+        t = torch.randint(0, 8, shape, generator=gen, device=at).to(dtype)
     return t.to(device)
