@@ -20,14 +20,18 @@ Plain functions; the dispatch classes are in :mod:`opspec.kernels.bmm_impl`.
   The batch offset is formed in int64 (``b * stride_b`` passes 2**31 elements on the
   attention shapes); offsets within one matrix are int32 unless a matrix spans more.
 
-Precision: float16/bfloat16 run on tensor cores with float32 accumulation. float32 runs
-``tl.dot`` with ``input_precision="ieee"`` (no TF32): torch.bmm's default for float32
-(``torch.backends.cuda.matmul.allow_tf32`` is False unless a user sets it), so the kernel
-agrees with the reference to float32 rounding; it is a correctness path (CUDA cores), not
-a fast one. On the CPU, Triton's interpreter computes ``tl.dot`` wrongly in bfloat16:
-there (only) the bfloat16 tiles are widened to float32 before the dot (``UPCAST``), so
-that everything else of the bfloat16 path -- loads, accumulation, the rounded store --
-is still tested on the CPU; the bfloat16 MMA itself is checked on the GPU.
+Precision: float16/bfloat16 run on tensor cores with float32 accumulation. float32 keeps
+float32 accuracy, as torch.bmm's default (``torch.backends.cuda.matmul.allow_tf32`` is
+False) promises, but not through CUDA-core FMAs (``input_precision="ieee"``, which would
+make the kernel several times slower than cuBLAS): it runs 3xTF32
+(``input_precision="tf32x3"``): each operand is split into a TF32 part and a TF32
+remainder and three tensor-core products are accumulated in float32, dropping only the
+remainder x remainder term (2**-22 relative), so results agree with an IEEE float32
+product to about 1e-6 relative; plain TF32 (1e-3) is never used. ``precision="ieee"``
+selects the FMA path. On the CPU, Triton's interpreter computes ``tl.dot`` wrongly in
+bfloat16: there (only) the bfloat16 tiles are widened to float32 before the dot
+(``UPCAST``), so that everything else of the bfloat16 path -- loads, accumulation, the
+rounded store -- is still tested on the CPU; the bfloat16 MMA itself is checked on the GPU.
 
 Tile choice (:func:`bmm_config_for`): a small table in plain Python (no autotuning at call
 time), the same shape of rules as the GEMM table of :mod:`opspec.kernels.gemm`: a wave
@@ -73,7 +77,9 @@ _MEDIUM = BmmConfig(64, 128, 64, 8, 4, 4)
 _MEDIUM_N64 = BmmConfig(64, 64, 64, 8, 4, 4)
 _SMALL_32 = BmmConfig(32, 64, 128, 8, 4, 4)   # 16 < M <= 32
 _SMALL_16 = BmmConfig(16, 128, 128, 1, 4, 4)  # M <= 16: stream mat2, 128 columns a program
-_FP32 = BmmConfig(64, 64, 32, 8, 4, 3)        # ieee dot on CUDA cores
+# float32, 3xTF32 on tensor cores: 32 KB a stage at 128x128x32 (3 stages 96 KB).
+_FP32 = BmmConfig(128, 128, 32, 8, 8, 3)
+_FP32_IEEE = BmmConfig(64, 64, 32, 8, 4, 3)   # precision="ieee": FMAs on CUDA cores
 # M > 64: candidates with a guessed relative efficiency per tile (bigger tiles reuse more
 # operand bytes per FLOP).
 _LARGE_CANDIDATES = ((_LARGE_256, 1.0), (_LARGE_128, 0.9), (_MEDIUM, 0.75), (_MEDIUM_N64, 0.6))
@@ -90,7 +96,8 @@ _EXTRA = (
 def bmm_configs() -> list[BmmConfig]:
     """Every tile configuration, the table's first: for an offline sweep with ``config=``."""
     out: list[BmmConfig] = []
-    for c in (_LARGE_256, _LARGE_128, _MEDIUM, _MEDIUM_N64, _SMALL_32, _SMALL_16, _FP32, *_EXTRA):
+    for c in (_LARGE_256, _LARGE_128, _MEDIUM, _MEDIUM_N64, _SMALL_32, _SMALL_16, _FP32,
+              _FP32_IEEE, *_EXTRA):
         if c not in out:
             out.append(c)
     return out
@@ -108,11 +115,12 @@ def _clip(cfg: BmmConfig, M: int, N: int, K: int) -> BmmConfig:
 
 
 @functools.lru_cache(maxsize=1024)
-def bmm_config_for(B: int, M: int, N: int, K: int,
-                   dtype: torch.dtype = torch.bfloat16) -> BmmConfig:
-    """The tile configuration for ``B`` products of ``M x K`` by ``K x N`` in ``dtype``."""
+def bmm_config_for(B: int, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16,
+                   precision: str = "tf32x3") -> BmmConfig:
+    """The tile configuration for ``B`` products of ``M x K`` by ``K x N`` in ``dtype``
+    (``precision``: the float32 path, ``"tf32x3"`` or ``"ieee"``)."""
     if dtype == torch.float32:
-        return _clip(_FP32, M, N, K)
+        return _clip(_FP32 if precision == "tf32x3" else _FP32_IEEE, M, N, K)
 
     def tiles(bm: int, bn: int) -> int:
         return B * triton.cdiv(M, bm) * triton.cdiv(N, bn)
@@ -227,14 +235,17 @@ def _matrix_extent(t: torch.Tensor) -> int:
 
 
 def bmm_triton(input: torch.Tensor, mat2: torch.Tensor, out: torch.Tensor,
-               config: BmmConfig | None = None) -> torch.Tensor:
+               config: BmmConfig | None = None, precision: str = "tf32x3") -> torch.Tensor:
     """Write ``input @ mat2`` (batched) into ``out`` and return ``out``.
 
     ``input`` ``[B, M, K]``, ``mat2`` ``[B, K, N]``, ``out`` ``[B, M, N]``: one dtype of
     float16, bfloat16, float32; any strides (``out`` must not overlap the inputs). ``K == 0``
     zero-fills ``out``; an empty ``out`` launches nothing. ``config`` overrides the table
-    (:func:`bmm_config_for`), for offline tuning.
+    (:func:`bmm_config_for`), for offline tuning. ``precision`` is the float32 path:
+    ``"tf32x3"`` (tensor cores, float32 accuracy) or ``"ieee"`` (CUDA-core FMAs).
     """
+    if precision not in ("tf32x3", "ieee"):
+        raise ValueError(f"precision must be 'tf32x3' or 'ieee', got {precision!r}")
     if input.dim() != 3 or mat2.dim() != 3 or out.dim() != 3:
         raise ValueError(f"input, mat2 and out must be 3-D, got {input.dim()}-D, "
                          f"{mat2.dim()}-D and {out.dim()}-D")
@@ -252,7 +263,7 @@ def bmm_triton(input: torch.Tensor, mat2: torch.Tensor, out: torch.Tensor,
         return out
     if K == 0:
         return out.zero_()
-    cfg = config or bmm_config_for(B, M, N, K, input.dtype)
+    cfg = config or bmm_config_for(B, M, N, K, input.dtype, precision)
     use_int64 = max(_matrix_extent(input), _matrix_extent(mat2), _matrix_extent(out)) > _INT32_LIMIT
     grid = (B * triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n),)
     upcast = TRITON_INTERPRETED and input.dtype == torch.bfloat16
@@ -263,7 +274,7 @@ def bmm_triton(input: torch.Tensor, mat2: torch.Tensor, out: torch.Tensor,
         out.stride(0), out.stride(1), out.stride(2),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
         EVEN_K=K % cfg.block_k == 0, USE_INT64=use_int64,
-        INPUT_PRECISION="ieee" if input.dtype == torch.float32 or upcast else "tf32",
+        INPUT_PRECISION="ieee" if upcast else precision if input.dtype == torch.float32 else "tf32",
         UPCAST=upcast, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out

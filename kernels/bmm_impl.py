@@ -23,7 +23,8 @@ class BmmFwdInterface(KernelInterface):
 
     @abc.abstractmethod
     def forward(self, input: torch.Tensor, mat2: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        """`out[b] = input[b] @ mat2[b]` for every b, accumulated in float32.
+        """`out[b] = input[b] @ mat2[b]` for every b, accumulated in float32 (float32 inputs
+        with float32 accuracy: no plain TF32).
 
         input: [B, M, K], mat2: [B, K, N], both of the call's dtype, on the call's device, any
         strides; out: [B, M, N], same dtype and device, any strides, not overlapping the
@@ -33,7 +34,7 @@ class BmmFwdInterface(KernelInterface):
 
 class BmmTritonKernel(Kernel, BmmFwdInterface):
     """Tiled Triton batched GEMM: batch x tiles grid, grouped tile order, fp32 accumulation,
-    float32 through the ieee dot."""
+    float32 as 3xTF32 (float32 accuracy on tensor cores)."""
 
     devices = TRITON_DEVICES
 

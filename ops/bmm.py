@@ -14,8 +14,9 @@ class BmmFwdOp(Op):
     """`torch.bmm(input, mat2, out=out)`: `output[b] = input[b] @ mat2[b]` for input
     [B, M, K] and mat2 [B, K, N], float16, bfloat16 or float32.
 
-    16-bit inputs accumulate in float32; float32 inputs are multiplied in full float32 (no
-    TF32, torch's default). Transposed and sliced views are read through their strides, and
+    16-bit inputs accumulate in float32; float32 inputs keep float32 accuracy (torch's
+    default, no plain TF32), computed on tensor cores as three TF32 products (3xTF32,
+    about 1e-6 relative to an IEEE float32 product). Transposed and sliced views are read through their strides, and
     an `out=` buffer of any strides is written in place (it must not overlap the inputs).
     """
 

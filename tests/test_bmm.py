@@ -106,6 +106,18 @@ def test_strided_transposed_and_broadcast_operands():
     _close(out, _want(at, _randn(2, 13, 5, seed=5)), torch.float32)
 
 
+def test_float32_paths():
+    """float32 through 3xTF32 (the default) and through ieee FMAs: both within float32
+    rounding of the float64 product (on the GPU, 3xTF32 drops only a 2**-22 term)."""
+    a, b = _randn(2, 33, 70), _randn(2, 70, 21, seed=1)
+    for precision in ("tf32x3", "ieee"):
+        out = torch.empty(2, 33, 21)
+        bmm_triton(a, b, out, precision=precision)
+        torch.testing.assert_close(out.double(), _want(a, b), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="precision must be 'tf32x3' or 'ieee'"):
+        bmm_triton(a, b, torch.empty(2, 33, 21), precision="tf32")
+
+
 @pytest.mark.parametrize("shape", [(0, 3, 4, 5), (2, 0, 4, 5), (2, 3, 4, 0), (2, 3, 0, 5)], ids=str)
 def test_empty(shape):
     B, M, K, N = shape
@@ -138,8 +150,9 @@ def test_config_choice():
     # decode attention (M = 4): 16-row tiles streaming mat2, 128 columns a program
     assert bmm_config_for(512, 4, 4096, 128) == (16, 128, 128, 1, 4, 4)
     assert bmm_config_for(1, 4, 256, 128).block_n == 64
-    # float32: the ieee configuration
-    assert bmm_config_for(32, 4096, 4096, 128, torch.float32) == (64, 64, 32, 8, 4, 3)
+    # float32: 3xTF32 on tensor cores, or the ieee (FMA) configuration
+    assert bmm_config_for(32, 4096, 4096, 128, torch.float32) == (128, 128, 32, 8, 8, 3)
+    assert bmm_config_for(32, 4096, 4096, 128, torch.float32, "ieee") == (64, 64, 32, 8, 4, 3)
     assert len(bmm_configs()) == len(set(bmm_configs()))
 
 
@@ -286,15 +299,16 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 import opspec.kernels.bmm as K
 
-def build(B, M, N, Kd, dt):
+def build(B, M, N, Kd, dt, precision="tf32x3"):
     # The launch the table plans for a contiguous problem, specialised as a launch is.
-    cfg = K.bmm_config_for(B, M, N, Kd, {"bf16": K.torch.bfloat16, "fp32": K.torch.float32}[dt])
+    cfg = K.bmm_config_for(B, M, N, Kd, {"bf16": K.torch.bfloat16, "fp32": K.torch.float32}[dt],
+                           precision)
     fn = K._bmm_kernel
     ints = dict(M=M, N=N, K=Kd, stride_ab=M * Kd, stride_am=Kd, stride_ak=1, stride_bb=Kd * N,
                 stride_bk=N, stride_bn=1, stride_cb=M * N, stride_cm=N, stride_cn=1)
     cexpr = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
                  GROUP_M=cfg.group_m, EVEN_K=Kd % cfg.block_k == 0, USE_INT64=False,
-                 INPUT_PRECISION="ieee" if dt == "fp32" else "tf32", UPCAST=False)
+                 INPUT_PRECISION=precision if dt == "fp32" else "tf32", UPCAST=False)
     sig, attrs = {}, {}
     for i, name in enumerate(fn.arg_names):
         if name in cexpr:
@@ -312,7 +326,7 @@ def build(B, M, N, Kd, dt):
     ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                          options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}).asm["ptx"]
     return {"cp_async": ptx.count("cp.async"), "local": ptx.count(".local"),
-            "wgmma": "wgmma" in ptx, "mma": "mma.sync" in ptx}
+            "wgmma": "wgmma" in ptx, "mma": "mma.sync" in ptx, "tf32": ".tf32" in ptx}
 
 out = {
     "attn-qk": build(256, 2048, 2048, 128, "bf16"),
@@ -320,6 +334,7 @@ out = {
     "decode-qk": build(512, 4, 4096, 128, "bf16"),
     "expert-up": build(8, 1024, 14336, 4096, "bf16"),
     "fp32": build(32, 4096, 4096, 128, "fp32"),
+    "fp32-ieee": build(32, 4096, 4096, 128, "fp32", "ieee"),
 }
 json.dump(out, sys.stdout)
 """
@@ -328,7 +343,8 @@ json.dump(out, sys.stdout)
 def test_kernel_builds_for_sm90():
     """The kernel compiles for sm_90 (ptxas included) with the table's configurations of the
     workload shapes: pipelined operand loads (cp.async), no local memory (no spills), 16-bit
-    tiles of 64 rows or more on Hopper's wgmma. Compiled in a fresh process: under the interpreter,
+    tiles of 64 rows or more and float32 (3xTF32) on Hopper's wgmma, the ieee float32 path
+    on FMAs. Compiled in a fresh process: under the interpreter,
     triton.language is patched."""
     import json
     import os
@@ -344,5 +360,7 @@ def test_kernel_builds_for_sm90():
         assert k["local"] == 0 and k["cp_async"] > 0, (name, k)
         if name == "decode-qk":      # 16-row tiles: Ampere-style mma (wgmma needs 64 rows)
             assert k["mma"], (name, k)
-        elif name != "fp32":
-            assert k["wgmma"], (name, k)
+        elif name == "fp32-ieee":    # FMAs, no tensor cores
+            assert not (k["wgmma"] or k["mma"] or k["tf32"]), (name, k)
+        else:                        # float32: 3xTF32 on wgmma
+            assert k["wgmma"] and k["tf32"] == (name == "fp32"), (name, k)
