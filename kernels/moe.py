@@ -25,6 +25,9 @@ Plain functions; the dispatch classes are in ``moe_impl.py``.
     aligned packing ``BLOCK_M`` divides ``alignment``, so a tile holds one expert's rows
     (and padding) and runs one K loop; a tile that spans experts (tight packing) runs one
     K loop per expert it holds and keeps each expert's rows. Rows of no expert keep 0.
+  - contiguous, tight packing with ``physical_psum`` ends: tiles start at each expert's
+    first row (the tile of each program found from the experts' tile counts on the
+    device), so no tile spans experts; extra tiles zero the rows past the last end.
   - masked: a 2-D grid, ``(m tile x n tile, expert)``; a tile past ``masked_m[e]`` runs
     no K step (it reads nothing) and stores zeros.
 
@@ -87,26 +90,27 @@ _MIN_BLOCK = 16  # tl.dot's smallest tile
 
 
 def moe_config_for(kind: str, alignment: int, max_m: int, N_out: int, K: int,
-                   dtype: torch.dtype, silu: bool) -> MoeConfig:
+                   dtype: torch.dtype, silu: bool, segments: bool = False) -> MoeConfig:
     """The tile configuration of one call.
 
     Contiguous: ``BLOCK_M`` divides ``alignment`` where it can (aligned packing with an
     alignment of 16 or more) so that a tile never spans two experts; tight packing
-    (alignment 1) uses 64-row tiles, which may span experts.
+    (alignment 1) uses 64-row tiles, which may span experts, or, with ``segments`` (tight
+    packing with expert ends: tiles start at each expert's first row), the 128-row tiles.
     Masked: ``BLOCK_M`` at most ``max_m`` rounded up to a power of two.
     """
     if dtype == torch.float32:
         cfg = _FP32
     elif kind == "masked":
         cfg = _MASKED_SILU if silu else _MASKED
-    elif alignment >= 128:
+    elif alignment >= 128 or segments:
         cfg = _PREFILL_SILU if silu else _PREFILL
     else:
         cfg = _SMALL_TILE_SILU if silu else _SMALL_TILE
     bm = cfg.block_m
     if kind == "masked":
         bm = min(bm, max(_MIN_BLOCK, triton.next_power_of_2(max_m)))
-    elif alignment >= _MIN_BLOCK:
+    elif alignment >= _MIN_BLOCK and not segments:
         bm = min(bm, alignment)
     bn = min(cfg.block_n, max(_MIN_BLOCK, triton.next_power_of_2(max(N_out, 1))))
     bk = min(cfg.block_k, max(_MIN_BLOCK, triton.next_power_of_2(max(K, 1))))
@@ -322,6 +326,66 @@ def _moe_contiguous_kernel(
 
 
 @triton.jit
+def _moe_segments_kernel(
+    x_ptr, w_ptr, meta_ptr, y_ptr,
+    M, N_OUT, K, E,
+    stride_xm, stride_xk, stride_we, stride_wn, stride_wk, stride_ym, stride_yn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_E: tl.constexpr, SILU: tl.constexpr, EVEN_K: tl.constexpr, USE_INT64: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+):
+    # Tight packing with physical_psum ends: tiles start at each expert's first row (not
+    # at multiples of BLOCK_M), so that no tile spans two experts. Tile i of the call is
+    # tile t of expert e, found from the experts' tile counts on the device; tiles after
+    # the last expert's zero the rows past the last end. N fastest: consecutive programs
+    # share one tile of x.
+    pid = tl.program_id(0)
+    num_pid_n = tl.cdiv(N_OUT, BLOCK_N)
+    tile = pid // num_pid_n
+    pid_n = pid % num_pid_n
+    offs_e = tl.arange(0, BLOCK_E)
+    e_ok = offs_e < E
+    ends = tl.load(meta_ptr + offs_e, mask=e_ok, other=0)
+    starts = tl.load(meta_ptr + offs_e - 1, mask=e_ok & (offs_e > 0), other=0)
+    tiles = tl.where(e_ok, tl.cdiv(tl.maximum(ends - starts, 0), BLOCK_M), 0)
+    cum = tl.cumsum(tiles, axis=0)  # inclusive
+    total = tl.sum(tiles, axis=0)
+    e = tl.sum((cum <= tile).to(tl.int32), axis=0)  # the expert whose tiles hold `tile`
+    is_e = offs_e == e
+    first = tl.sum(tl.where(is_e, cum - tiles, 0), axis=0)
+    start = tl.sum(tl.where(is_e, starts, 0), axis=0)
+    end = tl.sum(tl.where(is_e, ends, 0), axis=0)
+    last_end = tl.max(tl.where(e_ok, ends, 0), axis=0)
+    live = tile < total
+    # A live tile: rows [row0, min(row0 + BLOCK_M, end)) of expert e. Else a tail tile:
+    # rows past the last end, zeroed.
+    row0 = tl.where(live, start + (tile - first) * BLOCK_M, last_end + (tile - total) * BLOCK_M)
+    row_end = tl.where(live, end, M)
+    offs_m = row0 + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    offs_am = tl.minimum(offs_m, M - 1)
+    offs_bn = offs_n % N_OUT
+    if USE_INT64:
+        offs_am = offs_am.to(tl.int64)
+        offs_bn = offs_bn.to(tl.int64)
+        offs_k = offs_k.to(tl.int64)
+    e_w = tl.minimum(e, E - 1).to(tl.int64)
+    acc, acc_up = _expert_dot(x_ptr, offs_am, stride_xm, stride_xk,
+                              w_ptr + e_w * stride_we, offs_bn, stride_wn, stride_wk,
+                              N_OUT * stride_wn, tl.where(live, K // BLOCK_K, -1), K % BLOCK_K,
+                              offs_k, BLOCK_M, BLOCK_N, BLOCK_K, SILU, EVEN_K, INPUT_PRECISION)
+    res = _epilogue(acc, acc_up, SILU)  # zeros on a tail tile: no K step ran
+    if USE_INT64:
+        offs_m = offs_m.to(tl.int64)
+        offs_n = offs_n.to(tl.int64)
+    y_ptrs = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
+    rows_ok = (offs_m < row_end) & (offs_m < M)
+    tl.store(y_ptrs, res.to(y_ptr.dtype.element_ty),
+             mask=rows_ok[:, None] & (offs_n[None, :] < N_OUT))
+
+
+@triton.jit
 def _moe_masked_kernel(
     x_ptr, w_ptr, meta_ptr, y_ptr,
     MAX_M, N_OUT, K,
@@ -513,7 +577,8 @@ def moe_grouped_gemm_triton(x: torch.Tensor, w: torch.Tensor, metadata: torch.Te
         return out
     metadata = metadata.contiguous()
     max_m = x.shape[1] if kind == "masked" else 0
-    cfg = config or moe_config_for(kind, alignment, max_m, n_out, K, x.dtype, silu)
+    segments = kind == "contiguous" and alignment <= 1 and metadata_kind == "physical_psum"
+    cfg = config or moe_config_for(kind, alignment, max_m, n_out, K, x.dtype, silu, segments)
     one_expert = kind == "masked" or (alignment >= cfg.block_m and alignment % cfg.block_m == 0)
     if tma is None:
         tma = one_expert and tma_eligible(x, w, out)
@@ -537,6 +602,15 @@ def moe_grouped_gemm_triton(x: torch.Tensor, w: torch.Tensor, metadata: torch.Te
             out.stride(0), out.stride(1), out.stride(2), **common)
         return out
     M = x.shape[0]
+    if segments and not one_expert:
+        # Tight packing with expert ends: expert-aligned tiles (at most one partial tile
+        # per expert, plus one for the rows past the last end).
+        tiles = triton.cdiv(M, cfg.block_m) + E + 1
+        _moe_segments_kernel[(tiles * triton.cdiv(n_out, cfg.block_n),)](
+            x, w, metadata, out, M, n_out, K, E,
+            x.stride(0), x.stride(1), w.stride(0), w.stride(1), w.stride(2),
+            out.stride(0), out.stride(1), BLOCK_E=triton.next_power_of_2(E), **common)
+        return out
     grid = (triton.cdiv(M, cfg.block_m) * triton.cdiv(n_out, cfg.block_n),)
     _moe_contiguous_kernel[grid](
         x, w, metadata, out, M, n_out, K, E, max(alignment, 1),

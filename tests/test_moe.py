@@ -115,6 +115,8 @@ LAYOUTS = [
     ("per-row-tight", "contiguous", "per_row", 1, (37,), lambda: _ids(5, 0, 17, 15), 4),
     ("psum-a16-padding", "contiguous", "physical_psum", 16, (80,), lambda: _i32(10, 16, 16, 70), 4),
     ("psum-tight", "contiguous", "physical_psum", 1, (50,), lambda: _i32(7, 7, 33, 50), 4),
+    # tight with rows past the last end (zeroed) and empty first experts
+    ("psum-tight-tail", "contiguous", "physical_psum", 1, (45,), lambda: _i32(0, 0, 20, 38), 4),
     ("masked", "masked", "", 1, (3, 20), lambda: _i32(20, 0, 5), 3),
     ("masked-m1", "masked", "", 1, (2, 1), lambda: _i32(1, 0), 2),
 ]
@@ -191,6 +193,7 @@ def test_config_table():
     assert moe_config_for("contiguous", 128, 0, 2048, 7168, bf, True).block_m == 128
     assert moe_config_for("contiguous", 128, 0, 7168, 2048, bf, False).block_n == 256
     assert moe_config_for("contiguous", 1, 0, 768, 2048, bf, True).block_m == 64
+    assert moe_config_for("contiguous", 1, 0, 768, 2048, bf, True, segments=True).block_m == 128
     # masked: at most max_m rounded up to a power of two (16 at least)
     assert moe_config_for("masked", 1, 8, 4096, 7168, bf, False).block_m == 16
     assert moe_config_for("masked", 1, 256, 4096, 7168, bf, False).block_m == 64
@@ -506,6 +509,13 @@ out["contiguous-tight"] = ptx(K._moe_contiguous_kernel, dict(
     BLOCK_N=c.block_n, BLOCK_K=c.block_k, BLOCK_E=128, LOG_E=7, GROUP_M=c.group_m,
     PER_ROW=False, ONE_EXPERT=False, SILU=True, EVEN_K=True, USE_INT64=False,
     INPUT_PRECISION="tf32"), c)
+c = K.moe_config_for("contiguous", 1, 0, 768, 2048, bf, True, True)
+out["segments"] = ptx(K._moe_segments_kernel, dict(
+    x_ptr="*bf16", w_ptr="*bf16", meta_ptr="*i32", y_ptr="*bf16", M="i32", N_OUT="i32",
+    K="i32", E="i32", stride_xm="i32", stride_we="i32", stride_wn="i32", stride_ym="i32"),
+    dict(stride_xk=1, stride_wk=1, stride_yn=1, BLOCK_M=c.block_m, BLOCK_N=c.block_n,
+         BLOCK_K=c.block_k, BLOCK_E=128, SILU=True, EVEN_K=True, USE_INT64=False,
+         INPUT_PRECISION="tf32"), c)
 m = K.moe_config_for("masked", 1, 128, 2048, 7168, bf, True)
 out["masked"] = ptx(K._moe_masked_kernel, dict(
     x_ptr="*bf16", w_ptr="*bf16", meta_ptr="*i32", y_ptr="*bf16", MAX_M="i32",
@@ -535,4 +545,5 @@ def test_sm90_build_uses_wgmma_and_no_local_memory():
     for name, k in built.items():
         assert k["wgmma"] and k["local"] == 0, (name, k)
     assert built["contiguous-tma"]["bulk"]
-    assert built["contiguous-tight"]["cp_async"] and built["masked"]["cp_async"]
+    for name in ("contiguous-tight", "segments", "masked"):
+        assert built[name]["cp_async"], (name, built[name])
