@@ -33,7 +33,7 @@ The op reads the input about once (neighbouring windows share cache lines, so th
 overlapping reads of a 3x3 stride-2 window come from L1/L2) and writes the output once: it
 is bound by HBM bandwidth on the H200 (about 4.2 TB/s measured for a copy), with the
 instruction issue close behind for overlapping windows (sm_90 build of the ResNet stem
-tile: about 80 SASS instructions per output), so the per-element work is kept to an
+tile: about 76 SASS instructions per output), so the per-element work is kept to an
 address, a load and a max or add. The tile is about ``_TILE`` output pixels; all tuning
 constants are at the top of this module. Offsets are int64 when an address can pass
 ``2**31 - 1``. channels_last inputs are read through their strides (correct, not
@@ -217,8 +217,17 @@ def _pool2d_kernel(
         rows = (pid // n_col_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)
         row_in = rows < R
         rows_c = tl.minimum(rows, R - 1)
-        oh = rows_c % H_out
-        nc = rows_c // H_out
+        if USE_INT64:
+            oh = rows_c % H_out
+            nc = rows_c // H_out
+        else:
+            # unsigned division: the row index is non-negative (no sign fix-ups; sm_90 stem
+            # tile 608 instructions against 640). H_out goes through a tensor: an argument
+            # equal to 1 is a constexpr, which has no `.to`.
+            rows_u = rows_c.to(tl.uint32)
+            h_out_u = (rows_c * 0 + H_out).to(tl.uint32)
+            oh = (rows_u % h_out_u).to(tl.int32)
+            nc = (rows_u // h_out_u).to(tl.int32)
         # a plane (n, c) is one stride away from the next when the layout merges them
         # (MERGE_NC: sxn == C * sxc, e.g. contiguous NCHW)
         if MERGE_NC:
