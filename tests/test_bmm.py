@@ -175,6 +175,11 @@ def test_out_buffer_is_written_and_returned():
     assert op(a, b, out=out) is out
     _close(out, _want(a, b), torch.float32)
     assert op.last_call.has_out
+    # an out that is an input (torch.bmm accepts it): computed apart, then copied in
+    sq, sq2 = _randn(2, 6, 6, seed=2), _randn(2, 6, 6, seed=3)
+    want = _want(sq, sq2)
+    assert op(sq, sq2, out=sq) is sq
+    _close(sq, want, torch.float32)
     with pytest.raises(SignatureError) as ei:
         op(a, b, out=torch.empty(2, 5, 7))
     expect_error(ei, SignatureError, "BmmFwdOp", "signature.outputs.output.buffer",
