@@ -106,6 +106,17 @@ def test_strided_transposed_and_broadcast_operands():
     _close(out, _want(at, _randn(2, 13, 5, seed=5)), torch.float32)
 
 
+def test_int64_offsets(monkeypatch):
+    """Matrices past 2**31 elements take 64-bit offsets (forced here with a limit of 0)."""
+    import opspec.kernels.bmm as bmm_mod
+
+    monkeypatch.setattr(bmm_mod, "_INT32_LIMIT", 0)
+    a, b = _randn(2, 20, 24, dtype=torch.float16), _randn(2, 24, 18, dtype=torch.float16, seed=1)
+    out = torch.empty(2, 20, 18, dtype=torch.float16)
+    bmm_triton(a, b, out, config=SMALL_TILES)
+    _close(out, _want(a, b), torch.float16)
+
+
 def test_float32_paths():
     """float32 through 3xTF32 (the default) and through ieee FMAs: both within float32
     rounding of the float64 product (on the GPU, 3xTF32 drops only a 2**-22 term)."""

@@ -154,6 +154,18 @@ def test_prefill_many_tiles_and_strides():
     _close(out, _want(x, p, s, z, 32), F16)
 
 
+def test_int64_offsets(monkeypatch):
+    """Operands past 2**31 elements take 64-bit offsets (forced here with a limit of 0)."""
+    import opspec.kernels.quant_gemm as quant_mod
+
+    monkeypatch.setattr(quant_mod, "_INT32_LIMIT", 0)
+    x, p, s, z = _operands(3, 20, 128, 32, seed=6)
+    for fn, cfg in ((w4a16_decode_triton, FORCED_SPLIT), (w4a16_prefill_triton, SMALL_PREFILL)):
+        out = torch.empty(3, 20, dtype=F16)
+        fn(x, p, s, z, 32, out, config=cfg)
+        _close(out, _want(x, p, s, z, 32), F16)
+
+
 @pytest.mark.parametrize("shape", [(0, 8, 64), (4, 0, 64), (4, 8, 0)], ids=str)
 def test_empty(shape):
     M, N, K = shape
