@@ -317,8 +317,9 @@ def pool2d_plan(R: int, H_out: int, W_out: int, g: Pool2dGeometry) -> Pool2dPlan
 
     ``block_w`` is the widest power of two from ``_MIN_BLOCK_W`` to ``_MAX_BLOCK_W`` that
     pads ``W_out`` at most a sixteenth more than the least padding one (the next power of
-    two of a narrower ``W_out``): idle lanes cost issue slots, which overlapping windows are short of. Planes of
-    at least ``_MIN_PLANE_ROWS`` output rows take plane tiles when a power of two
+    two of a narrower ``W_out``): idle lanes cost issue slots, which overlapping windows are
+    short of. Planes of at least ``_MIN_PLANE_ROWS`` output rows take plane tiles when a
+    power of two
     ``block_r`` (from ``_TILE / block_w`` down to a quarter of it) pads ``H_out`` by at most
     an eighth; other outputs take ``_TILE / block_w`` consecutive flattened rows (each row
     split into (n, c, oh) in the kernel), fewer (down to 256 outputs a tile) while the grid
