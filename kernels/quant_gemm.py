@@ -251,7 +251,7 @@ def _nibbles(p, QT: tl.constexpr, AT: tl.constexpr, BIASED: tl.constexpr):
     int-to-float conversion (16 a clock per SM on sm_90, which would cap the decode kernel
     near 45 % of HBM bandwidth): a nibble ORed into the mantissa of 1024.0 (float16,
     0x6400) or 128.0 (bfloat16, 0x4300) is that number plus the nibble, exactly. With
-    ``BIASED`` the values are returned so (``NIBBLE_BIAS`` + q; the caller takes the bias
+    ``BIASED`` the values are returned so (1024 + q or 128 + q; the caller takes the bias
     out of its sums), else the number is subtracted, leaving q. (Triton's interpreter gets
     bfloat16 arithmetic wrong, so there ``AT`` is float32.)"""
     p16 = p.to(tl.uint16)
