@@ -21,7 +21,8 @@ Plain functions; the dispatch classes are in ``moe_impl.py``.
 
   - contiguous: one program per ``BLOCK_M x BLOCK_N`` output tile, grouped program order.
     The program reads the expert of each of its rows on the device (from ``per_row``
-    directly; from ``physical_psum`` by counting the ends at or before the row). With
+    directly; from ``physical_psum`` by a binary search for the ends at or before the
+    row). With
     aligned packing ``BLOCK_M`` divides ``alignment``, so a tile holds one expert's rows
     (and padding) and runs one K loop; a tile that spans experts (tight packing) runs one
     K loop per expert it holds and keeps each expert's rows. Rows of no expert keep 0.
@@ -31,10 +32,12 @@ Plain functions; the dispatch classes are in ``moe_impl.py``.
   - masked: a 2-D grid, ``(m tile x n tile, expert)``; a tile past ``masked_m[e]`` runs
     no K step (it reads nothing) and stores zeros.
 
-  Both load A and B unmasked in M/N (indices wrap, the store mask drops the extra rows and
-  columns), full K blocks unmasked and one masked K tail, like ``kernels/gemm.py``. With
-  silu_and_mul a program holds two accumulators, gate (w rows ``n``) and up (rows
-  ``n + N // 2``), and applies the activation before its one store.
+  These pointer kernels load A and B unmasked in M/N (indices wrap or clamp, the store
+  mask drops the extra rows and columns), full K blocks unmasked and one masked K tail,
+  like ``kernels/gemm.py``. With silu_and_mul a program holds two accumulators, gate
+  (w rows ``n``) and up (rows ``n + N // 2``), and applies the activation before its
+  store.
+
   - on Hopper (compute capability >= 9.0, fp16/bf16, operands TMA can describe) the same
     tiles through TMA tensor descriptors: every masked call, and contiguous calls whose
     tiles each hold one expert (aligned packing); the pointer kernels serve the rest.
