@@ -398,13 +398,14 @@ def _moe_masked_kernel(
     SILU: tl.constexpr, EVEN_K: tl.constexpr, USE_INT64: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
 ):
-    # Axis 0: tiles of one expert, N fastest (consecutive programs share the A tile);
+    # Axis 0: tiles of one expert, M fastest: the m tiles of one block of w's rows run
+    # together and share it in L2 (decode streams w; tiles past masked_m exit at once);
     # axis 1: the expert.
     pid = tl.program_id(0)
     e = tl.program_id(1).to(tl.int64)
-    num_pid_n = tl.cdiv(N_OUT, BLOCK_N)
-    pid_m = pid // num_pid_n
-    pid_n = pid % num_pid_n
+    num_pid_m = tl.cdiv(MAX_M, BLOCK_M)
+    pid_m = pid % num_pid_m
+    pid_n = pid // num_pid_m
     count = tl.minimum(tl.load(meta_ptr + e), MAX_M)
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -488,9 +489,9 @@ def _moe_masked_tma_kernel(
 ):
     pid = tl.program_id(0)
     e = tl.program_id(1)
-    num_pid_n = tl.cdiv(N_OUT, BLOCK_N)
-    off_m = (pid // num_pid_n) * BLOCK_M
-    off_n = (pid % num_pid_n) * BLOCK_N
+    num_pid_m = tl.cdiv(MAX_M, BLOCK_M)  # M fastest, as in _moe_masked_kernel
+    off_m = (pid % num_pid_m) * BLOCK_M
+    off_n = (pid // num_pid_m) * BLOCK_N
     count = tl.minimum(tl.load(meta_ptr + e), MAX_M)
     # A tile wholly past masked_m runs no K step and stores zeros.
     k_tiles = tl.where(off_m < count, tl.cdiv(K, BLOCK_K), 0)
