@@ -81,7 +81,9 @@ class MoeConfig(NamedTuple):
 # bytes: 48 KB for 128 x 256 x 64 and for 128 x (2 x 128) x 64; 3 stages = 144 KB.
 _PREFILL = MoeConfig(128, 256, 64, 8, 8, 3)  # plain GEMM, M tiles of 128
 _PREFILL_SILU = MoeConfig(128, 128, 64, 8, 8, 3)  # two accumulators: 2 x 128 weight rows
-_SMALL_TILE = MoeConfig(64, 128, 64, 8, 4, 4)  # alignment 64 / tight packing
+_MID = MoeConfig(64, 256, 64, 8, 8, 3)  # alignment 16..64: 64-row tiles, 2 warpgroups on N
+_MID_SILU = MoeConfig(64, 128, 64, 8, 8, 3)
+_SMALL_TILE = MoeConfig(64, 128, 64, 8, 4, 4)  # tiles that may span experts
 _SMALL_TILE_SILU = MoeConfig(64, 64, 64, 8, 4, 4)
 # Masked (decode): bound by streaming w; 64-row tiles, BLOCK_N 128 (64 with two
 # accumulators) so that E x N / BLOCK_N programs fill the GPU.
@@ -108,6 +110,8 @@ def moe_config_for(kind: str, alignment: int, max_m: int, N_out: int, K: int,
         cfg = _MASKED_SILU if silu else _MASKED
     elif alignment >= 128 or segments:
         cfg = _PREFILL_SILU if silu else _PREFILL
+    elif alignment >= _MIN_BLOCK:
+        cfg = _MID_SILU if silu else _MID
     else:
         cfg = _SMALL_TILE_SILU if silu else _SMALL_TILE
     bm = cfg.block_m
@@ -117,7 +121,8 @@ def moe_config_for(kind: str, alignment: int, max_m: int, N_out: int, K: int,
         bm = min(bm, alignment)
     bn = min(cfg.block_n, max(_MIN_BLOCK, triton.next_power_of_2(max(N_out, 1))))
     bk = min(cfg.block_k, max(_MIN_BLOCK, triton.next_power_of_2(max(K, 1))))
-    warps = cfg.num_warps if bm * bn >= 128 * 128 else min(cfg.num_warps, 4)
+    # Smaller tiles do not need 8 warps (silu_and_mul's two accumulators count twice).
+    warps = cfg.num_warps if bm * bn * (2 if silu else 1) >= 128 * 128 else min(cfg.num_warps, 4)
     return cfg._replace(block_m=bm, block_n=bn, block_k=bk, num_warps=warps)
 
 

@@ -193,6 +193,8 @@ def test_config_table():
     assert moe_config_for("contiguous", 128, 0, 2048, 7168, bf, True).block_m == 128
     assert moe_config_for("contiguous", 128, 0, 7168, 2048, bf, False).block_n == 256
     assert moe_config_for("contiguous", 1, 0, 768, 2048, bf, True).block_m == 64
+    assert moe_config_for("contiguous", 64, 0, 4096, 14336, bf, False)[:3] == (64, 256, 64)
+    assert moe_config_for("contiguous", 64, 0, 14336, 4096, bf, True).num_warps == 8
     assert moe_config_for("contiguous", 1, 0, 768, 2048, bf, True, segments=True).block_m == 128
     # masked: at most max_m rounded up to a power of two (16 at least)
     assert moe_config_for("masked", 1, 8, 4096, 7168, bf, False).block_m == 16
