@@ -26,21 +26,29 @@ Each operand is read through its strides in its stored layout (no transposing co
 * :func:`grouped_gemm_tma` -- the same tile walk with the operands loaded through TMA
   tensor descriptors (Hopper's bulk copy engine) in a persistent kernel: one program per
   SM walks the real tiles (their count, a device value, bounds its loop) in the grouped
-  order above. ``a`` is described as stored (``[M, K]`` only: a descriptor's start in its
-  inner dimension must be 16-byte aligned, and a group's first row, the start of a
-  transposed ``a``'s inner dimension, need not be), ``b`` flattened to ``[G * K, N]``
-  (``[G * N, K]`` when ``transpose_b``), so tile rows of ``b`` past its group's K (or N)
-  would read the next group's: for ``[G, K, N]`` the kernel therefore needs
-  ``K % BLOCK_K == 0``, and for ``[G, N, K]`` those rows only reach output columns the
-  store drops. The output is stored through pointers with masks (a descriptor store
-  would write a tile's rows of the next group). The dense GEMM's TMA kernels
+  order above. Every operand layout: each operand is described in its stored order (read
+  from the strides, :func:`tma_operands`), ``a`` as ``[M, K]`` or ``[K, M]`` (tiles
+  loaded ``[BLOCK_K, BLOCK_M]`` and transposed in shared memory), ``b`` per group as a
+  3-D ``[G, K, N]`` or ``[G, N, K]`` box ``[1, ., .]``, so a box past its group's K or N is
+  zero-filled, never the next group's weights: any K, any N. TMA needs a 16-byte aligned
+  base, strides that are multiples of 16 bytes, and a box start that is 16-byte aligned in
+  the innermost dimension (outer-dimension starts are free). K and N tile starts are
+  multiples of the blocks; a group's first row is not, which matters only when M is
+  ``a``'s inner dimension (``[K, M]``): there a group's row tiles start at its first row
+  rounded down to 8 rows (16 bytes), so the first tile also holds up to 7 rows of the
+  previous group, computed with the wrong weights and not stored (each group gains at
+  most one tile). Rows past a group's end are the next group's tokens (or zeros past M),
+  likewise not stored: the output is stored through pointers masked to the group's rows
+  (a descriptor store would write the neighbours' rows). The dense GEMM's TMA kernels
   (kernels/gemm.py) measured 0.96-1.10x of cuBLAS with these tiles on an H200, where its
   pointer kernel reached 0.69-0.79x on the nn.Linear (transposed b) layout; this kernel
-  has not yet been timed. :func:`grouped_gemm_triton` routes a call to it on CUDA
-  devices of compute capability 9.0 or later when the descriptors' rules hold and the
-  table (:func:`grouped_gemm_tma_config_for`) has an entry (more than 64 rows per group
-  on average); if the kernel fails to build on a device, a warning says so once and
-  the pointer kernel serves every later call.
+  reached 757-806 TFLOP/s on Mixtral's w1 with ``a`` stored ``[M, K]``.
+  :func:`grouped_gemm_triton` routes a call to it on CUDA devices of compute capability
+  9.0 or later for float16/bfloat16 operands that descriptors can describe, when the table
+  (:func:`grouped_gemm_tma_config_for`) has an entry (more than 64 rows per group on
+  average); everything else (float32, other strides, small groups, CPU) takes the pointer
+  kernel, decided on the host before the launch. If the TMA kernel fails to build on a
+  device, a warning says so once and the pointer kernel serves every later call.
 
 Tile shapes come from :func:`grouped_gemm_config_for` (a small table in plain Python,
 indexed by the mean group size ``M // G``, N, K and the dtype: shapes only, no device
@@ -70,6 +78,7 @@ __all__ = [
     "grouped_gemm_tma_config_for",
     "grouped_gemm_triton",
     "tma_eligible",
+    "tma_operands",
     "moe_expert_mlp_reference",
 ]
 
@@ -325,8 +334,8 @@ def grouped_gemm_triton(a: torch.Tensor, b: torch.Tensor, batch_sizes: torch.Ten
     if K == 0 or G == 0:
         return out.zero_()
     if config is None:
-        tma = grouped_gemm_tma_config_for(M, N, K, G, transpose_b)
-        if tma is not None and _TMA_STATE["ok"] and tma_eligible(a, b, transpose_a, transpose_b, tma):
+        tma = grouped_gemm_tma_config_for(M, N, K, G)
+        if tma is not None and _TMA_STATE["ok"] and tma_eligible(a, b, transpose_a, transpose_b):
             try:
                 return grouped_gemm_tma(a, b, batch_sizes, transpose_a, transpose_b, out, tma)
             except Exception as exc:  # a build failure on this device: fall back, say so once
@@ -365,18 +374,14 @@ _TMA_STATE = {"ok": True}
 
 
 @functools.lru_cache(maxsize=1024)
-def grouped_gemm_tma_config_for(M: int, N: int, K: int, G: int,
-                                transpose_b: bool) -> GroupedGemmConfig | None:
+def grouped_gemm_tma_config_for(M: int, N: int, K: int, G: int) -> GroupedGemmConfig | None:
     """The TMA kernel's tiles for a float16/bfloat16 problem, or None where the pointer
-    kernel serves it (64 rows per group or fewer; ``[G, K, N]`` weights whose K is not a
-    multiple of the K step)."""
+    kernel's shorter tiles serve it (64 rows per group or fewer). Any operand layout and
+    any K: the descriptors zero-fill K tails."""
     if M // max(G, 1) <= _TMA_MIN_ROWS:
         return None
     wide = M // max(G, 1) >= _WIDE_MIN_ROWS and N >= _WIDE_MIN_N
-    cfg = _clip(_TMA_BIG if wide else _TMA_NARROW, M, N, K)
-    if not transpose_b and K % cfg.block_k:
-        return None
-    return cfg
+    return _clip(_TMA_BIG if wide else _TMA_NARROW, M, N, K)
 
 
 @functools.lru_cache(maxsize=16)
@@ -386,23 +391,50 @@ def _num_sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def _rows_ok(t: torch.Tensor) -> bool:
-    """TMA's rules for the 2-D view: unit inner stride, 16-byte aligned rows and base."""
-    return (t.stride(-1) == 1 and (t.stride(-2) * t.element_size()) % 16 == 0
-            and t.data_ptr() % 16 == 0)
+def _describable(t: torch.Tensor) -> bool:
+    """TMA's rules for a view as its own descriptor: a unit last stride, every other stride
+    a multiple of 16 bytes, a 16-byte aligned base. (Box starts must also be 16-byte
+    aligned in the last dimension: the kernel sees to that, see ALIGN_M.)"""
+    return (t.stride(-1) == 1 and t.data_ptr() % 16 == 0
+            and all((st * t.element_size()) % 16 == 0 for st in t.stride()[:-1]))
 
 
-def tma_eligible(a: torch.Tensor, b: torch.Tensor, transpose_a: bool, transpose_b: bool,
-                 cfg: GroupedGemmConfig) -> bool:
+def tma_operands(a: torch.Tensor, b: torch.Tensor, transpose_a: bool, transpose_b: bool):
+    """The views the TMA kernel describes, ``(a_view, trans_a, b_view, trans_b)``, or None.
+
+    The layout is read from the strides, not the flags: ``op(a)`` (``[M, K]``) is described
+    as is when its K stride is 1, else as its transpose ``[K, M]`` (``trans_a``: tiles loaded
+    ``[BLOCK_K, BLOCK_M]`` and transposed) when its M stride is 1; ``op(b)`` (``[G, K, N]``)
+    likewise as ``[G, K, N]`` or ``[G, N, K]`` (``trans_b``). None when neither view meets
+    TMA's rules (:func:`_describable`): the pointer kernel serves those calls.
+    """
+    A, B = _logical(a, b, transpose_a, transpose_b)
+    if _describable(A):
+        a_view, trans_a = A, False
+    elif _describable(A.t()):
+        a_view, trans_a = A.t(), True
+    else:
+        return None
+    if _describable(B):
+        b_view, trans_b = B, False
+    elif _describable(B.transpose(1, 2)):
+        b_view, trans_b = B.transpose(1, 2), True
+    else:
+        return None
+    return a_view, trans_a, b_view, trans_b
+
+
+def _tma_device_ok(device: torch.device) -> bool:
+    """A CUDA device with TMA (compute capability 9.0 or later)."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def tma_eligible(a: torch.Tensor, b: torch.Tensor, transpose_a: bool, transpose_b: bool) -> bool:
     """Whether the TMA kernel can run this call: a CUDA device of compute capability 9.0 or
-    later, float16/bfloat16, ``a`` stored ``[M, K]`` with TMA's row rules, ``b`` contiguous (so that it
-    flattens to one 2-D descriptor) with 16-byte aligned rows, and for ``[G, K, N]``
-    weights K a multiple of the K step."""
-    return (a.is_cuda and a.dtype in (torch.float16, torch.bfloat16)
-            and torch.cuda.get_device_capability(a.device)[0] >= 9
-            and not transpose_a and a.dim() == 2 and _rows_ok(a)
-            and b.is_contiguous() and _rows_ok(b)
-            and (transpose_b or b.shape[1] % cfg.block_k == 0))
+    later, float16/bfloat16, and operands TMA can describe (:func:`tma_operands`) in any of
+    the four layouts."""
+    return (a.dtype in (torch.float16, torch.bfloat16) and _tma_device_ok(a.device)
+            and tma_operands(a, b, transpose_a, transpose_b) is not None)
 
 
 @triton.jit
@@ -411,14 +443,20 @@ def _grouped_gemm_tma_kernel(
     M, N, K, G, stride_cm, stride_cn, stride_s,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     BLOCK_G: tl.constexpr, GROUP_M: tl.constexpr,
-    TRANS_B: tl.constexpr, USE_INT64: tl.constexpr, PROGRAMS: tl.constexpr,
+    TRANS_A: tl.constexpr, TRANS_B: tl.constexpr, ALIGN_M: tl.constexpr,
+    USE_INT64: tl.constexpr, PROGRAMS: tl.constexpr,
 ):
-    # The groups' tile counts and row ends, once per program.
+    # The groups' row tiles, once per program. A group's tiles start at its first row
+    # rounded down to a multiple of ALIGN_M (1, or the elements in 16 bytes when M is a's
+    # inner dimension: a box's start in the inner dimension must be 16-byte aligned);
+    # the rows before the group's first belong to the previous group and are not stored.
     gi = tl.arange(0, BLOCK_G)
     sizes = tl.load(sizes_ptr + gi * stride_s, mask=gi < G, other=0).to(tl.int32)
-    tiles = (sizes + (BLOCK_M - 1)) // BLOCK_M
-    tile_end = tl.cumsum(tiles, 0)
     row_end_all = tl.cumsum(sizes, 0)
+    row_start_all = row_end_all - sizes
+    first_row_all = row_start_all - row_start_all % ALIGN_M
+    tiles = tl.where(sizes > 0, (row_end_all - first_row_all + (BLOCK_M - 1)) // BLOCK_M, 0)
+    tile_end = tl.cumsum(tiles, 0)
     num_m = tl.sum(tiles, 0)
     num_n = tl.cdiv(N, BLOCK_N)
     in_group = GROUP_M * num_n
@@ -430,22 +468,31 @@ def _grouped_gemm_tma_kernel(
         off_n = ((t % in_group) // rows_here) * BLOCK_N
         g = tl.sum((tile_end <= tile).to(tl.int32), 0)
         mine = gi == g
-        row_start = tl.sum(tl.where(mine, row_end_all - sizes, 0), 0)
+        row_start = tl.sum(tl.where(mine, row_start_all, 0), 0)
         row_end = tl.sum(tl.where(mine, row_end_all, 0), 0)
+        first_row = tl.sum(tl.where(mine, first_row_all, 0), 0)
         tile_start = tl.sum(tl.where(mine, tile_end - tiles, 0), 0)
-        off_m = row_start + (tile - tile_start) * BLOCK_M
+        off_m = first_row + (tile - tile_start) * BLOCK_M
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        # a's rows outside the group are the neighbouring groups' tokens (or zeros past M):
+        # their output rows are dropped by the store mask. b is described per group
+        # ([G, ., .]): boxes past its K or N are zero-filled, never the next group's weights.
+        # Every inner-dimension start (off_k; off_n; off_m when TRANS_A) is 16-byte aligned.
         for k in range(tl.cdiv(K, BLOCK_K)):
             off_k = k * BLOCK_K
-            a = a_desc.load([off_m, off_k])
-            if TRANS_B:
-                b = b_desc.load([g * N + off_n, off_k]).T
+            if TRANS_A:
+                a = a_desc.load([off_k, off_m]).T
             else:
-                b = b_desc.load([g * K + off_k, off_n])
+                a = a_desc.load([off_m, off_k])
+            if TRANS_B:
+                b = b_desc.load([g, off_n, off_k]).reshape(BLOCK_N, BLOCK_K).T
+            else:
+                b = b_desc.load([g, off_k, off_n]).reshape(BLOCK_K, BLOCK_N)
             acc = tl.dot(a, b, acc)
         offs_m = off_m + tl.arange(0, BLOCK_M)
         offs_n = off_n + tl.arange(0, BLOCK_N)
-        mask = (offs_m[:, None] < row_end) & (offs_n[None, :] < N)
+        mask = ((offs_m[:, None] >= row_start) & (offs_m[:, None] < row_end)
+                & (offs_n[None, :] < N))
         if USE_INT64:
             offs_m = offs_m.to(tl.int64)
             offs_n = offs_n.to(tl.int64)
@@ -458,42 +505,36 @@ def grouped_gemm_tma(a: torch.Tensor, b: torch.Tensor, batch_sizes: torch.Tensor
                      config: GroupedGemmConfig | None = None) -> torch.Tensor:
     """The grouped product through TMA descriptors (see the module docstring).
 
-    float16/bfloat16 only; ``a`` must be stored ``[M, K]`` with a unit inner stride and 16-byte aligned rows,
-    ``b`` must be contiguous with 16-byte aligned rows, and with ``[G, K, N]`` weights K
-    must be a multiple of the K step (``ValueError`` otherwise: :func:`grouped_gemm_triton`
-    checks and routes). ``out`` may have any strides. ``config`` overrides the table.
+    float16/bfloat16 only, operands that :func:`tma_operands` can describe (``ValueError``
+    otherwise: :func:`grouped_gemm_triton` checks and routes); any layout, any group sizes,
+    any K. ``out`` may have any strides. ``config`` overrides the table.
     """
     M, N, K, G, _, _ = _check(a, b, batch_sizes, transpose_a, transpose_b, out)
     if a.dtype not in (torch.float16, torch.bfloat16):
         raise TypeError(f"grouped_gemm_tma takes float16 or bfloat16 operands, got {a.dtype}")
-    if transpose_a:
-        raise ValueError("grouped_gemm_tma takes a stored [M, K]: a group's first row would "
-                         "start a transposed a's descriptor block off TMA's 16-byte alignment")
     if M == 0 or N == 0:
         return out
     if K == 0 or G == 0:
         return out.zero_()
-    cfg = config or grouped_gemm_tma_config_for(M, N, K, G, transpose_b) or _clip(
-        _TMA_NARROW, M, N, K)
-    if not (_rows_ok(a) and b.is_contiguous() and _rows_ok(b)):
-        raise ValueError("grouped_gemm_tma needs a with a unit inner stride and b contiguous, "
-                         "both with 16-byte aligned rows and bases")
-    if not transpose_b and K % cfg.block_k:
-        raise ValueError(f"grouped_gemm_tma needs K ({K}) to be a multiple of BLOCK_K "
-                         f"({cfg.block_k}) when b is stored [G, K, N]")
+    views = tma_operands(a, b, transpose_a, transpose_b)
+    if views is None:
+        raise ValueError("grouped_gemm_tma needs a and b with a unit stride in one of their "
+                         "two matrix dimensions, the other strides multiples of 16 bytes "
+                         "and 16-byte aligned bases")
+    a_view, trans_a, b_view, trans_b = views
+    cfg = config or grouped_gemm_tma_config_for(M, N, K, G) or _clip(_TMA_NARROW, M, N, K)
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
-    a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
-    if transpose_b:
-        b_desc = TensorDescriptor.from_tensor(b.view(G * N, K), [bn, bk])
-    else:
-        b_desc = TensorDescriptor.from_tensor(b.view(G * K, N), [bk, bn])
+    a_desc = TensorDescriptor.from_tensor(a_view, [bk, bm] if trans_a else [bm, bk])
+    b_desc = TensorDescriptor.from_tensor(b_view, [1, bn, bk] if trans_b else [1, bk, bn])
+    # (only caps the programs: each walks the real tiles, counted on the device)
     bound = (triton.cdiv(M, bm) + G) * triton.cdiv(N, bn)
     programs = max(1, min(bound, _num_sms(a.device)))
     _grouped_gemm_tma_kernel[(programs,)](
         a_desc, b_desc, out, batch_sizes, M, N, K, G, out.stride(0), out.stride(1),
         batch_sizes.stride(0),
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, BLOCK_G=max(16, triton.next_power_of_2(G)),
-        GROUP_M=cfg.group_m, TRANS_B=transpose_b,
+        GROUP_M=cfg.group_m, TRANS_A=trans_a, TRANS_B=trans_b,
+        ALIGN_M=16 // a.element_size() if trans_a else 1,
         USE_INT64=_extent(out) > _INT32_LIMIT, PROGRAMS=programs,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out

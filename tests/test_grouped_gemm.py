@@ -188,65 +188,126 @@ def test_triton_rejects_bad_arguments():
         grouped_gemm_triton(a, b, s, False, False, out[:3])
 
 
-@needs_triton
-@pytest.mark.parametrize("tb", [False, True])
-# with [G, N, K] weights an N-tail tile reads the next group's (infinite) rows into
-# columns the store drops: numpy's interpreter warns about the inf * 0 there
-@pytest.mark.filterwarnings("ignore:invalid value encountered in matmul:RuntimeWarning")
-def test_tma_matches_reference(tb):
-    # the TMA kernel, forced with small tiles: several tiles per group, an empty group, a
-    # K tail (only with [G, N, K] weights), an N tail; the last group is empty and its
-    # weights are infinite, so any read across a group's end would show
+# TMA kernel cases: groups of 0, 5, 33, 70 and 4 rows (112 rows, so a stored [K, M] has
+# 16-byte aligned rows) start at rows 0, 5, 38 and 108, off any 8-row boundary; 16-row tiles
+# give a group up to 5 tiles; K = 40 leaves a tail of 8 after two 16-deep blocks; N = 24 a
+# column tail. The last group is empty and its weights are infinite, so any read of b
+# across a group's end would show.
+TMA_SIZES, TMA_K, TMA_N = [0, 5, 33, 70, 4, 0], 40, 24
+TMA_TILES = GroupedGemmConfig(16, 16, 16, 2, 4, 2)
+
+
+def _tma_data(ta, tb, seed=8):
     dtype = torch.float16 if TRITON_INTERPRETED else torch.bfloat16
-    sizes, K, N = [5, 0, 57, 1, 17, 0], (40 if tb else 32), 24
-    a, b, s = _data(sizes, K, N, dtype, False, tb, seed=8, size_dtype=torch.int64)
-    s = torch.stack([s, s]).t()[:, 0]  # a strided view of the sizes
+    a, b, s = _data(TMA_SIZES, TMA_K, TMA_N, dtype, ta, tb, seed=seed, size_dtype=torch.int64)
     b[-1] = float("inf")
-    out = torch.full((sum(sizes), N), float("nan"), dtype=dtype, device=DEVICE)
-    cfg = GroupedGemmConfig(16, 16, 16, 2, 4, 2)
-    assert grouped_gemm_tma(a, b, s, False, tb, out, cfg) is out
-    _close(out, _want(a, b, s, False, tb), dtype)
+    return a, b, s, dtype
+
+
+@needs_triton
+@pytest.mark.parametrize("ta, tb", LAYOUTS)
+def test_tma_matches_reference(ta, tb):
+    # the TMA kernel, forced with small tiles, in each layout
+    a, b, s, dtype = _tma_data(ta, tb)
+    s = torch.stack([s, s]).t()[:, 0]  # a strided view of the sizes
+    out = torch.full((sum(TMA_SIZES), TMA_N), float("nan"), dtype=dtype, device=DEVICE)
+    assert grouped_gemm_tma(a, b, s, ta, tb, out, TMA_TILES) is out
+    _close(out, _want(a, b, s, ta, tb), dtype)
+
+
+@needs_triton
+def test_tma_reads_the_layout_from_the_strides():
+    # transpose_a with a whose op(a) is row-major, b a non-contiguous slice of wider
+    # weights, out a slice of a wider tensor: described as stored, no copies
+    a, b, s, dtype = _tma_data(False, False, seed=10)
+    a_t = a.t()  # [K, M] view of a row-major [M, K]
+    wide_b = torch.zeros((b.shape[0], TMA_K, 32), dtype=dtype, device=DEVICE)
+    wide_b[:, :, :TMA_N] = b
+    b_view = wide_b[:, :, :TMA_N]
+    assert not b_view.is_contiguous()
+    a_view, trans_a, b_desc_view, trans_b = GG.tma_operands(a_t, b_view, True, False)
+    assert (trans_a, trans_b) == (False, False) and a_view.data_ptr() == a.data_ptr()
+    wide_out = torch.zeros((sum(TMA_SIZES), TMA_N + 3), dtype=dtype, device=DEVICE)
+    grouped_gemm_tma(a_t, b_view, s, True, False, wide_out[:, :TMA_N], TMA_TILES)
+    _close(wide_out[:, :TMA_N], _want(a, b, s, False, False), dtype)
+    assert (wide_out[:, TMA_N:] == 0).all()
+
+
+@needs_triton
+@pytest.mark.parametrize("ta, tb", [(True, False), (False, True)])
+def test_triton_routes_to_tma_when_descriptors_hold(monkeypatch, ta, tb):
+    # the device check forced: more than 64 rows per group take the TMA kernel with the
+    # table's tiles; float32, and a stored [K, M] whose rows are not 16-byte aligned, take
+    # the pointer kernel
+    monkeypatch.setattr(GG, "_tma_device_ok", lambda device: True)
+    taken = []
+    real = GG.grouped_gemm_tma
+    monkeypatch.setattr(GG, "grouped_gemm_tma", lambda *args: taken.append(args[-1]) or real(*args))
+    sizes, K, N = [70, 0, 130], 24, 16
+    a, b, s = _data(sizes, K, N, torch.float16, ta, tb, seed=11)
+    out = torch.empty((200, N), dtype=torch.float16, device=DEVICE)
+    grouped_gemm_triton(a, b, s, ta, tb, out)
+    assert [c[:3] for c in taken] == [(128, 16, 32)] and GG._TMA_STATE["ok"]
+    _close(out, _want(a, b, s, ta, tb), torch.float16)
+    a32, b32 = a.float(), b.float()
+    assert not tma_eligible(a32, b32, ta, tb)
+    grouped_gemm_triton(a32, b32, s, ta, tb, out.float())
+    sizes = [70, 0, 131]  # M = 201
+    a, b, s = _data(sizes, K, N, torch.float16, ta, tb, seed=12)
+    out = torch.empty((201, N), dtype=torch.float16, device=DEVICE)
+    assert tma_eligible(a, b, ta, tb) == (not ta)
+    grouped_gemm_triton(a, b, s, ta, tb, out)
+    _close(out, _want(a, b, s, ta, tb), torch.float16)
+    assert len(taken) == (1 if ta else 2)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available()
                     or torch.cuda.get_device_capability()[0] < 9, reason="needs an sm_90 GPU")
-@pytest.mark.parametrize("tb", [False, True])
-def test_sm90_routes_large_groups_to_tma(tb):
-    # more than 64 rows per group: grouped_gemm_triton takes the TMA kernel, which builds
-    sizes, K, N = [130, 0, 70, 300, 12], 256, 320
-    a, b, s = _data(sizes, K, N, torch.bfloat16, False, tb, seed=9)
-    cfg = grouped_gemm_tma_config_for(sum(sizes), N, K, len(sizes), tb)
-    assert cfg is not None and tma_eligible(a, b, False, tb, cfg)
+@pytest.mark.parametrize("ta, tb", LAYOUTS)
+def test_sm90_routes_large_groups_to_tma(ta, tb):
+    # more than 64 rows per group, group starts off 8-row boundaries, a K tail:
+    # grouped_gemm_triton takes the TMA kernel, which builds
+    sizes, K, N = [130, 0, 75, 300, 15], 200, 320
+    a, b, s = _data(sizes, K, N, torch.bfloat16, ta, tb, seed=9)
+    cfg = grouped_gemm_tma_config_for(sum(sizes), N, K, len(sizes))
+    assert cfg is not None and tma_eligible(a, b, ta, tb)
     out = torch.empty((sum(sizes), N), dtype=torch.bfloat16, device=DEVICE)
-    grouped_gemm_triton(a, b, s, False, tb, out)
+    grouped_gemm_triton(a, b, s, ta, tb, out)
     assert GG._TMA_STATE["ok"], "the TMA kernel failed to build and fell back"
-    _close(out, _want(a, b, s, False, tb), torch.bfloat16)
+    _close(out, _want(a, b, s, ta, tb), torch.bfloat16)
 
 
 def test_tma_refuses_what_descriptors_cannot_describe():
     a, b, s = _data([8, 8], 32, 16, torch.float16)
     out = torch.empty((16, 16), dtype=torch.float16, device=DEVICE)
     cfg = GroupedGemmConfig(16, 16, 16, 2, 4, 2)
-    with pytest.raises(ValueError, match="stored \\[M, K\\]"):
-        grouped_gemm_tma(a.t().contiguous(), b, s, True, False, out, cfg)
-    with pytest.raises(ValueError, match="b contiguous"):
-        grouped_gemm_tma(a, b.transpose(1, 2).contiguous().transpose(1, 2), s, False, False, out, cfg)
-    with pytest.raises(ValueError, match="multiple of BLOCK_K"):
-        grouped_gemm_tma(a, b, s, False, False, out, cfg._replace(block_k=64))
+    # a with no unit stride; a stored [K, M] whose rows are 14 bytes; b off a 16-byte base
+    strided = torch.zeros(16, 64, dtype=torch.float16, device=DEVICE)[:, ::2]
+    assert GG.tma_operands(strided, b, False, False) is None
+    with pytest.raises(ValueError, match="unit stride in one of their two matrix dimensions"):
+        grouped_gemm_tma(strided, b, s, False, False, out, cfg)
+    a7, b7, s7 = _data([3, 4], 32, 16, torch.float16, True)
+    assert a7.shape == (32, 7) and GG.tma_operands(a7, b7, True, False) is None
+    odd = torch.zeros(2 * 32 * 16 + 1, dtype=torch.float16, device=DEVICE)[1:].view(2, 32, 16)
+    assert GG.tma_operands(a, odd, False, False) is None
     with pytest.raises(TypeError, match="float16 or bfloat16"):
         grouped_gemm_tma(a.float(), b.float(), s, False, False, out.float(), cfg)
-    assert not tma_eligible(a.cpu(), b.cpu(), False, False, cfg)  # CPU: the pointer kernel
+    assert not tma_eligible(a.cpu(), b.cpu(), False, False)  # CPU: the pointer kernel
+    # every layout of aligned operands is describable
+    for ta, tb in LAYOUTS:
+        A = a.t().contiguous() if ta else a
+        B = b.transpose(1, 2).contiguous() if tb else b
+        assert GG.tma_operands(A, B, ta, tb)[1::2] == (ta, tb)
 
 
 def test_tma_table():
-    # more than 64 rows per group: wide tiles for wide N, narrow ones otherwise
-    assert grouped_gemm_tma_config_for(16384, 4096, 7168, 32, True)[:3] == (128, 256, 64)
-    assert grouped_gemm_tma_config_for(8192, 1536, 2048, 16, True)[:3] == (128, 128, 64)
-    assert grouped_gemm_tma_config_for(4096, 7168, 2048, 8, False)[:3] == (128, 256, 64)
-    # decode rows, and [G, K, N] weights with a K tail, stay on the pointer kernel
-    assert grouped_gemm_tma_config_for(256, 4096, 7168, 32, True) is None
-    assert grouped_gemm_tma_config_for(8192, 4096, 7200, 8, False) is None
-    assert grouped_gemm_tma_config_for(8192, 4096, 7200, 8, True) is not None
+    # more than 64 rows per group: wide tiles for wide N, narrow ones otherwise; any K
+    assert grouped_gemm_tma_config_for(16384, 4096, 7168, 32)[:3] == (128, 256, 64)
+    assert grouped_gemm_tma_config_for(8192, 1536, 2048, 16)[:3] == (128, 128, 64)
+    assert grouped_gemm_tma_config_for(4096, 7168, 2048, 8)[:3] == (128, 256, 64)
+    assert grouped_gemm_tma_config_for(8192, 4096, 7200, 8)[:3] == (128, 256, 64)
+    # decode rows stay on the pointer kernel
+    assert grouped_gemm_tma_config_for(256, 4096, 7168, 32) is None
 
 
 def test_config_table():
@@ -515,24 +576,27 @@ def pointer(M, N, K, G, ta, tb, dt="bf16"):
                   INPUT_PRECISION="ieee" if dt == "fp32" else "tf32")
     return build(GG._grouped_gemm_kernel, types, ints, consts, cfg.num_warps, cfg.num_stages)
 
-def tma(M, N, K, G, tb, dt="bf16"):
-    cfg = GG.grouped_gemm_tma_config_for(M, N, K, G, tb)
+def tma(M, N, K, G, ta, tb, dt="bf16"):
+    cfg = GG.grouped_gemm_tma_config_for(M, N, K, G)
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
-    types = dict(a_desc=f"tensordesc<{dt}[{bm}, {bk}]>",
-                 b_desc=f"tensordesc<{dt}[{bn}, {bk}]>" if tb else f"tensordesc<{dt}[{bk}, {bn}]>",
+    types = dict(a_desc=f"tensordesc<{dt}[{bk}, {bm}]>" if ta else f"tensordesc<{dt}[{bm}, {bk}]>",
+                 b_desc=f"tensordesc<{dt}[1, {bn}, {bk}]>" if tb else f"tensordesc<{dt}[1, {bk}, {bn}]>",
                  c_ptr="*" + dt, sizes_ptr="*i32")
     ints = dict(M=M, N=N, K=K, G=G, stride_cm=N, stride_cn=1, stride_s=1)
     consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, BLOCK_G=max(16, triton.next_power_of_2(G)),
-                  GROUP_M=cfg.group_m, TRANS_B=tb, USE_INT64=False, PROGRAMS=132)
+                  GROUP_M=cfg.group_m, TRANS_A=ta, TRANS_B=tb, ALIGN_M=8 if ta else 1,
+                  USE_INT64=False, PROGRAMS=132)
     return build(GG._grouped_gemm_tma_kernel, types, ints, consts, cfg.num_warps, cfg.num_stages)
 
 out = {
     "ptr-decode-nt": pointer(256, 4096, 7168, 32, False, True),
     "ptr-tn-large": pointer(8192, 14336, 4096, 8, True, False),
     "ptr-fp32": pointer(4096, 4096, 4096, 8, False, False, "fp32"),
-    "tma-nt-big": tma(16384, 4096, 7168, 32, True),
-    "tma-nn-big": tma(32768, 4096, 7168, 8, False),
-    "tma-nt-narrow": tma(8192, 1536, 2048, 16, True),
+    "tma-nt-big": tma(16384, 4096, 7168, 32, False, True),
+    "tma-nn-big": tma(32768, 4096, 7168, 8, False, False),
+    "tma-nt-narrow": tma(8192, 1536, 2048, 16, False, True),
+    "tma-tn-big": tma(8192, 14336, 4096, 8, True, False),
+    "tma-tt-big": tma(8192, 14336, 4096, 8, True, True, "fp16"),
 }
 json.dump(out, sys.stdout)
 """
