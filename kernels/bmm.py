@@ -19,6 +19,14 @@ Plain functions; the dispatch classes are in :mod:`opspec.kernels.bmm_impl`.
   them on the cp.async pipeline) and one masked tail block runs when ``K % BLOCK_K``.
   The batch offset is formed in int64 (``b * stride_b`` passes 2**31 elements on the
   attention shapes); offsets within one matrix are int32 unless a matrix spans more.
+* :func:`bmm_tma` -- Hopper (compute capability 9.0 or later), float16/bfloat16: 3-D TMA
+  tensor descriptors over the three tensors and a persistent kernel (one program per SM
+  walking the batch's (matrix, tile) pairs, tile and K loops flattened into one pipelined
+  loop, the output written by descriptor stores that overlap the next tile's work).
+  :func:`bmm_triton` routes a call there when :func:`bmm_tma_eligible` holds (each tensor
+  has a unit stride on one matrix axis, its other strides are multiples of 16 bytes, its
+  base is 16-byte aligned) and :func:`bmm_tma_config_for` lists the shape; the section
+  comment above that kernel gives its table and the reasons.
 
 Precision: float16/bfloat16 run on tensor cores with float32 accumulation. float32 keeps
 float32 accuracy, as torch.bmm's default (``torch.backends.cuda.matmul.allow_tf32`` is
@@ -38,7 +46,7 @@ time), the same shape of rules as the GEMM table of :mod:`opspec.kernels.gemm`: 
 model over the candidates for M > 64 (counting every matrix's tiles), narrower tiles for
 small M (the decode-attention rows, M = 4: 16-row tiles streaming ``mat2``), and one
 float32 configuration. Every constant is in the block below, to be retuned from H200
-timings.
+timings. The TMA kernel's table (:func:`bmm_tma_config_for`) is in its own section.
 """
 
 from __future__ import annotations
@@ -50,9 +58,12 @@ import torch
 import triton
 import triton.language as tl
 
+from triton.tools.tensor_descriptor import TensorDescriptor
+
 from opspec.kernels.devices import TRITON_INTERPRETED
 
-__all__ = ["BmmConfig", "bmm_config_for", "bmm_configs", "bmm_reference", "bmm_triton"]
+__all__ = ["BmmConfig", "bmm_config_for", "bmm_configs", "bmm_reference", "bmm_triton",
+           "bmm_tma", "bmm_tma_config_for", "bmm_tma_eligible"]
 
 _NUM_SMS = 132  # H200
 _INT32_LIMIT = 2**31 - 1
@@ -77,6 +88,7 @@ _MEDIUM = BmmConfig(64, 128, 64, 8, 4, 4)
 _MEDIUM_N64 = BmmConfig(64, 64, 64, 8, 4, 4)
 _SMALL_32 = BmmConfig(32, 64, 128, 8, 4, 4)   # 16 < M <= 32
 _SMALL_16 = BmmConfig(16, 128, 128, 1, 4, 4)  # M <= 16: stream mat2, 128 columns a program
+_ONE_STEP_STAGES = 2  # the most stages for 16-bit problems with K <= BLOCK_K
 # float32, 3xTF32 on tensor cores: 32 KB a stage at 128x128x32 (3 stages 96 KB).
 _FP32 = BmmConfig(128, 128, 32, 8, 8, 3)
 _FP32_IEEE = BmmConfig(64, 64, 32, 8, 4, 3)   # precision="ieee": FMAs on CUDA cores
@@ -138,7 +150,13 @@ def bmm_config_for(B: int, M: int, N: int, K: int, dtype: torch.dtype = torch.bf
             return triton.cdiv(tiles(c.block_m, c.block_n), _NUM_SMS) * c.block_m * c.block_n / eff
 
         cfg = min(_LARGE_CANDIDATES, key=cost)[0]
-    return _clip(cfg, M, N, K)
+    cfg = _clip(cfg, M, N, K)
+    if K <= cfg.block_k:
+        # One K step: nothing to pipeline within a program, and each stage past two is a
+        # buffer of shared memory that keeps other programs off the SM (the decode rows,
+        # K = 128: 36 KB a stage at 16x128x128, 2 programs an SM at 4 stages, 6 at 2).
+        cfg = cfg._replace(num_stages=min(cfg.num_stages, _ONE_STEP_STAGES))
+    return cfg
 
 
 # --- reference ------------------------------------------------------------------------
@@ -234,18 +252,8 @@ def _matrix_extent(t: torch.Tensor) -> int:
     return sum((s - 1) * abs(st) for s, st in zip(t.shape[1:], t.stride()[1:])) + 4096
 
 
-def bmm_triton(input: torch.Tensor, mat2: torch.Tensor, out: torch.Tensor,
-               config: BmmConfig | None = None, precision: str = "tf32x3") -> torch.Tensor:
-    """Write ``input @ mat2`` (batched) into ``out`` and return ``out``.
-
-    ``input`` ``[B, M, K]``, ``mat2`` ``[B, K, N]``, ``out`` ``[B, M, N]``: one dtype of
-    float16, bfloat16, float32; any strides (``out`` must not overlap the inputs). ``K == 0``
-    zero-fills ``out``; an empty ``out`` launches nothing. ``config`` overrides the table
-    (:func:`bmm_config_for`), for offline tuning. ``precision`` is the float32 path:
-    ``"tf32x3"`` (tensor cores, float32 accuracy) or ``"ieee"`` (CUDA-core FMAs).
-    """
-    if precision not in ("tf32x3", "ieee"):
-        raise ValueError(f"precision must be 'tf32x3' or 'ieee', got {precision!r}")
+def _check(input: torch.Tensor, mat2: torch.Tensor, out: torch.Tensor) -> tuple[int, int, int, int]:
+    """Validate the three tensors' ranks, shapes and dtypes; return B, M, K, N."""
     if input.dim() != 3 or mat2.dim() != 3 or out.dim() != 3:
         raise ValueError(f"input, mat2 and out must be 3-D, got {input.dim()}-D, "
                          f"{mat2.dim()}-D and {out.dim()}-D")
@@ -259,10 +267,32 @@ def bmm_triton(input: torch.Tensor, mat2: torch.Tensor, out: torch.Tensor,
     if input.dtype not in _SUPPORTED or mat2.dtype != input.dtype or out.dtype != input.dtype:
         raise TypeError(f"input, mat2 and out must share a dtype of float16, bfloat16 or "
                         f"float32; got {input.dtype}, {mat2.dtype}, {out.dtype}")
+    return B, M, K, N
+
+
+def bmm_triton(input: torch.Tensor, mat2: torch.Tensor, out: torch.Tensor,
+               config: BmmConfig | None = None, precision: str = "tf32x3") -> torch.Tensor:
+    """Write ``input @ mat2`` (batched) into ``out`` and return ``out``.
+
+    ``input`` ``[B, M, K]``, ``mat2`` ``[B, K, N]``, ``out`` ``[B, M, N]``: one dtype of
+    float16, bfloat16, float32; any strides (``out`` must not overlap the inputs). ``K == 0``
+    zero-fills ``out``; an empty ``out`` launches nothing. ``config`` overrides the table
+    (:func:`bmm_config_for`) and runs the pointer kernel, for offline tuning. Without it, a
+    float16/bfloat16 call that :func:`bmm_tma_eligible` admits (Hopper) and
+    :func:`bmm_tma_config_for` lists runs :func:`bmm_tma`. ``precision`` is the float32
+    path: ``"tf32x3"`` (tensor cores, float32 accuracy) or ``"ieee"`` (CUDA-core FMAs).
+    """
+    if precision not in ("tf32x3", "ieee"):
+        raise ValueError(f"precision must be 'tf32x3' or 'ieee', got {precision!r}")
+    B, M, K, N = _check(input, mat2, out)
     if out.numel() == 0:
         return out
     if K == 0:
         return out.zero_()
+    if config is None and bmm_tma_eligible(input, mat2, out):
+        tma = bmm_tma_config_for(B, M, N, K)
+        if tma is not None:
+            return bmm_tma(input, mat2, out, tma)
     cfg = config or bmm_config_for(B, M, N, K, input.dtype, precision)
     use_int64 = max(_matrix_extent(input), _matrix_extent(mat2), _matrix_extent(out)) > _INT32_LIMIT
     grid = (B * triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n),)
@@ -274,6 +304,184 @@ def bmm_triton(input: torch.Tensor, mat2: torch.Tensor, out: torch.Tensor,
         out.stride(0), out.stride(1), out.stride(2),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
         EVEN_K=K % cfg.block_k == 0, USE_INT64=use_int64,
+        INPUT_PRECISION="ieee" if upcast else precision if input.dtype == torch.float32 else "tf32",
+        UPCAST=upcast, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    return out
+
+
+# --- Hopper: TMA descriptors, persistent ------------------------------------------------
+#
+# On CUDA devices of compute capability 9.0 or later, float16/bfloat16 calls whose operands
+# TMA can describe (below) run _bmm_tma_kernel: 3-D tensor descriptors over input, mat2 and
+# out (blocks [1, rows, columns], reshaped to 2-D tiles in the kernel), so the tails in M, N
+# and K are zero-filled by the loads and clipped by the store, never crossing into the next
+# matrix of the batch. One program per SM walks the (matrix, tile) pairs of the whole batch,
+# matrix by matrix and in grouped order within one, with the tile loop and the K loop
+# flattened into one software-pipelined loop: the next tile's operand loads are in flight
+# while this tile's dot and its store run, and the store (a TMA bulk copy out of shared
+# memory) is waited for only when its buffer is next written. The attention-score rows
+# (K = 128: two K steps a tile) are bound by writing the [B, M, N] output; this keeps every
+# SM streaming it.
+#
+# The table, by (B, M, N, K). Starting points are the 2-D GEMM's H200 sweeps
+# (opspec.kernels.gemm: the persistent 128x256x64 tile, group 16, 8 warps, 3 stages, at
+# 0.96-1.10x cuBLAS on large problems; 128x128x64, 4 warps, 5 stages where 128x256 tiles
+# leave the last wave mostly idle). Shared memory: 48 KB a stage for 128x256x64 (3 stages
+# 144 KB) plus the 64 KB store buffer, 208 KB of sm_90's 227 KB; 128x256 with BLOCK_K = 128
+# (96 KB a stage) would not fit two stages and the store buffer, so K = 128 runs as two
+# K steps of 64.
+_TMA_BIG = BmmConfig(128, 256, 64, 16, 8, 3)
+_TMA_128 = BmmConfig(128, 128, 64, 8, 4, 5)     # N <= 128 (attention PV), or too few big tiles
+# M <= 16 (decode attention scores): bound by reading mat2. 16-row tiles (the smallest
+# tl.dot; TMA zero-fills the rows past M) of 128 columns, a 32 KB mat2 block a K step:
+# 4 stages (144 KB) keep three blocks in flight on every SM while one is used.
+_TMA_DECODE = BmmConfig(16, 128, 128, 1, 4, 4)
+# 128x256 tiles only when the batch's tiles fill this share of the last wave of SMs.
+_TMA_MIN_WAVE_FILL = 0.85
+_TMA_DTYPES = (torch.float16, torch.bfloat16)
+
+
+@functools.lru_cache(maxsize=1024)
+def bmm_tma_config_for(B: int, M: int, N: int, K: int) -> BmmConfig | None:
+    """The TMA kernel's configuration for a float16/bfloat16 problem, or None where the
+    pointer kernel serves it (16 < M <= 128: no row measured there)."""
+    if M <= 16:
+        cfg = _TMA_DECODE
+    elif M <= 128:
+        return None
+    elif N > 128 and _wave_fill(B * triton.cdiv(M, 128) * triton.cdiv(N, 256)) >= _TMA_MIN_WAVE_FILL:
+        cfg = _TMA_BIG
+    else:
+        cfg = _TMA_128
+    return _clip(cfg, M, N, K)
+
+
+def _wave_fill(tiles: int) -> float:
+    return tiles / (triton.cdiv(tiles, _NUM_SMS) * _NUM_SMS)
+
+
+@functools.lru_cache(maxsize=16)
+def _num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return _NUM_SMS
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def _tma_layout(t: torch.Tensor) -> tuple[bool, tuple[int, int, int], tuple[int, int, int]] | None:
+    """How a descriptor views the 3-D tensor ``t`` ([B, R, C]): ``(transposed, shape,
+    strides)`` with a unit innermost stride -- [B, R, C] as stored, or [B, C, R] when
+    ``t``'s rows are its unit-stride axis -- or None when TMA cannot describe it (no unit
+    stride, another stride not a positive multiple of 16 bytes, a base not 16-byte
+    aligned). An axis of length 1 takes any stride: it is never stepped along."""
+    B, R, C = t.shape
+    sb, sr, sc = t.stride()
+    if sc == 1 or C == 1 and sr != 1:
+        transposed, shape, strides = False, [B, R, C], [sb, sr, 1]
+    elif sr == 1:
+        transposed, shape, strides = True, [B, C, R], [sb, sc, 1]
+    else:
+        return None
+    # Lengths of 1 step nowhere: give them a legal stride (the extent of the axes inside).
+    for i in (1, 0):
+        if shape[i] == 1:
+            strides[i] = strides[i + 1] * shape[i + 1]
+            strides[i] = -(-strides[i] * t.element_size() // 16) * 16 // t.element_size()
+    ok = (t.data_ptr() % 16 == 0
+          and all(s > 0 and s * t.element_size() % 16 == 0 for s in strides[:2]))
+    return (transposed, tuple(shape), tuple(strides)) if ok else None
+
+
+def bmm_tma_eligible(input: torch.Tensor, mat2: torch.Tensor, out: torch.Tensor) -> bool:
+    """Whether the TMA kernel can run this call: a CUDA device of compute capability 9.0 or
+    later, float16/bfloat16, and three tensors TMA can describe (see :func:`_tma_layout`)."""
+    return (input.is_cuda and input.dtype in _TMA_DTYPES
+            and torch.cuda.get_device_capability(input.device)[0] >= 9
+            and all(_tma_layout(t) is not None for t in (input, mat2, out)))
+
+
+@triton.jit
+def _bmm_tma_kernel(
+    a_desc, b_desc, c_desc,
+    B, M, N, K,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, TRANS_A: tl.constexpr, TRANS_B: tl.constexpr,
+    TRANS_C: tl.constexpr, PROGRAMS: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):
+    num_m = tl.cdiv(M, BLOCK_M)
+    num_n = tl.cdiv(N, BLOCK_N)
+    tiles = num_m * num_n
+    in_group = GROUP_M * num_n
+    k_steps = tl.cdiv(K, BLOCK_K)
+    # Program p takes the pairs p, p + PROGRAMS, ...: matrix t // tiles, tile t % tiles of
+    # it in the grouped order of _bmm_kernel. flatten: one pipelined loop over both loops.
+    for t in tl.range(tl.program_id(0), B * tiles, PROGRAMS, flatten=True):
+        batch = t // tiles
+        tile = t % tiles
+        first_m = (tile // in_group) * GROUP_M
+        group = min(num_m - first_m, GROUP_M)
+        off_m = (first_m + ((tile % in_group) % group)) * BLOCK_M
+        off_n = ((tile % in_group) // group) * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(k_steps):
+            off_k = k * BLOCK_K
+            if TRANS_A:
+                a = a_desc.load([batch, off_k, off_m]).reshape(BLOCK_K, BLOCK_M).T
+            else:
+                a = a_desc.load([batch, off_m, off_k]).reshape(BLOCK_M, BLOCK_K)
+            if TRANS_B:
+                b = b_desc.load([batch, off_n, off_k]).reshape(BLOCK_N, BLOCK_K).T
+            else:
+                b = b_desc.load([batch, off_k, off_n]).reshape(BLOCK_K, BLOCK_N)
+            if UPCAST:
+                a = a.to(tl.float32)
+                b = b.to(tl.float32)
+            acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+        c = acc.to(c_desc.dtype)
+        if TRANS_C:
+            c_desc.store([batch, off_n, off_m], c.T.reshape(1, BLOCK_N, BLOCK_M))
+        else:
+            c_desc.store([batch, off_m, off_n], c.reshape(1, BLOCK_M, BLOCK_N))
+
+
+def bmm_tma(input: torch.Tensor, mat2: torch.Tensor, out: torch.Tensor,
+            config: BmmConfig | None = None, precision: str = "tf32x3") -> torch.Tensor:
+    """``input @ mat2`` (batched) into ``out`` through TMA descriptors, by the persistent
+    kernel (see the section comment above); returns ``out``.
+
+    Every tensor must be describable by TMA (``ValueError`` otherwise: :func:`bmm_triton`
+    checks :func:`bmm_tma_eligible` and routes). ``config`` overrides
+    :func:`bmm_tma_config_for`. float32 (``precision`` as for :func:`bmm_triton`) runs here
+    only when called directly, for offline comparison: :func:`bmm_triton` routes float32 to
+    the pointer kernel, whose 3xTF32 path was measured.
+    """
+    if precision not in ("tf32x3", "ieee"):
+        raise ValueError(f"precision must be 'tf32x3' or 'ieee', got {precision!r}")
+    B, M, K, N = _check(input, mat2, out)
+    if out.numel() == 0:
+        return out
+    if K == 0:
+        return out.zero_()
+    layouts = [_tma_layout(t) for t in (input, mat2, out)]
+    if any(lay is None for lay in layouts):
+        raise ValueError("bmm_tma needs, for input, mat2 and out, a unit stride on one of the "
+                         "two matrix axes, the other strides positive multiples of 16 bytes "
+                         "and 16-byte aligned bases; bmm_triton runs the others")
+    if config is None and input.dtype == torch.float32:
+        config = bmm_config_for(B, M, N, K, input.dtype, precision)
+    cfg = config or bmm_tma_config_for(B, M, N, K) or _clip(_TMA_128, M, N, K)
+    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+    (ta, sha, sta), (tb, shb, stb), (tc, shc, stc) = layouts
+    a_desc = TensorDescriptor(input, list(sha), list(sta), [1, bk, bm] if ta else [1, bm, bk])
+    b_desc = TensorDescriptor(mat2, list(shb), list(stb), [1, bn, bk] if tb else [1, bk, bn])
+    c_desc = TensorDescriptor(out, list(shc), list(stc), [1, bn, bm] if tc else [1, bm, bn])
+    programs = min(B * triton.cdiv(M, bm) * triton.cdiv(N, bn), _num_sms(input.device))
+    upcast = TRITON_INTERPRETED and input.dtype == torch.bfloat16
+    _bmm_tma_kernel[(programs,)](
+        a_desc, b_desc, c_desc, B, M, N, K,
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m,
+        TRANS_A=ta, TRANS_B=tb, TRANS_C=tc, PROGRAMS=programs,
         INPUT_PRECISION="ieee" if upcast else precision if input.dtype == torch.float32 else "tf32",
         UPCAST=upcast, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )

@@ -16,7 +16,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from opspec.kernels.bmm import BmmConfig, bmm_config_for, bmm_configs, bmm_reference, bmm_triton
+import opspec.kernels.bmm as bmm_mod
+from opspec.kernels.bmm import (
+    BmmConfig,
+    bmm_config_for,
+    bmm_configs,
+    bmm_reference,
+    bmm_tma,
+    bmm_tma_config_for,
+    bmm_tma_eligible,
+    bmm_triton,
+)
 from opspec.kernels.bmm_impl import BmmCall, BmmReferenceKernel
 from opspec.ops import BmmFwdOp
 from opspec.ops.workloads import cases
@@ -108,8 +118,6 @@ def test_strided_transposed_and_broadcast_operands():
 
 def test_int64_offsets(monkeypatch):
     """Matrices past 2**31 elements take 64-bit offsets (forced here with a limit of 0)."""
-    import opspec.kernels.bmm as bmm_mod
-
     monkeypatch.setattr(bmm_mod, "_INT32_LIMIT", 0)
     a, b = _randn(2, 20, 24, dtype=torch.float16), _randn(2, 24, 18, dtype=torch.float16, seed=1)
     out = torch.empty(2, 20, 18, dtype=torch.float16)
@@ -159,12 +167,115 @@ def test_config_choice():
     # PV (N = 128): the 128-wide tile, clipped
     assert bmm_config_for(256, 2048, 128, 2048).block_n == 128
     # decode attention (M = 4): 16-row tiles streaming mat2, 128 columns a program
-    assert bmm_config_for(512, 4, 4096, 128) == (16, 128, 128, 1, 4, 4)
+    # (one K step: 2 stages, so that more programs share an SM)
+    assert bmm_config_for(512, 4, 4096, 128) == (16, 128, 128, 1, 4, 2)
+    assert bmm_config_for(512, 4, 128, 4096) == (16, 128, 128, 1, 4, 4)
     assert bmm_config_for(1, 4, 256, 128).block_n == 64
     # float32: 3xTF32 on tensor cores, or the ieee (FMA) configuration
     assert bmm_config_for(32, 4096, 4096, 128, torch.float32) == (128, 128, 32, 8, 8, 3)
     assert bmm_config_for(32, 4096, 4096, 128, torch.float32, "ieee") == (64, 64, 32, 8, 4, 3)
     assert len(bmm_configs()) == len(set(bmm_configs()))
+
+
+# ---------------------------------------------------------------------------- TMA kernel
+# Interpreted here (descriptors work under the interpreter); routed to on Hopper GPUs.
+
+def _padded(B, R, C, dtype, transposed=False, seed=0):
+    """A [B, R, C] view whose unit-stride axis is padded to 16 bytes (C, or R when
+    `transposed`), as TMA needs: a tail inside the descriptor's extent."""
+    if transposed:
+        return _padded(B, C, R, dtype, seed=seed).transpose(1, 2)
+    pad = -(-C // 8) * 8
+    return _randn(B, R, pad, dtype=dtype, seed=seed)[:, :, :C]
+
+
+TMA_SMALL = BmmConfig(32, 32, 32, 2, 4, 2)   # 2 x 3 tiles a matrix, a K tail of 18
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("layout", [(False, False, False), (False, True, False), (True, True, True)],
+                         ids=["nn", "q-kT", "all-transposed"])
+def test_tma_kernel(layout, dtype):
+    """Three matrices with tails in M, N and K, each tensor stored as given or transposed
+    (mat2 as k.transpose(1, 2) is the attention-score layout)."""
+    ta, tb, tc = layout
+    a = _padded(3, 40, 50, dtype, ta)
+    b = _padded(3, 50, 72, dtype, tb, seed=1)
+    out = _padded(3, 40, 72, dtype, tc, seed=2).fill_(float("nan"))
+    assert bmm_tma(a, b, out, TMA_SMALL) is out
+    _close(out, _want(a, b), dtype)
+
+
+def test_tma_persistent_walk(monkeypatch):
+    """Two programs for 2 matrices x 2 x 2 tiles of 128x256 (the large-row tile): each
+    program walks four (matrix, tile) pairs across both matrices, tails in M, N, K."""
+    monkeypatch.setattr(bmm_mod, "_num_sms", lambda device: 2)
+    a = _padded(2, 150, 72, torch.float16)
+    b = _padded(2, 72, 296, torch.float16, seed=1)
+    out = torch.full((2, 150, 296), float("nan"), dtype=torch.float16)
+    bmm_tma(a, b, out, BmmConfig(128, 256, 64, 16, 8, 3))
+    _close(out, _want(a, b), torch.float16)
+
+
+def test_tma_decode_rows(monkeypatch):
+    """The table's decode tile (16 rows, zero-filled past M = 4; N tail), three programs."""
+    monkeypatch.setattr(bmm_mod, "_num_sms", lambda device: 3)
+    a = _randn(5, 4, 128, dtype=torch.float16)
+    b = _padded(5, 128, 200, torch.float16, True, seed=1)
+    out = torch.empty(5, 4, 200, dtype=torch.float16)
+    assert bmm_tma_config_for(5, 4, 200, 128) == (16, 128, 128, 1, 4, 4)
+    bmm_tma(a, b, out)
+    _close(out, _want(a, b), torch.float16)
+
+
+def test_tma_layouts_and_refusals():
+    lay = bmm_mod._tma_layout
+    h = torch.float16
+    assert lay(torch.empty(2, 8, 16, dtype=h)) == (False, (2, 8, 16), (128, 16, 1))
+    assert lay(torch.empty(2, 16, 8, dtype=h).transpose(1, 2)) == (True, (2, 16, 8), (128, 8, 1))
+    # a length-1 axis takes a legal stride whatever it has (M = 1 decode; B = 1)
+    assert lay(torch.empty(1, 1, 24, dtype=h)) == (False, (1, 1, 24), (24, 24, 1))
+    assert lay(torch.empty(1, 40, 8, dtype=h)[:, :3]) == (False, (1, 3, 8), (24, 8, 1))
+    refused = [
+        torch.empty(2, 8, 12, dtype=h),                        # 24-byte rows
+        torch.empty(2, 8, 16, 2, dtype=h)[..., 0],             # no unit stride
+        torch.empty(1, 8, 16, dtype=h).expand(2, 8, 16),       # batch stride 0
+        torch.empty(2 * 8 * 16 + 1, dtype=h)[1:].view(2, 8, 16),  # 2-byte aligned base
+    ]
+    for t in refused:
+        assert lay(t) is None, t.stride()
+    a, b = torch.empty(2, 8, 16, dtype=h), torch.empty(2, 16, 8, dtype=h)
+    assert not bmm_tma_eligible(a, b, torch.empty(2, 8, 8, dtype=h))   # not a CUDA device
+    with pytest.raises(ValueError, match="bmm_tma needs, for input, mat2 and out, a unit stride"):
+        bmm_tma(a, torch.empty(2, 16, 12, dtype=h), torch.empty(2, 8, 12, dtype=h))
+
+
+def test_tma_table_and_routing(monkeypatch):
+    # attention scores (K = 128: two K steps), values (N = 128), experts: every H200 row
+    assert bmm_tma_config_for(256, 2048, 2048, 128) == (128, 256, 64, 16, 8, 3)
+    assert bmm_tma_config_for(32, 4096, 4096, 128) == (128, 256, 64, 16, 8, 3)
+    assert bmm_tma_config_for(256, 2048, 128, 2048) == (128, 128, 64, 8, 4, 5)
+    assert bmm_tma_config_for(8, 1024, 14336, 4096)[:3] == (128, 256, 64)
+    assert bmm_tma_config_for(64, 256, 7168, 2048)[:3] == (128, 256, 64)
+    assert bmm_tma_config_for(512, 4, 4096, 128) == (16, 128, 128, 1, 4, 4)
+    # 2 x 3 tiles of 128x256 fill 6 of 132 SMs: 128x128; 16 < M <= 128: the pointer kernel
+    assert bmm_tma_config_for(1, 256, 768, 4096)[:3] == (128, 128, 64)
+    assert bmm_tma_config_for(64, 64, 4096, 128) is None
+    # bmm_triton sends what is eligible and listed to bmm_tma, the rest to the pointer kernel
+    calls = []
+    monkeypatch.setattr(bmm_mod, "bmm_tma_eligible", lambda *t: True)
+    monkeypatch.setattr(bmm_mod, "bmm_tma", lambda a, b, out, cfg: calls.append(cfg) or out)
+    a, b = torch.zeros(2, 4, 16, dtype=torch.float16), torch.zeros(2, 16, 8, dtype=torch.float16)
+    bmm_triton(a, b, torch.empty(2, 4, 8, dtype=torch.float16))
+    assert calls == [(16, 16, 16, 1, 4, 4)]
+    a = torch.ones(1, 40, 16, dtype=torch.float16)
+    out = torch.empty(1, 40, 8, dtype=torch.float16)
+    bmm_triton(a, b[:1].fill_(1), out)                        # M = 40: the pointer kernel
+    assert len(calls) == 1 and torch.equal(out, torch.full_like(out, 16))
+    bmm_triton(a.float(), b[:1].float(), out.float())        # float32: the pointer kernel
+    bmm_triton(torch.zeros(2, 4, 16, dtype=torch.float16), b, torch.empty(2, 4, 8, dtype=torch.float16),
+               config=SMALL_TILES)                           # an explicit config: the pointer kernel
+    assert len(calls) == 1
 
 
 # ============================================================================ op
@@ -344,7 +455,45 @@ def build(B, M, N, Kd, dt, precision="tf32x3"):
     return {"cp_async": ptx.count("cp.async"), "local": ptx.count(".local"),
             "wgmma": "wgmma" in ptx, "mma": "mma.sync" in ptx, "tf32": ".tf32" in ptx}
 
+def tma(B, M, N, Kd, dt="bf16", ta=False, tb=False, tc=False):
+    # The TMA kernel with the table's configuration, descriptors of the given layouts.
+    cfg = K.bmm_tma_config_for(B, M, N, Kd)
+    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+    fn = K._bmm_tma_kernel
+    desc = lambda t, r, c: f"tensordesc<{dt}[1, {c}, {r}]>" if t else f"tensordesc<{dt}[1, {r}, {c}]>"
+    types = dict(a_desc=desc(ta, bm, bk), b_desc=desc(tb, bk, bn), c_desc=desc(tc, bm, bn))
+    ints = dict(B=B, M=M, N=N, K=Kd)
+    cexpr = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m, TRANS_A=ta,
+                 TRANS_B=tb, TRANS_C=tc, PROGRAMS=132, INPUT_PRECISION="tf32", UPCAST=False)
+    sig, attrs = {}, {}
+    for i, name in enumerate(fn.arg_names):
+        if name in cexpr:
+            sig[name] = "constexpr"
+        elif name in types:
+            sig[name] = types[name]
+        elif ints[name] == 1:
+            sig[name], cexpr[name] = "constexpr", 1
+        else:
+            sig[name] = "i32"
+            if ints[name] % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    src = ASTSource(fn=fn, signature=sig, constexprs=cexpr, attrs=attrs)
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                       options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})
+    ptx, ttgir = k.asm["ptx"], k.asm["ttgir"]
+    # The store's wait sits in the pipelined loop, before the store buffer is next written.
+    deferred = re.search(r"scf\.for.*async_tma_copy_global_to_local.*async_tma_store_wait "
+                         r"\{pendings = 0 : i32, read_only\}.*local_to_global", ttgir, re.S)
+    return {"tma": ptx.count("cp.async.bulk.tensor"), "local": ptx.count(".local"),
+            "wgmma": "wgmma" in ptx, "mma": "mma.sync" in ptx, "smem": k.metadata.shared,
+            "deferred_store": deferred is not None}
+
 out = {
+    "tma-attn-qk": tma(256, 2048, 2048, 128),
+    "tma-attn-qk-kT": tma(256, 2048, 2048, 128, tb=True),
+    "tma-attn-pv": tma(256, 2048, 128, 2048),
+    "tma-decode-qk": tma(512, 4, 4096, 128, tb=True),
+    "tma-expert-up": tma(8, 1024, 14336, 4096, "fp16", ta=True, tc=True),
     "attn-qk": build(256, 2048, 2048, 128, "bf16"),
     "attn-pv": build(256, 2048, 128, 2048, "bf16"),
     "decode-qk": build(512, 4, 4096, 128, "bf16"),
@@ -357,11 +506,11 @@ json.dump(out, sys.stdout)
 
 
 def test_kernel_builds_for_sm90():
-    """The kernel compiles for sm_90 (ptxas included) with the table's configurations of the
-    workload shapes: pipelined operand loads (cp.async), no local memory (no spills), 16-bit
-    tiles of 64 rows or more and float32 (3xTF32) on Hopper's wgmma, the ieee float32 path
-    on FMAs. Compiled in a fresh process: under the interpreter,
-    triton.language is patched."""
+    """Both kernels compile for sm_90 (ptxas included) with their tables' configurations of
+    the workload shapes. Pointer kernel: pipelined operand loads (cp.async), no local memory
+    (no spills), 16-bit tiles of 64 rows or more and float32 (3xTF32) on Hopper's wgmma, the
+    ieee float32 path on FMAs. TMA kernel: see the assertions. Compiled in a fresh process:
+    under the interpreter, triton.language is patched."""
     import json
     import os
     import subprocess
@@ -373,6 +522,13 @@ def test_kernel_builds_for_sm90():
     assert res.returncode == 0, res.stderr[-3000:]
     built = json.loads(res.stdout)
     for name, k in built.items():
+        if name.startswith("tma"):
+            # TMA loads and stores, the store overlapping the next tile, no spills, within
+            # sm_90's 227 KB of shared memory; 16-row decode tiles on mma.sync
+            assert k["tma"] > 0 and k["local"] == 0 and k["deferred_store"], (name, k)
+            assert k["smem"] <= 227 * 1024, (name, k)
+            assert k["mma"] if name == "tma-decode-qk" else k["wgmma"], (name, k)
+            continue
         assert k["local"] == 0 and k["cp_async"] > 0, (name, k)
         if name == "decode-qk":      # 16-row tiles: Ampere-style mma (wgmma needs 64 rows)
             assert k["mma"], (name, k)
