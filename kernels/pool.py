@@ -74,6 +74,20 @@ _MAX_UNROLL = 32
 _TARGET_PROGRAMS = 4 * 132
 #: Planes with at least this many output rows are tiled plane by plane (see pool2d_plan).
 _MIN_PLANE_ROWS = 8
+#: Global pooling (a 1 x 1 output): lanes of one pass of a program (planes x window
+#: elements), and the longest window read in one pass (longer ones loop).
+_GLOBAL_TILE = 4096
+_GLOBAL_MAX_L = 1024
+#: Windows up to this many elements are read in unrolled passes (see _global_plan).
+_GLOBAL_STATIC_L = 128
+_GLOBAL_NUM_WARPS = 4
+#: Stride-1 rows (see pool2d_plan): output rows a program computes from shared input rows,
+#: the most input rows it holds, the widest window row, and the idle lanes allowed (a
+#: fraction of W_out) when the row is padded to a power of two.
+_ROWS_CHOICES = (16, 8)
+_ROWS_MAX_IN = 40
+_ROWS_MAX_KW = 8
+_ROWS_MAX_IDLE = 1 / 8
 _INT32_LIMIT = 2**31 - 1
 
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
@@ -299,21 +313,262 @@ def _pool2d_kernel(
              mask=row_in[:, None] & col_in[None, :])
 
 
+@triton.jit
+def _nan_max(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _global_pass(acc, ptrs, ok, MASKED: tl.constexpr, IS_MAX: tl.constexpr):
+    """Accumulate one pass of window elements (``ptrs``, [BLOCK_P, BLOCK_L]) into ``acc``
+    lane by lane (no reduction across lanes here); ``ok`` is read only when MASKED."""
+    if IS_MAX:
+        if MASKED:
+            v = tl.load(ptrs, mask=ok, other=float("-inf"))
+        else:
+            v = tl.load(ptrs)
+        acc = tl.maximum(acc, v.to(tl.float32), propagate_nan=tl.PropagateNan.ALL)
+    else:
+        if MASKED:
+            v = tl.load(ptrs, mask=ok, other=0.0)
+        else:
+            v = tl.load(ptrs)
+        acc = acc + v.to(tl.float32)
+    return acc
+
+
+@triton.jit
+def _pool2d_global_kernel(
+    x_ptr, out_ptr,
+    P, C, L, WR,
+    sxn, sxc, sxh, sxw,
+    divisor,
+    IS_MAX: tl.constexpr, MERGE_NC: tl.constexpr, FLAT: tl.constexpr, PASSES: tl.constexpr,
+    L_C: tl.constexpr, EVEN_P: tl.constexpr,
+    BLOCK_P: tl.constexpr, BLOCK_L: tl.constexpr, USE_INT64: tl.constexpr,
+):
+    """A 1 x 1 output: each of the program's BLOCK_P planes (n, c) reduced over its window,
+    the first ``L = HR * WR`` elements of the plane (rows and columns from 0; padding adds
+    nothing), read as [BLOCK_P, BLOCK_L] tiles: ``PASSES`` of them unrolled (the window
+    length ``L_C`` then a constant: only the last pass is masked, and no pass when
+    ``EVEN_P``, the planes filling every program), or (0) a run-time loop over the window.
+    The passes accumulate lane by lane; the lanes of a plane are combined once at the end
+    (shuffles across a warp cost about ten instructions a row). ``FLAT``: the window is one
+    run of stride ``sxw`` (whole rows of a row-contiguous plane), else element j is at row
+    ``j // WR``, column ``j % WR``."""
+    pid = tl.program_id(0)
+    planes = pid * BLOCK_P + tl.arange(0, BLOCK_P)
+    j = tl.arange(0, BLOCK_L)
+    if USE_INT64:
+        planes = planes.to(tl.int64)
+        j = j.to(tl.int64)
+    p_in = planes < P
+    if MERGE_NC:
+        base = planes * sxc
+    else:
+        base = (planes // C) * sxn + (planes % C) * sxc
+    if IS_MAX:
+        acc = tl.full((BLOCK_P, BLOCK_L), float("-inf"), tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_P, BLOCK_L), tl.float32)
+    if PASSES > 0:
+        if FLAT:
+            ptrs0 = x_ptr + (base[:, None] + (j * sxw)[None, :])
+        for t in tl.static_range(PASSES):
+            jj = t * BLOCK_L + j
+            if FLAT:
+                # a constant step from the first pass (an immediate offset of the load)
+                ptrs = ptrs0 + t * BLOCK_L * sxw
+            else:
+                ptrs = x_ptr + (base[:, None] + ((jj // WR) * sxh + (jj % WR) * sxw)[None, :])
+            tail = (t + 1) * BLOCK_L > L_C
+            ok = p_in[:, None] & (jj < L_C)[None, :]
+            acc = _global_pass(acc, ptrs, ok, tail or not EVEN_P, IS_MAX)
+    else:
+        for start in range(0, L, BLOCK_L):
+            jj = start + j
+            if FLAT:
+                off = jj * sxw
+            else:
+                off = (jj // WR) * sxh + (jj % WR) * sxw
+            ok = p_in[:, None] & (jj < L)[None, :]
+            acc = _global_pass(acc, x_ptr + (base[:, None] + off[None, :]), ok, True, IS_MAX)
+    if IS_MAX:
+        # torch keeps a NaN: a NaN-propagating maximum across the lanes too
+        res = tl.reduce(acc, 1, _nan_max)
+    else:
+        res = tl.sum(acc, axis=1) / divisor
+    tl.store(out_ptr + planes, res.to(out_ptr.dtype.element_ty), mask=p_in)
+
+
+@triton.jit
+def _pool2d_rows_kernel(
+    x_ptr, out_ptr,
+    C, H, W, H_out, W_out, n_col_blocks, n_row_blocks,
+    sxn, sxc, sxh, sxw,
+    SW, PH, PW, DW,
+    divisor,
+    KH: tl.constexpr, KW: tl.constexpr, DH: tl.constexpr, ROWS: tl.constexpr,
+    N_IN: tl.constexpr,
+    IS_MAX: tl.constexpr, MERGE_NC: tl.constexpr,
+    COUNT_INCLUDE_PAD: tl.constexpr, HAS_DIVISOR: tl.constexpr,
+    BLOCK_W: tl.constexpr, USE_INT64: tl.constexpr,
+):
+    """Stride 1 along H: ROWS consecutive output rows of one plane, BLOCK_W columns. Each of
+    the ``N_IN = ROWS + (KH - 1) * DH`` input rows they read is reduced along its window
+    row once (KW loads); output row r then combines the KH row results r + kh * DH. A tile
+    of output rows computed one by one would load every input row KH times. The row
+    index is the same for the whole program: a row outside the input is read clamped and
+    replaced by the identity (no per-element row mask); columns outside it are masked."""
+    pid = tl.program_id(0)
+    if USE_INT64:
+        pid = pid.to(tl.int64)
+        zero = pid * 0
+        sxh = sxh + zero
+        sxw = sxw + zero
+    cb = pid % n_col_blocks
+    t = pid // n_col_blocks
+    oh0 = (t % n_row_blocks) * ROWS
+    plane = t // n_row_blocks
+    if MERGE_NC:
+        base = plane * sxc
+    else:
+        base = (plane // C) * sxn + (plane % C) * sxc
+    cols = cb * BLOCK_W + tl.arange(0, BLOCK_W)
+    col_in = cols < W_out
+    w0 = cols * SW - PW                                # [BLOCK_W] first window column
+    if IS_MAX:
+        ident = float("-inf")
+    else:
+        ident = 0.0
+
+    # the input rows, each reduced along its window row
+    hrow = ()
+    for i in tl.static_range(N_IN):
+        ih = oh0 - PH + i
+        ih_c = tl.minimum(tl.maximum(ih, 0), H - 1)
+        row_ptrs = x_ptr + (base + ih_c * sxh)
+        h = tl.full((BLOCK_W,), ident, tl.float32)
+        for kw in tl.static_range(KW):
+            iw = w0 + kw * DW
+            v = tl.load(row_ptrs + iw * sxw, mask=(iw >= 0) & (iw < W), other=ident)
+            if IS_MAX:
+                h = tl.maximum(h, v.to(tl.float32), propagate_nan=tl.PropagateNan.ALL)
+            else:
+                h = h + v.to(tl.float32)
+        h = tl.where((ih >= 0) & (ih < H), h, ident)
+        hrow = hrow + (h,)
+
+    if not IS_MAX and not HAS_DIVISOR:
+        # torch's divisor: the window clipped to the padded input, or to the input
+        w1 = tl.minimum(w0 + KW, W + PW)
+        if COUNT_INCLUDE_PAD:
+            ws = w1 - w0
+        else:
+            ws = tl.minimum(w1, W) - tl.maximum(w0, 0)
+    out_row = out_ptr + plane * H_out * W_out
+    for r in tl.static_range(ROWS):
+        acc = hrow[r]
+        for kh in tl.static_range(1, KH):
+            if IS_MAX:
+                acc = tl.maximum(acc, hrow[r + kh * DH], propagate_nan=tl.PropagateNan.ALL)
+            else:
+                acc = acc + hrow[r + kh * DH]
+        oh = oh0 + r
+        if IS_MAX:
+            res = acc
+        elif HAS_DIVISOR:
+            res = acc / divisor
+        else:
+            h0 = oh - PH
+            h1 = tl.minimum(h0 + KH, H + PH)
+            if COUNT_INCLUDE_PAD:
+                hs = h1 - h0
+            else:
+                hs = tl.minimum(h1, H) - tl.maximum(h0, 0)
+            # at least one for the lanes and rows past the output (0 / 0 there otherwise)
+            res = acc / tl.maximum(hs * ws, 1).to(tl.float32)
+        # (the row test as a vector: the interpreter takes no scalar in a mask)
+        tl.store(out_row + oh * W_out + cols, res.to(out_ptr.dtype.element_ty),
+                 mask=col_in & ((oh + cols * 0) < H_out))
+
+
 @dataclass(frozen=True)
 class Pool2dPlan:
-    """How the launcher splits the output: tiles of ``block_r`` rows by ``block_w``
-    columns, ``num_warps``, whether the window is unrolled, and whether a tile's rows are
-    rows of one plane (``plane_tiles``) or consecutive rows of the flattened output."""
+    """How the launcher splits the output.
+
+    ``path`` 'tile' (the general kernel): tiles of ``block_r`` rows by ``block_w`` columns,
+    ``num_warps``, whether the window is unrolled, and whether a tile's rows are rows of
+    one plane (``plane_tiles``) or consecutive rows of the flattened output. 'global' (a
+    1 x 1 output): ``block_r`` planes a program, ``block_w`` window elements a pass. 'rows'
+    (stride 1 along H): ``block_r`` output rows of one plane by ``block_w`` columns, the
+    input rows shared."""
 
     block_r: int
     block_w: int
     num_warps: int
     unroll: bool
     plane_tiles: bool = False
+    path: str = "tile"
 
 
-def pool2d_plan(R: int, H_out: int, W_out: int, g: Pool2dGeometry) -> Pool2dPlan:
-    """The plan for ``R = N * C * H_out`` output rows of ``W_out`` pixels.
+def _global_window(H: int, W: int, g: Pool2dGeometry) -> tuple[int, int]:
+    """The rows and columns of the input a 1 x 1 output's window covers (dilation 1): the
+    window starts at ``-padding``, so it covers rows ``[0, min(kH - pH, H))``."""
+    return (min(g.kernel[0] - g.padding[0], H), min(g.kernel[1] - g.padding[1], W))
+
+
+def _global_plan(P: int, L: int) -> Pool2dPlan:
+    """``P`` planes reduced over ``L`` elements. A window of at most ``_GLOBAL_STATIC_L``
+    elements is read in unrolled passes of 8, 16 or 32 lanes (the fewest padded lanes, the
+    wider on a tie: 49 -> 7 passes of 8); a longer one loops over passes of up to
+    ``_GLOBAL_MAX_L``. A program takes about ``_GLOBAL_TILE`` window elements (a power of
+    two of planes), fewer while the grid holds fewer than ``_TARGET_PROGRAMS`` programs.
+    ``block_w`` is the pass width, ``unroll`` whether the passes are unrolled."""
+    if L <= _GLOBAL_STATIC_L:
+        block_l = min((32, 16, 8), key=lambda b: triton.cdiv(L, b) * b)
+        block_l = min(block_l, triton.next_power_of_2(L))
+        span = triton.cdiv(L, block_l) * block_l
+    else:
+        block_l = min(triton.next_power_of_2(L), _GLOBAL_MAX_L)
+        span = block_l
+    block_p = max(1, triton.next_power_of_2(_GLOBAL_TILE // span + 1) // 2)
+    while block_p > 1 and triton.cdiv(P, block_p) < _TARGET_PROGRAMS:
+        block_p //= 2
+    # about 32 elements a thread
+    num_warps = min(_GLOBAL_NUM_WARPS, triton.next_power_of_2(max(1, block_p * span // 1024)))
+    return Pool2dPlan(block_p, block_l, num_warps, L <= _GLOBAL_STATIC_L, False, "global")
+
+
+def _rows_plan(H_out: int, W_out: int, g: Pool2dGeometry) -> Pool2dPlan | None:
+    """The stride-1 rows plan, or None where it does not fit (see pool2d_plan)."""
+    (kh, kw), (dh, _) = g.kernel, g.dilation
+    if g.stride[0] != 1 or kh < 2 or kw > _ROWS_MAX_KW or H_out < min(_ROWS_CHOICES) \
+            or W_out < 32:
+        return None
+    block_w = min(triton.next_power_of_2(W_out), _MAX_BLOCK_W)
+    if triton.cdiv(W_out, block_w) * block_w - W_out > W_out * _ROWS_MAX_IDLE:
+        return None
+    # the fewest padded rows, the larger block on a tie
+    fits = [r for r in _ROWS_CHOICES if r + (kh - 1) * dh <= _ROWS_MAX_IN]
+    if not fits:
+        return None
+    rows = min(fits, key=lambda r: (triton.cdiv(H_out, r) * r, -r))
+    return Pool2dPlan(rows, block_w, max(1, min(_NUM_WARPS, block_w // 32)), True, True,
+                      "rows")
+
+
+def pool2d_plan(R: int, H_out: int, W_out: int, g: Pool2dGeometry,
+                H: int | None = None, W: int | None = None) -> Pool2dPlan:
+    """The plan for ``R = N * C * H_out`` output rows of ``W_out`` pixels (an input of
+    ``H`` x ``W`` where known).
+
+    A 1 x 1 output with dilation 1 (global pooling, e.g. the 7 x 7 average of a ResNet
+    head) is a reduction of each plane's window: the 'global' path (see _global_plan).
+    Stride 1 along H with rows of at least 32 outputs padded to a power of two by at most
+    ``_ROWS_MAX_IDLE`` (e.g. DeepLab's dilated 3 x 3 on 64 x 64 planes) takes the 'rows'
+    path: ``_ROWS_CHOICES`` output rows a program (the fewest padded rows), each input row
+    reduced along the window once instead of KH times. Otherwise the 'tile' kernel:
 
     ``block_w`` is the widest power of two from ``_MIN_BLOCK_W`` to ``_MAX_BLOCK_W`` that
     pads ``W_out`` at most a sixteenth more than the least padding one (the next power of
@@ -326,6 +581,12 @@ def pool2d_plan(R: int, H_out: int, W_out: int, g: Pool2dGeometry) -> Pool2dPlan
     holds fewer than ``_TARGET_PROGRAMS`` programs. ``num_warps`` gives each thread about 8
     outputs.
     """
+    if H_out == 1 and W_out == 1 and g.dilation == (1, 1) and H is not None and W is not None:
+        hr, wr = _global_window(H, W, g)
+        return _global_plan(R, hr * wr)
+    rows = _rows_plan(H_out, W_out, g)
+    if rows is not None:
+        return rows
     if W_out <= _MIN_BLOCK_W:
         block_w = triton.next_power_of_2(max(W_out, 1))
     else:
@@ -366,6 +627,67 @@ def _needs_int64(x4: torch.Tensor, R: int, H_out: int, W_out: int, g: Pool2dGeom
     return max(x_bound, out_bound) > _INT32_LIMIT
 
 
+def _launch_global(x4: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeometry,
+                   p: Pool2dPlan, merge_nc: bool, divisor_override: int | None) -> torch.Tensor:
+    """The 'global' path (a 1 x 1 output, dilation 1)."""
+    N, C, H, W = x4.shape
+    if g.dilation != (1, 1) or pool2d_out_size(H, W, g) != (1, 1):
+        raise ValueError("the global plan needs a 1 x 1 output and dilation 1")
+    sn, sc, sh, sw = x4.stride()
+    hr, wr = _global_window(H, W, g)
+    L = hr * wr
+    if divisor_override is not None:
+        divisor = float(divisor_override)
+    else:
+        # torch's divisor: the window clipped to the padded input (count_include_pad) or to
+        # the input; both are the covered rows and columns here, the window starting at
+        # -padding and padding at most half of it
+        divisor = float(L)
+    P = N * C
+    bound = (N + 1) * abs(sn) + (C + 1) * abs(sc) + (hr + p.block_w + 1) * abs(sh) \
+        + (wr + p.block_w + 1) * abs(sw) + P + p.block_r
+    _pool2d_global_kernel[(triton.cdiv(P, p.block_r),)](
+        x4, out, P, C, L, wr, sn, sc, sh, sw, divisor,
+        IS_MAX=(mode == "max"), MERGE_NC=merge_nc,
+        FLAT=(hr == 1 or (wr == W and sh == W * sw)),
+        PASSES=triton.cdiv(L, p.block_w) if p.unroll else 0, L_C=L if p.unroll else 0,
+        EVEN_P=P % p.block_r == 0,
+        BLOCK_P=p.block_r, BLOCK_L=p.block_w, USE_INT64=bound > _INT32_LIMIT,
+        num_warps=p.num_warps,
+    )
+    return out
+
+
+def _launch_rows(x4: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeometry,
+                 p: Pool2dPlan, merge_nc: bool, count_include_pad: bool,
+                 divisor_override: int | None) -> torch.Tensor:
+    """The 'rows' path (stride 1 along H)."""
+    N, C, H, W = x4.shape
+    if g.stride[0] != 1:
+        raise ValueError("the rows plan needs stride 1 along H")
+    H_out, W_out = pool2d_out_size(H, W, g)
+    sn, sc, sh, sw = x4.stride()
+    n_col_blocks = triton.cdiv(W_out, p.block_w)
+    n_row_blocks = triton.cdiv(H_out, p.block_r)
+    # input rows are clamped; columns reach past the input by at most a window and a block
+    x_bound = (N + 1) * abs(sn) + (C + 1) * abs(sc) + (H + 1) * abs(sh) \
+        + (g.stride[1] * (W_out + p.block_w) + g.dilation[1] * g.kernel[1] + g.padding[1]
+           + 1) * abs(sw)
+    out_bound = (N * C + 1) * H_out * W_out + (p.block_r + 1) * W_out + p.block_w
+    _pool2d_rows_kernel[(N * C * n_row_blocks * n_col_blocks,)](
+        x4, out, C, H, W, H_out, W_out, n_col_blocks, n_row_blocks,
+        sn, sc, sh, sw, g.stride[1], g.padding[0], g.padding[1], g.dilation[1],
+        float(divisor_override) if divisor_override is not None else 1.0,
+        KH=g.kernel[0], KW=g.kernel[1], DH=g.dilation[0], ROWS=p.block_r,
+        N_IN=p.block_r + (g.kernel[0] - 1) * g.dilation[0],
+        IS_MAX=(mode == "max"), MERGE_NC=merge_nc,
+        COUNT_INCLUDE_PAD=bool(count_include_pad), HAS_DIVISOR=divisor_override is not None,
+        BLOCK_W=p.block_w, USE_INT64=max(x_bound, out_bound) > _INT32_LIMIT,
+        num_warps=p.num_warps,
+    )
+    return out
+
+
 def pool2d_triton(x: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeometry,
                   count_include_pad: bool = True, divisor_override: int | None = None,
                   plan: Pool2dPlan | None = None) -> torch.Tensor:
@@ -395,7 +717,12 @@ def pool2d_triton(x: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeomet
     R = N * C * H_out
     if R == 0 or W_out == 0:
         return out
-    p = plan or pool2d_plan(R, H_out, W_out, g)
+    p = plan or pool2d_plan(R, H_out, W_out, g, H, W)
+    merge_nc = N == 1 or x4.stride(0) == C * x4.stride(1)
+    if p.path == "global":
+        return _launch_global(x4, out, mode, g, p, merge_nc, divisor_override)
+    if p.path == "rows":
+        return _launch_rows(x4, out, mode, g, p, merge_nc, count_include_pad, divisor_override)
     n_col_blocks = triton.cdiv(W_out, p.block_w)
     n_row_blocks = triton.cdiv(H_out, p.block_r) if p.plane_tiles else 1
     use_int64 = _needs_int64(x4, R, H_out, W_out, g, p)
@@ -414,7 +741,7 @@ def pool2d_triton(x: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeomet
         KH_C=kh if p.unroll else 1, KW_C=kw if p.unroll else 1,
         UNROLL=p.unroll, IS_MAX=(mode == "max"),
         CLAMP=(mode == "max" and g.dilation == (1, 1)),
-        MERGE_NC=(N == 1 or x4.stride(0) == C * x4.stride(1)), PLANE_TILES=p.plane_tiles,
+        MERGE_NC=merge_nc, PLANE_TILES=p.plane_tiles,
         COUNT_INCLUDE_PAD=bool(count_include_pad), HAS_DIVISOR=divisor_override is not None,
         BLOCK_R=p.block_r, BLOCK_W=p.block_w, USE_INT64=use_int64,
         num_warps=p.num_warps,
