@@ -290,9 +290,10 @@ def bmm_triton(input: torch.Tensor, mat2: torch.Tensor, out: torch.Tensor,
     if K == 0:
         return out.zero_()
     if config is None and bmm_tma_eligible(input, mat2, out):
-        tma = bmm_tma_config_for(B, M, N, K)
+        tma = (bmm_config_for(B, M, N, K, input.dtype, precision)
+               if input.dtype == torch.float32 else bmm_tma_config_for(B, M, N, K))
         if tma is not None:
-            return bmm_tma(input, mat2, out, tma)
+            return bmm_tma(input, mat2, out, tma, precision)
     cfg = config or bmm_config_for(B, M, N, K, input.dtype, precision)
     use_int64 = max(_matrix_extent(input), _matrix_extent(mat2), _matrix_extent(out)) > _INT32_LIMIT
     grid = (B * triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n),)
@@ -332,13 +333,19 @@ def bmm_triton(input: torch.Tensor, mat2: torch.Tensor, out: torch.Tensor,
 # (96 KB a stage) would not fit two stages and the store buffer, so K = 128 runs as two
 # K steps of 64.
 _TMA_BIG = BmmConfig(128, 256, 64, 16, 8, 3)
-_TMA_128 = BmmConfig(128, 128, 64, 8, 4, 5)     # N <= 128 (attention PV), or too few big tiles
+# N <= 128 (attention PV, N = head dim): the same tile stood on end, two warpgroups of
+# 128x128 (same shared memory; the 128x128 pointer tile ran this row at 0.94x cuBLAS).
+_TMA_TALL = BmmConfig(256, 128, 64, 16, 8, 3)
+_TMA_128 = BmmConfig(128, 128, 64, 8, 4, 5)     # too few big tiles to fill the last wave
 # M <= 16 (decode attention scores): bound by reading mat2. 16-row tiles (the smallest
 # tl.dot; TMA zero-fills the rows past M) of 128 columns, a 32 KB mat2 block a K step:
 # 4 stages (144 KB) keep three blocks in flight on every SM while one is used.
 _TMA_DECODE = BmmConfig(16, 128, 128, 1, 4, 4)
 # 128x256 tiles only when the batch's tiles fill this share of the last wave of SMs.
 _TMA_MIN_WAVE_FILL = 0.85
+# float32 stays on the pointer kernel (3xTF32, measured 0.93x cuBLAS on llama3-8b-qk-s4k);
+# True routes it here too, with the pointer kernel's float32 tile, for comparison.
+_TMA_FLOAT32 = False
 _TMA_DTYPES = (torch.float16, torch.bfloat16)
 
 
@@ -350,14 +357,15 @@ def bmm_tma_config_for(B: int, M: int, N: int, K: int) -> BmmConfig | None:
         cfg = _TMA_DECODE
     elif M <= 128:
         return None
-    elif N > 128 and _wave_fill(B * triton.cdiv(M, 128) * triton.cdiv(N, 256)) >= _TMA_MIN_WAVE_FILL:
-        cfg = _TMA_BIG
     else:
-        cfg = _TMA_128
+        big = _TMA_TALL if N <= 128 else _TMA_BIG
+        cfg = big if _wave_fill(B, M, N, big) >= _TMA_MIN_WAVE_FILL else _TMA_128
     return _clip(cfg, M, N, K)
 
 
-def _wave_fill(tiles: int) -> float:
+def _wave_fill(B: int, M: int, N: int, cfg: BmmConfig) -> float:
+    """The share of the last wave's SM slots that the batch's tiles of ``cfg`` fill."""
+    tiles = B * triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n)
     return tiles / (triton.cdiv(tiles, _NUM_SMS) * _NUM_SMS)
 
 
@@ -374,28 +382,32 @@ def _tma_layout(t: torch.Tensor) -> tuple[bool, tuple[int, int, int], tuple[int,
     ``t``'s rows are its unit-stride axis -- or None when TMA cannot describe it (no unit
     stride, another stride not a positive multiple of 16 bytes, a base not 16-byte
     aligned). An axis of length 1 takes any stride: it is never stepped along."""
+    if t.data_ptr() % 16:
+        return None
     B, R, C = t.shape
     sb, sr, sc = t.stride()
-    if sc == 1 or C == 1 and sr != 1:
-        transposed, shape, strides = False, [B, R, C], [sb, sr, 1]
-    elif sr == 1:
-        transposed, shape, strides = True, [B, C, R], [sb, sc, 1]
-    else:
-        return None
-    # Lengths of 1 step nowhere: give them a legal stride (the extent of the axes inside).
-    for i in (1, 0):
-        if shape[i] == 1:
-            strides[i] = strides[i + 1] * shape[i + 1]
-            strides[i] = -(-strides[i] * t.element_size() // 16) * 16 // t.element_size()
-    ok = (t.data_ptr() % 16 == 0
-          and all(s > 0 and s * t.element_size() % 16 == 0 for s in strides[:2]))
-    return (transposed, tuple(shape), tuple(strides)) if ok else None
+    size = t.element_size()
+    for transposed, shape, strides in ((False, [B, R, C], [sb, sr, sc]),
+                                       (True, [B, C, R], [sb, sc, sr])):
+        if strides[2] != 1 and shape[2] != 1:
+            continue
+        strides[2] = 1
+        # Lengths of 1 step nowhere: give them a legal stride (the extent inside, rounded
+        # up to 16 bytes).
+        for i in (1, 0):
+            if shape[i] == 1:
+                strides[i] = -(-strides[i + 1] * shape[i + 1] * size // 16) * 16 // size
+        if all(s > 0 and s * size % 16 == 0 for s in strides[:2]):
+            return transposed, tuple(shape), tuple(strides)
+    return None
 
 
 def bmm_tma_eligible(input: torch.Tensor, mat2: torch.Tensor, out: torch.Tensor) -> bool:
     """Whether the TMA kernel can run this call: a CUDA device of compute capability 9.0 or
-    later, float16/bfloat16, and three tensors TMA can describe (see :func:`_tma_layout`)."""
-    return (input.is_cuda and input.dtype in _TMA_DTYPES
+    later, float16/bfloat16 (float32 too where ``_TMA_FLOAT32``), and three tensors TMA can
+    describe (see :func:`_tma_layout`)."""
+    dtypes = _TMA_DTYPES + (torch.float32,) if _TMA_FLOAT32 else _TMA_DTYPES
+    return (input.is_cuda and input.dtype in dtypes
             and torch.cuda.get_device_capability(input.device)[0] >= 9
             and all(_tma_layout(t) is not None for t in (input, mat2, out)))
 

@@ -34,7 +34,9 @@ class BmmFwdInterface(KernelInterface):
 
 class BmmTritonKernel(Kernel, BmmFwdInterface):
     """Tiled Triton batched GEMM: batch x tiles grid, grouped tile order, fp32 accumulation,
-    float32 as 3xTF32 (float32 accuracy on tensor cores)."""
+    float32 as 3xTF32 (float32 accuracy on tensor cores). On Hopper, float16/bfloat16 calls
+    whose tensors TMA can describe run the persistent TMA-descriptor kernel instead (the
+    choice is made per call, in `bmm_triton`)."""
 
     devices = TRITON_DEVICES
 

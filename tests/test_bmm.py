@@ -226,6 +226,11 @@ def test_tma_decode_rows(monkeypatch):
     assert bmm_tma_config_for(5, 4, 200, 128) == (16, 128, 128, 1, 4, 4)
     bmm_tma(a, b, out)
     _close(out, _want(a, b), torch.float16)
+    # one query row, one key: length-1 axes
+    a, b = _randn(2, 1, 64, dtype=torch.float16), _randn(2, 64, 1, dtype=torch.float16, seed=1)
+    out = torch.empty(2, 1, 8, dtype=torch.float16)[:, :, :1]   # [2, 1, 1], 16-byte batch stride
+    bmm_tma(a, b, out)
+    _close(out, _want(a, b), torch.float16)
 
 
 def test_tma_layouts_and_refusals():
@@ -236,6 +241,8 @@ def test_tma_layouts_and_refusals():
     # a length-1 axis takes a legal stride whatever it has (M = 1 decode; B = 1)
     assert lay(torch.empty(1, 1, 24, dtype=h)) == (False, (1, 1, 24), (24, 24, 1))
     assert lay(torch.empty(1, 40, 8, dtype=h)[:, :3]) == (False, (1, 3, 8), (24, 8, 1))
+    # a single column (N = 1) is described as one transposed row
+    assert lay(torch.empty(2, 16, 1, dtype=h)) == (True, (2, 1, 16), (16, 16, 1))
     refused = [
         torch.empty(2, 8, 12, dtype=h),                        # 24-byte rows
         torch.empty(2, 8, 16, 2, dtype=h)[..., 0],             # no unit stride
@@ -254,7 +261,7 @@ def test_tma_table_and_routing(monkeypatch):
     # attention scores (K = 128: two K steps), values (N = 128), experts: every H200 row
     assert bmm_tma_config_for(256, 2048, 2048, 128) == (128, 256, 64, 16, 8, 3)
     assert bmm_tma_config_for(32, 4096, 4096, 128) == (128, 256, 64, 16, 8, 3)
-    assert bmm_tma_config_for(256, 2048, 128, 2048) == (128, 128, 64, 8, 4, 5)
+    assert bmm_tma_config_for(256, 2048, 128, 2048) == (256, 128, 64, 16, 8, 3)
     assert bmm_tma_config_for(8, 1024, 14336, 4096)[:3] == (128, 256, 64)
     assert bmm_tma_config_for(64, 256, 7168, 2048)[:3] == (128, 256, 64)
     assert bmm_tma_config_for(512, 4, 4096, 128) == (16, 128, 128, 1, 4, 4)
@@ -264,7 +271,7 @@ def test_tma_table_and_routing(monkeypatch):
     # bmm_triton sends what is eligible and listed to bmm_tma, the rest to the pointer kernel
     calls = []
     monkeypatch.setattr(bmm_mod, "bmm_tma_eligible", lambda *t: True)
-    monkeypatch.setattr(bmm_mod, "bmm_tma", lambda a, b, out, cfg: calls.append(cfg) or out)
+    monkeypatch.setattr(bmm_mod, "bmm_tma", lambda a, b, out, cfg, p: calls.append(cfg) or out)
     a, b = torch.zeros(2, 4, 16, dtype=torch.float16), torch.zeros(2, 16, 8, dtype=torch.float16)
     bmm_triton(a, b, torch.empty(2, 4, 8, dtype=torch.float16))
     assert calls == [(16, 16, 16, 1, 4, 4)]
@@ -272,10 +279,21 @@ def test_tma_table_and_routing(monkeypatch):
     out = torch.empty(1, 40, 8, dtype=torch.float16)
     bmm_triton(a, b[:1].fill_(1), out)                        # M = 40: the pointer kernel
     assert len(calls) == 1 and torch.equal(out, torch.full_like(out, 16))
-    bmm_triton(a.float(), b[:1].float(), out.float())        # float32: the pointer kernel
     bmm_triton(torch.zeros(2, 4, 16, dtype=torch.float16), b, torch.empty(2, 4, 8, dtype=torch.float16),
                config=SMALL_TILES)                           # an explicit config: the pointer kernel
     assert len(calls) == 1
+    # float32: eligible only where _TMA_FLOAT32 (off: the pointer kernel's 3xTF32 was measured)
+    monkeypatch.undo()
+    assert not bmm_mod._TMA_FLOAT32
+    monkeypatch.setattr(bmm_mod, "_TMA_FLOAT32", True)
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda t: True))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    a32, b32 = torch.zeros(2, 64, 16), torch.zeros(2, 16, 8)
+    assert bmm_tma_eligible(a32, b32, torch.empty(2, 64, 8))
+    monkeypatch.setattr(bmm_mod, "_TMA_FLOAT32", False)
+    assert not bmm_tma_eligible(a32, b32, torch.empty(2, 64, 8))
+    assert bmm_tma_eligible(a32.half(), b32.half(), torch.empty(2, 64, 8).half())
+    assert not bmm_tma_eligible(a32.half(), b32.half(), torch.empty(1, 64, 8).half().expand(2, 64, 8))
 
 
 # ============================================================================ op
