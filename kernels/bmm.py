@@ -339,8 +339,9 @@ _TMA_TALL = BmmConfig(256, 128, 64, 16, 8, 3)
 _TMA_128 = BmmConfig(128, 128, 64, 8, 4, 5)     # too few big tiles to fill the last wave
 # M <= 16 (decode attention scores): bound by reading mat2. 16-row tiles (the smallest
 # tl.dot; TMA zero-fills the rows past M) of 128 columns, a 32 KB mat2 block a K step:
-# 4 stages (144 KB) keep three blocks in flight on every SM while one is used.
-_TMA_DECODE = BmmConfig(16, 128, 128, 1, 4, 4)
+# 5 stages are four 36 KB buffers (148 KB with the store's), so three or four blocks are
+# in flight on every SM while one is used (the flattened loop prefetches across tiles).
+_TMA_DECODE = BmmConfig(16, 128, 128, 1, 4, 5)
 # 128x256 tiles only when the batch's tiles fill this share of the last wave of SMs.
 _TMA_MIN_WAVE_FILL = 0.85
 # float32 stays on the pointer kernel (3xTF32, measured 0.93x cuBLAS on llama3-8b-qk-s4k);

@@ -223,7 +223,7 @@ def test_tma_decode_rows(monkeypatch):
     a = _randn(5, 4, 128, dtype=torch.float16)
     b = _padded(5, 128, 200, torch.float16, True, seed=1)
     out = torch.empty(5, 4, 200, dtype=torch.float16)
-    assert bmm_tma_config_for(5, 4, 200, 128) == (16, 128, 128, 1, 4, 4)
+    assert bmm_tma_config_for(5, 4, 200, 128) == (16, 128, 128, 1, 4, 5)
     bmm_tma(a, b, out)
     _close(out, _want(a, b), torch.float16)
     # one query row, one key: length-1 axes
@@ -264,7 +264,7 @@ def test_tma_table_and_routing(monkeypatch):
     assert bmm_tma_config_for(256, 2048, 128, 2048) == (256, 128, 64, 16, 8, 3)
     assert bmm_tma_config_for(8, 1024, 14336, 4096)[:3] == (128, 256, 64)
     assert bmm_tma_config_for(64, 256, 7168, 2048)[:3] == (128, 256, 64)
-    assert bmm_tma_config_for(512, 4, 4096, 128) == (16, 128, 128, 1, 4, 4)
+    assert bmm_tma_config_for(512, 4, 4096, 128) == (16, 128, 128, 1, 4, 5)
     # 2 x 3 tiles of 128x256 fill 6 of 132 SMs: 128x128; 16 < M <= 128: the pointer kernel
     assert bmm_tma_config_for(1, 256, 768, 4096)[:3] == (128, 128, 64)
     assert bmm_tma_config_for(64, 64, 4096, 128) is None
@@ -274,7 +274,7 @@ def test_tma_table_and_routing(monkeypatch):
     monkeypatch.setattr(bmm_mod, "bmm_tma", lambda a, b, out, cfg, p: calls.append(cfg) or out)
     a, b = torch.zeros(2, 4, 16, dtype=torch.float16), torch.zeros(2, 16, 8, dtype=torch.float16)
     bmm_triton(a, b, torch.empty(2, 4, 8, dtype=torch.float16))
-    assert calls == [(16, 16, 16, 1, 4, 4)]
+    assert calls == [(16, 16, 16, 1, 4, 5)]
     a = torch.ones(1, 40, 16, dtype=torch.float16)
     out = torch.empty(1, 40, 8, dtype=torch.float16)
     bmm_triton(a, b[:1].fill_(1), out)                        # M = 40: the pointer kernel
