@@ -465,9 +465,9 @@ def bmm_tma(input: torch.Tensor, mat2: torch.Tensor, out: torch.Tensor,
 
     Every tensor must be describable by TMA (``ValueError`` otherwise: :func:`bmm_triton`
     checks :func:`bmm_tma_eligible` and routes). ``config`` overrides
-    :func:`bmm_tma_config_for`. float32 (``precision`` as for :func:`bmm_triton`) runs here
-    only when called directly, for offline comparison: :func:`bmm_triton` routes float32 to
-    the pointer kernel, whose 3xTF32 path was measured.
+    :func:`bmm_tma_config_for`. float32 (``precision`` as for :func:`bmm_triton`, the pointer
+    kernel's float32 tile) runs here when called directly or where ``_TMA_FLOAT32`` is set,
+    for comparison; by default :func:`bmm_triton` keeps float32 on the pointer kernel.
     """
     if precision not in ("tf32x3", "ieee"):
         raise ValueError(f"precision must be 'tf32x3' or 'ieee', got {precision!r}")
