@@ -41,9 +41,12 @@ Kernels (plain functions; the dispatch classes are in :mod:`opspec.kernels.quant
 * :func:`w4a16_prefill_triton` -- any M, tiled like a GEMM: one program per ``BLOCK_M x
   BLOCK_N`` tile of y in grouped order, loading ``x`` ``[BLOCK_M, BLOCK_K]`` and the packed
   ``[BLOCK_N, BLOCK_K / 2]`` bytes per step, dequantizing the weight tile in registers
-  (nibbles to exact 16-bit values as above, interleaved back to ``[BLOCK_N, BLOCK_K]``,
-  ``(q - z) * s`` in x's dtype: two roundings, no conversions) and ``tl.dot`` into a
-  float32 accumulator.
+  (nibbles interleaved back to ``[BLOCK_N, BLOCK_K]``, made exact floats by bit operations,
+  ``(q - z) * s`` in float32 and rounded once to x's dtype, or, with
+  ``PrefillConfig.f32_dequant`` off, in x's dtype) and ``tl.dot`` into a float32
+  accumulator. With ``PrefillConfig.swap_ab`` the program computes its tile of ``y.T``,
+  ``dot(dequant(W), x.T)``: on sm_90 the dequantized weight is then wgmma's A operand,
+  taken from registers, rather than stored to shared memory for the B operand.
 
 Every tuning constant is in the block below (plain Python, no autotuning at call time), to
 be retuned from H200 timings. On the CPU, Triton's interpreter computes ``tl.dot`` wrongly in
@@ -100,6 +103,13 @@ class PrefillConfig(NamedTuple):
     group_m: int
     num_warps: int
     num_stages: int
+    # The weight tile is dequantized in float32 ((q - z) * s, one rounding to x's dtype)
+    # when true, in x's 16-bit dtype (two roundings, fewer instructions) when false.
+    f32_dequant: bool = True
+    # When true the program computes y.T's tile, dot(dequant(W) [BLOCK_N, BLOCK_K],
+    # x.T): the dequantized weight is the MMA's A operand, which sm_90 (wgmma) can take
+    # from registers, so it need not go through shared memory.
+    swap_ab: bool = False
 
 
 # --- the table: every tuning constant ------------------------------------------------
@@ -118,15 +128,14 @@ _DECODE_WARPS, _DECODE_STAGES = 4, 4
 # x from L2 (4 KB a step at M = 16). Split-K makes up the programs for small N.
 _DECODE_BLOCK_N = 128
 # Prefill: GEMM tiles; 128-wide K steps would straddle 64-wide groups, so block_k <= group.
-# The weight tile is dequantized by every program, so wide tiles pay it over more MMA work:
-# in the sm_90 build a K step issues 1152 FLOP of MMA per warp instruction at 128x256,
-# 1001 at 128x128, 583 at 64x128 (the tensor cores need about 1024 at 4 instructions a
-# clock). For M > 64 a wave model picks among them (those figures as efficiencies).
-_PREFILL_WIDE = PrefillConfig(128, 256, 64, 8, 8, 3)
+# H200 timings: 128x128 tiles, 8 warps, 3 stages, float32 dequantization measured 341
+# TFLOP/s on the 4096 x 28672 x 8192 row; 128x256 tiles with the dequantization in
+# 16-bit arithmetic measured 245 (both changed at once; the 128x256 tile's 128 float32
+# accumulators a thread leave little room for the dequantized tile). So the 128x128 tile
+# for every M > 64, and float32 dequantization.
 _PREFILL_LARGE = PrefillConfig(128, 128, 64, 8, 8, 3)
 _PREFILL_MEDIUM = PrefillConfig(64, 128, 64, 8, 4, 3)
 _PREFILL_SMALL = PrefillConfig(32, 64, 64, 8, 4, 3)
-_PREFILL_CANDIDATES = ((_PREFILL_WIDE, 1.0), (_PREFILL_LARGE, 0.87), (_PREFILL_MEDIUM, 0.5))
 
 
 def _pow2_divisor(n: int, choices: tuple[int, ...]) -> int | None:
@@ -152,16 +161,7 @@ def decode_config_for(M: int, N: int, K: int, group_size: int) -> DecodeConfig:
 @functools.lru_cache(maxsize=1024)
 def prefill_config_for(M: int, N: int, K: int, group_size: int) -> PrefillConfig:
     """The prefill kernel's tile configuration."""
-    if M > 64:
-        # Wave model: time ~ waves * tile area / efficiency; the first minimum wins.
-        def cost(entry: tuple[PrefillConfig, float]) -> float:
-            c, eff = entry
-            tiles = triton.cdiv(M, c.block_m) * triton.cdiv(N, c.block_n)
-            return triton.cdiv(tiles, _NUM_SMS) * c.block_m * c.block_n / eff
-
-        cfg = min(_PREFILL_CANDIDATES, key=cost)[0]
-    else:
-        cfg = _PREFILL_MEDIUM if M > 32 else _PREFILL_SMALL
+    cfg = _PREFILL_LARGE if M > 64 else _PREFILL_MEDIUM if M > 32 else _PREFILL_SMALL
     block_k = min(cfg.block_k, _pow2_divisor(group_size, (64, 32)) or cfg.block_k)
     bm = min(cfg.block_m, max(16, triton.next_power_of_2(M)))
     bn = min(cfg.block_n, max(16, triton.next_power_of_2(N)))
@@ -407,7 +407,7 @@ def _w4a16_prefill_kernel(
     stride_om, stride_on,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     GROUP: tl.constexpr, ONE_GROUP: tl.constexpr, EVEN_K: tl.constexpr, USE_INT64: tl.constexpr,
-    UPCAST: tl.constexpr,
+    UPCAST: tl.constexpr, F32_DEQUANT: tl.constexpr, SWAP_AB: tl.constexpr,
 ):
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -430,7 +430,10 @@ def _w4a16_prefill_kernel(
     x_ptrs = x_ptr + offs_xm[:, None] * stride_xm + offs_k[None, :] * stride_xk
     w_ptrs = w_ptr + offs_wn[:, None] * stride_wn + offs_j[None, :] * stride_wk
 
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if SWAP_AB:
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         if EVEN_K:
             x = tl.load(x_ptrs)
@@ -440,33 +443,51 @@ def _w4a16_prefill_kernel(
             p = tl.load(w_ptrs, mask=(k0 + 2 * offs_j)[None, :] < K, other=0)
         if UPCAST:
             x = x.to(tl.float32)
-        # Interleave the nibbles back into k order: w[n, 2j + t] = (p >> 4t) & 0xF, exact
-        # in x's dtype; (q - z) * s is computed in it (16-bit arithmetic, two roundings).
-        lo, hi = _nibbles(p, x_ptr.dtype.element_ty, x.dtype, False)
-        q = tl.reshape(tl.join(lo, hi), (BLOCK_N, BLOCK_K))
+        if F32_DEQUANT:
+            # Interleave the nibbles back into k order, w[n, 2j + t] = (p >> 4t) & 0xF, then
+            # exact float32 values without an int-to-float conversion: ORed into the
+            # mantissa of 2**23 a nibble is 2**23 + q; (q - z) * s in float32, one rounding.
+            q8 = tl.reshape(tl.join(p & 0xF, p >> 4), (BLOCK_N, BLOCK_K))
+            q = (q8.to(tl.uint32) | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
+            CT: tl.constexpr = tl.float32
+        else:
+            # Nibbles to exact values in x's dtype; (q - z) * s is computed in it (16-bit
+            # arithmetic, two roundings).
+            lo, hi = _nibbles(p, x_ptr.dtype.element_ty, x.dtype, False)
+            q = tl.reshape(tl.join(lo, hi), (BLOCK_N, BLOCK_K))
+            CT: tl.constexpr = x.dtype
         if ONE_GROUP:
             g = k0 // GROUP
-            s = tl.load(s_ptr + offs_wn * stride_sn + g * stride_sg).to(x.dtype)
-            z = tl.load(z_ptr + offs_wn * stride_zn + g * stride_zg).to(x.dtype)
+            s = tl.load(s_ptr + offs_wn * stride_sn + g * stride_sg).to(CT)
+            z = tl.load(z_ptr + offs_wn * stride_zn + g * stride_zg).to(CT)
             w = (q - z[:, None]) * s[:, None]
         else:
             gk = (k0 + offs_k) // GROUP
             gmask = (k0 + offs_k)[None, :] < K
             s = tl.load(s_ptr + offs_wn[:, None] * stride_sn + gk[None, :] * stride_sg,
-                        mask=gmask, other=0.0).to(x.dtype)
+                        mask=gmask, other=0.0).to(CT)
             z = tl.load(z_ptr + offs_wn[:, None] * stride_zn + gk[None, :] * stride_zg,
-                        mask=gmask, other=0.0).to(x.dtype)
+                        mask=gmask, other=0.0).to(CT)
             w = (q - z) * s
-        acc = tl.dot(x, tl.trans(w), acc)
+        w = w.to(x.dtype)
+        if SWAP_AB:
+            acc = tl.dot(w, tl.trans(x), acc)     # acc[n, m]
+        else:
+            acc = tl.dot(x, tl.trans(w), acc)     # acc[m, n]
         x_ptrs += BLOCK_K * stride_xk
         w_ptrs += (BLOCK_K // 2) * stride_wk
 
     if USE_INT64:
         offs_m = offs_m.to(tl.int64)
         offs_n = offs_n.to(tl.int64)
-    out_ptrs = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on
-    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty),
-             mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+    if SWAP_AB:
+        out_ptrs = out_ptr + offs_n[:, None] * stride_on + offs_m[None, :] * stride_om
+        tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty),
+                 mask=(offs_n[:, None] < N) & (offs_m[None, :] < M))
+    else:
+        out_ptrs = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on
+        tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty),
+                 mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
 # --- launchers ----------------------------------------------------------------------------
@@ -578,6 +599,7 @@ def w4a16_prefill_triton(x: torch.Tensor, packed_weight: torch.Tensor, scales: t
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
         GROUP=group_size, ONE_GROUP=group_size % cfg.block_k == 0,
         EVEN_K=K % cfg.block_k == 0, USE_INT64=use_int64, UPCAST=_upcast(x),
+        F32_DEQUANT=bool(cfg.f32_dequant), SWAP_AB=bool(cfg.swap_ab),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out

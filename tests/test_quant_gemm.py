@@ -205,8 +205,11 @@ def test_config_choice():
     assert decode_config_for(1, 4096, 512, 128).split_k == 1
     # group sizes that are no multiple of 32: per-weight dequantization, 64-wide steps
     assert decode_config_for(1, 4096, 4104, 24).block_k == 64
-    assert prefill_config_for(4096, 28672, 8192, 128) == (128, 256, 64, 8, 8, 3)
-    assert prefill_config_for(100, 256, 256, 128) == (64, 128, 64, 8, 4, 3)   # 4 tiles, not 1
+    # (block_m, block_n, block_k, group_m, warps, stages, f32_dequant, swap_ab): 128x128
+    # tiles (the 128x256 tile holds 220 registers a thread in the sm_90 build: one program
+    # an SM), float32 dequantization
+    assert prefill_config_for(4096, 28672, 8192, 128) == (128, 128, 64, 8, 8, 3, True, False)
+    assert prefill_config_for(100, 256, 256, 128)[:6] == (128, 128, 64, 8, 8, 3)
     assert prefill_config_for(512, 14336, 4096, 32).block_k == 32
 
 
@@ -404,15 +407,17 @@ for dt, sdt in (("bf16", "bf16"), ("fp16", "fp32")):
             dict(BLOCK_M=16, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP=group,
                  ONE_GROUP=group % cfg.block_k == 0, USE_INT64=False, UPCAST=False),
             cfg.num_warps, cfg.num_stages)
-    cfg = Q.prefill_config_for(4096, N, K, g)
     ints = dict(M=4096, N=N, K=K, stride_xm=K, stride_xk=1, stride_wn=K // 2, stride_wk=1,
                 stride_sn=K // g, stride_sg=1, stride_zn=K // g, stride_zg=1, stride_om=N,
                 stride_on=1)
-    out[f"prefill-{dt}-{sdt}"] = build(
-        Q._w4a16_prefill_kernel, dict(ptrs, out_ptr="*" + dt), ints,
-        dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
-             GROUP=g, ONE_GROUP=True, EVEN_K=True, USE_INT64=False, UPCAST=False),
-        cfg.num_warps, cfg.num_stages)
+    table = Q.prefill_config_for(4096, N, K, g)
+    for name, cfg in (("", table), ("-16bit-swap", table._replace(f32_dequant=False, swap_ab=True))):
+        out[f"prefill-{dt}-{sdt}{name}"] = build(
+            Q._w4a16_prefill_kernel, dict(ptrs, out_ptr="*" + dt), ints,
+            dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+                 GROUP_M=cfg.group_m, GROUP=g, ONE_GROUP=True, EVEN_K=True, USE_INT64=False,
+                 UPCAST=False, F32_DEQUANT=cfg.f32_dequant, SWAP_AB=cfg.swap_ab),
+            cfg.num_warps, cfg.num_stages)
 json.dump(out, sys.stdout)
 """
 
@@ -434,7 +439,7 @@ def test_kernels_build_for_sm90():
                          text=True, env=env, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     built = json.loads(res.stdout)
-    assert len(built) == 8
+    assert len(built) == 10
     for name, k in built.items():
         assert k["local"] == 0 and k["mma"] and k["cp_async"] > 0, (name, k)
         assert k["i2f"] == 0, (name, k)      # nibbles become floats by bit operations
