@@ -87,7 +87,7 @@ _GLOBAL_NUM_WARPS = 4
 _ROWS_CHOICES = (16, 8)
 _ROWS_MAX_IN = 40
 _ROWS_MAX_KW = 8
-_ROWS_MAX_IDLE = 1 / 8
+_ROWS_MAX_IDLE = 1 / 7
 _INT32_LIMIT = 2**31 - 1
 
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
@@ -628,7 +628,8 @@ def _needs_int64(x4: torch.Tensor, R: int, H_out: int, W_out: int, g: Pool2dGeom
 
 
 def _launch_global(x4: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeometry,
-                   p: Pool2dPlan, merge_nc: bool, divisor_override: int | None) -> torch.Tensor:
+                   p: Pool2dPlan, merge_nc: bool, count_include_pad: bool,
+                   divisor_override: int | None) -> torch.Tensor:
     """The 'global' path (a 1 x 1 output, dilation 1)."""
     N, C, H, W = x4.shape
     if g.dilation != (1, 1) or pool2d_out_size(H, W, g) != (1, 1):
@@ -639,10 +640,13 @@ def _launch_global(x4: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeom
     if divisor_override is not None:
         divisor = float(divisor_override)
     else:
-        # torch's divisor: the window clipped to the padded input (count_include_pad) or to
-        # the input; both are the covered rows and columns here, the window starting at
-        # -padding and padding at most half of it
-        divisor = float(L)
+        # torch's divisor: the window (from -padding) clipped to the padded input
+        # (count_include_pad), or to the input: the covered rows and columns
+        (kh, kw), (ph, pw) = g.kernel, g.padding
+        if count_include_pad:
+            divisor = float((min(kh - ph, H + ph) + ph) * (min(kw - pw, W + pw) + pw))
+        else:
+            divisor = float(L)
     P = N * C
     bound = (N + 1) * abs(sn) + (C + 1) * abs(sc) + (hr + p.block_w + 1) * abs(sh) \
         + (wr + p.block_w + 1) * abs(sw) + P + p.block_r
@@ -720,7 +724,8 @@ def pool2d_triton(x: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeomet
     p = plan or pool2d_plan(R, H_out, W_out, g, H, W)
     merge_nc = N == 1 or x4.stride(0) == C * x4.stride(1)
     if p.path == "global":
-        return _launch_global(x4, out, mode, g, p, merge_nc, divisor_override)
+        return _launch_global(x4, out, mode, g, p, merge_nc, count_include_pad,
+                              divisor_override)
     if p.path == "rows":
         return _launch_rows(x4, out, mode, g, p, merge_nc, count_include_pad, divisor_override)
     n_col_blocks = triton.cdiv(W_out, p.block_w)

@@ -166,6 +166,143 @@ def test_large_window_loops_at_run_time():
                                **TOL[torch.float32])
 
 
+# Global pooling (a 1 x 1 output): (input shape, kernel_size, padding, ceil_mode)
+GLOBAL_WINDOWS = [
+    ((3, 5, 7, 7), 7, 0, False),                 # the ResNet head window; 15 planes: a partial program
+    ((2, 3, 5, 3), (5, 3), 0, False),            # an odd plane
+    ((2, 2, 5, 5), (5, 6), (2, 3), False),       # padding: the window covers 3 x 3 (not flat)
+    ((1, 3, 5, 4), 6, 0, True),                  # ceil_mode: a window past the input
+    ((2, 1, 13, 12), (13, 12), 0, False),        # 156 elements: the run-time loop
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("window", GLOBAL_WINDOWS, ids=lambda w: f"{w[0]}-k{w[1]}-p{w[2]}-c{int(w[3])}")
+def test_global_path(window, dtype):
+    """A 1 x 1 output reduces each plane's window: max exact (NaN kept, a plane of -inf),
+    the average under every divisor rule."""
+    shape, k, pad, c = window
+    x = _randn(*shape, dtype=dtype, seed=4)
+    x[0, 0, 1, 1] = float("nan")
+    x[-1, -1] = float("-inf")
+    g = pool2d_geometry(k, None, pad, 1, c)
+    assert pool2d_out_size(shape[2], shape[3], g) == (1, 1)
+    assert pool2d_plan(shape[0] * shape[1], 1, 1, g, shape[2], shape[3]).path == "global"
+    got = _run(x, "max", g)
+    torch.testing.assert_close(got, _torch_max(x, k, None, pad, 1, c), rtol=0, atol=0,
+                               equal_nan=True)
+    assert got[0, 0].isnan().all() and got[-1, -1].eq(float("-inf")).all()
+    x[0, 0, 1, 1] = 0.0
+    x[-1, -1] = 1.0
+    for cip, div in AVG_MODES:
+        torch.testing.assert_close(_run(x, "avg", g, cip, div).float(),
+                                   _torch_avg(x, k, None, pad, c, cip, div), **TOL[dtype],
+                                   msg=lambda m: f"{cip=} {div=}: {m}")
+
+
+@pytest.mark.parametrize("mode", ["max", "avg"])
+def test_global_path_layouts(mode, monkeypatch):
+    """Global pooling of strided inputs (channels_last: planes contiguous; a transposed
+    plane: not flat; sliced channels: N and C not merged), unbatched, an empty batch, and
+    int64 offsets (forced with a lower limit)."""
+    import opspec.kernels.pool as pool_mod
+
+    base = _randn(3, 6, 7, 5, dtype=torch.bfloat16, seed=5)
+    views = {
+        "contiguous": base,
+        "channels_last": base.contiguous(memory_format=torch.channels_last),
+        "transposed": base.transpose(2, 3),
+        "sliced": base[:, 1::2],
+        "unbatched": base[1],
+        "empty": base[:0],
+    }
+
+    def want(x, k):
+        if mode == "max":
+            return _torch_max(x, k, None, 0, 1, False)
+        return _torch_avg(x, k, None, 0, False, True, None).to(x.dtype)
+
+    def check(names):
+        for name in names:
+            x = views[name]
+            k = tuple(x.shape[-2:])
+            got = _run(x, mode, pool2d_geometry(k))
+            assert got.shape == want(x, k).shape, name
+            torch.testing.assert_close(got, want(x, k), rtol=0 if mode == "max" else 1.6e-2,
+                                       atol=0 if mode == "max" else 1.6e-2, msg=name)
+
+    check(views)
+    monkeypatch.setattr(pool_mod, "_INT32_LIMIT", 64)
+    check(["transposed", "sliced"])
+
+
+# Stride 1 along H (the rows path): (input shape, kernel_size, stride, padding, dilation, ceil_mode)
+ROWS_WINDOWS = [
+    ((2, 2, 21, 34), 3, 1, 1, 2, False),          # DeepLab's dilated 3 x 3; 19 rows: a partial block
+    ((1, 3, 11, 32), 3, 1, 1, 1, True),           # 3 x 3 stride 1 (Inception, PoolFormer), ceil_mode
+    ((1, 2, 10, 32), (4, 3), (1, 1), (2, 1), (1, 1), False),  # an even window height
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("window", ROWS_WINDOWS, ids=lambda w: f"{w[0]}-k{w[1]}-d{w[4]}-c{int(w[5])}")
+def test_rows_path(window, dtype):
+    """Stride-1 rows share their input rows: max exact (NaN kept, -inf windows), the average
+    under every divisor rule."""
+    shape, k, st, pad, d, c = window
+    x = _randn(*shape, dtype=dtype, seed=6)
+    x[0, 0, 2, 3] = float("nan")
+    x[0, -1, :4, :6] = float("-inf")
+    g = pool2d_geometry(k, st, pad, d, c)
+    H_out, W_out = pool2d_out_size(shape[2], shape[3], g)
+    assert pool2d_plan(shape[0] * shape[1] * H_out, H_out, W_out, g).path == "rows"
+    got = _run(x, "max", g)
+    want = _torch_max(x, k, st, pad, d, c)
+    torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+    assert got.isnan().sum() == want.isnan().sum() > 0
+    if d == 1 or d == (1, 1):
+        x[0, 0, 2, 3] = 0.0
+        x[0, -1, :4, :6] = -2.0
+        for cip, div in AVG_MODES:
+            torch.testing.assert_close(_run(x, "avg", g, cip, div).float(),
+                                       _torch_avg(x, k, st, pad, c, cip, div), **TOL[dtype],
+                                       msg=lambda m: f"{cip=} {div=}: {m}")
+
+
+@pytest.mark.parametrize("mode", ["max", "avg"])
+def test_rows_path_tiles_and_layouts(mode, monkeypatch):
+    """The rows path forced onto small tiles (several column blocks, a column stride of 2,
+    8-row blocks) of strided inputs, an empty batch, and int64 offsets."""
+    import opspec.kernels.pool as pool_mod
+
+    base = _randn(2, 3, 9, 11, dtype=torch.float16, seed=7)
+    views = {
+        "contiguous": base[:1],
+        "channels_last": base[1:].contiguous(memory_format=torch.channels_last),
+        "transposed": base[:1].transpose(2, 3)[:, :, :, 1:],
+        "sliced": base[:, ::2],
+        "empty": base[:0],
+    }
+    assert views["sliced"].stride(0) != 2 * views["sliced"].stride(1)   # N, C not merged
+    plan = Pool2dPlan(8, 4, 1, True, True, "rows")
+    g = pool2d_geometry(3, (1, 2), 1, (1, 1), True)
+
+    def check(names):
+        for name in names:
+            x = views[name]
+            got = _run(x, mode, g, False, None, plan)
+            if mode == "max":
+                assert torch.equal(got, _torch_max(x, 3, (1, 2), 1, 1, True)), name
+            else:
+                torch.testing.assert_close(got.float(),
+                                           _torch_avg(x, 3, (1, 2), 1, True, False, None),
+                                           **TOL[torch.float16], msg=name)
+
+    check(views)
+    monkeypatch.setattr(pool_mod, "_INT32_LIMIT", 64)
+    check(["transposed"])
+
+
 @pytest.mark.parametrize("plan", [Pool2dPlan(2, 4, 1, True), Pool2dPlan(1, 2, 1, False),
                                   Pool2dPlan(8, 1, 1, True), Pool2dPlan(2, 4, 1, True, True),
                                   Pool2dPlan(4, 2, 1, False, True)], ids=str)
@@ -202,6 +339,19 @@ def test_plan_shapes():
     assert (p.block_r, p.block_w, p.plane_tiles, p.unroll) == (256, 1, False, False)
     p = pool2d_plan(3, 3, 300, stem)                             # wide rows: split, few rows
     assert (p.block_r, p.block_w, p.num_warps, p.plane_tiles) == (4, 64, 1, False)
+    # the ResNet head as a reduction: 64 planes a program, 7 unrolled passes of 8 lanes
+    p = pool2d_plan(128 * 2048, 1, 1, pool2d_geometry(7), 7, 7)
+    assert (p.path, p.block_r, p.block_w, p.num_warps, p.unroll) == ("global", 64, 8, 4, True)
+    # a long window loops at run time; a small grid takes one plane a program
+    p = pool2d_plan(8 * 64, 1, 1, pool2d_geometry(56), 56, 56)
+    assert (p.path, p.block_r, p.block_w, p.unroll) == ("global", 1, 1024, False)
+    # DeepLab's dilated 3 x 3 (62 x 62 outputs): 16 rows of 64 columns, 20 input rows
+    p = pool2d_plan(8 * 256 * 62, 62, 62, pool2d_geometry(3, 1, 1, 2))
+    assert (p.path, p.block_r, p.block_w, p.num_warps) == ("rows", 16, 64, 2)
+    # 56 x 56 stride 1: 8-row blocks (no padded row); 35 wide pads 64 lanes too much: tiles
+    p = pool2d_plan(64 * 64 * 56, 56, 56, pool2d_geometry(3, 1, 1))
+    assert (p.path, p.block_r, p.block_w) == ("rows", 8, 64)
+    assert pool2d_plan(32 * 192 * 35, 35, 35, pool2d_geometry(3, 1, 1)).path == "tile"
 
 
 @pytest.mark.parametrize("mode", ["max", "avg"])
@@ -266,6 +416,10 @@ def test_ops_match_torch(dtype):
                             kw.get("padding", 0), kw.get("ceil_mode", False),
                             kw.get("count_include_pad", True), kw.get("divisor_override"))
         torch.testing.assert_close(y.float(), want, **TOL[dtype])
+    # global pooling (the 'global' path) through the ops
+    assert torch.equal(MaxPool2dFwdOp((13, 10))(x), _torch_max(x, (13, 10), None, 0, 1, False))
+    torch.testing.assert_close(AvgPool2dFwdOp((13, 10))(x).float(),
+                               F.avg_pool2d(x.float(), (13, 10)), **TOL[dtype])
     # unbatched [C, H, W] and an empty batch
     assert torch.equal(MaxPool2dFwdOp(3, 2, 1)(x[0]), _torch_max(x[0], 3, 2, 1, 1, False))
     assert AvgPool2dFwdOp(2)(x[:0]).shape == (0, 4, 6, 5)
@@ -424,29 +578,11 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 import opspec.kernels.pool as K
 
-def build(shape, dt, mode, g, cip=True, div=None, int64=False, strides=None):
-    # The launch the launcher plans for a contiguous input, specialised as Triton does:
-    # pointers and multiples of 16 are 16-divisible, an integer equal to 1 is a constant.
-    N, C, H, W = shape
-    H_out, W_out = K.pool2d_out_size(H, W, g)
-    R = N * C * H_out
-    p = K.pool2d_plan(R, H_out, W_out, g)
-    fn = K._pool2d_kernel
-    args = dict(x_ptr="*" + dt, out_ptr="*" + dt, R=R, C=C, H=H, W=W, H_out=H_out,
-                W_out=W_out, n_col_blocks=triton.cdiv(W_out, p.block_w),
-                n_row_blocks=triton.cdiv(H_out, p.block_r) if p.plane_tiles else 1,
-                sxn=C * H * W, sxc=H * W, sxh=W, sxw=1,
-                KH=g.kernel[0], KW=g.kernel[1], SH=g.stride[0], SW=g.stride[1],
-                PH=g.padding[0], PW=g.padding[1], DH=g.dilation[0], DW=g.dilation[1],
-                divisor="fp32")
-    args.update(zip(("sxn", "sxc", "sxh", "sxw"), strides or ()))
-    cexpr = dict(KH_C=g.kernel[0] if p.unroll else 1, KW_C=g.kernel[1] if p.unroll else 1,
-                 UNROLL=p.unroll, IS_MAX=mode == "max",
-                 CLAMP=mode == "max" and g.dilation == (1, 1),
-                 MERGE_NC=N == 1 or args["sxn"] == C * args["sxc"],
-                 PLANE_TILES=p.plane_tiles, COUNT_INCLUDE_PAD=cip, HAS_DIVISOR=div is not None,
-                 BLOCK_R=p.block_r, BLOCK_W=p.block_w, USE_INT64=int64)
-    sig, attrs = {}, {}
+
+def compile_fn(fn, args, cexpr, num_warps):
+    # Specialised as Triton does: pointers and multiples of 16 are 16-divisible, an integer
+    # equal to 1 is a constant.
+    sig, attrs, cexpr = {}, {}, dict(cexpr)
     for i, name in enumerate(fn.arg_names):
         v = args.get(name)
         if name in cexpr:
@@ -455,6 +591,8 @@ def build(shape, dt, mode, g, cip=True, div=None, int64=False, strides=None):
             sig[name] = v
             if v.startswith("*"):
                 attrs[(i,)] = [["tt.divisibility", 16]]
+        elif isinstance(v, float):
+            sig[name] = "fp32"
         elif v == 1:
             sig[name], cexpr[name] = "constexpr", 1
         else:
@@ -462,10 +600,60 @@ def build(shape, dt, mode, g, cip=True, div=None, int64=False, strides=None):
             if v % 16 == 0:
                 attrs[(i,)] = [["tt.divisibility", 16]]
     src = ASTSource(fn=fn, signature=sig, constexprs=cexpr, attrs=attrs)
-    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": p.num_warps})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
+
+
+def build(shape, dt, mode, g, cip=True, div=None, int64=False, strides=None):
+    # The launch the launcher plans for this input (contiguous unless `strides`).
+    N, C, H, W = shape
+    H_out, W_out = K.pool2d_out_size(H, W, g)
+    R = N * C * H_out
+    p = K.pool2d_plan(R, H_out, W_out, g, H, W)
+    sxn, sxc, sxh, sxw = strides or (C * H * W, H * W, W, 1)
+    merge = N == 1 or sxn == C * sxc
+    ptrs = dict(x_ptr="*" + dt, out_ptr="*" + dt)
+    if p.path == "global":
+        hr, wr = K._global_window(H, W, g)
+        L = hr * wr
+        fn = K._pool2d_global_kernel
+        args = dict(ptrs, P=N * C, C=C, L=L, WR=wr, sxn=sxn, sxc=sxc, sxh=sxh, sxw=sxw,
+                    divisor=1.0)
+        cexpr = dict(IS_MAX=mode == "max", MERGE_NC=merge,
+                     FLAT=hr == 1 or (wr == W and sxh == W * sxw),
+                     PASSES=triton.cdiv(L, p.block_w) if p.unroll else 0,
+                     L_C=L if p.unroll else 0, EVEN_P=N * C % p.block_r == 0,
+                     BLOCK_P=p.block_r, BLOCK_L=p.block_w, USE_INT64=int64)
+    elif p.path == "rows":
+        fn = K._pool2d_rows_kernel
+        args = dict(ptrs, C=C, H=H, W=W, H_out=H_out, W_out=W_out,
+                    n_col_blocks=triton.cdiv(W_out, p.block_w),
+                    n_row_blocks=triton.cdiv(H_out, p.block_r),
+                    sxn=sxn, sxc=sxc, sxh=sxh, sxw=sxw, SW=g.stride[1], PH=g.padding[0],
+                    PW=g.padding[1], DW=g.dilation[1], divisor=1.0)
+        cexpr = dict(KH=g.kernel[0], KW=g.kernel[1], DH=g.dilation[0], ROWS=p.block_r,
+                     N_IN=p.block_r + (g.kernel[0] - 1) * g.dilation[0],
+                     IS_MAX=mode == "max", MERGE_NC=merge, COUNT_INCLUDE_PAD=cip,
+                     HAS_DIVISOR=div is not None, BLOCK_W=p.block_w, USE_INT64=int64)
+    else:
+        fn = K._pool2d_kernel
+        args = dict(ptrs, R=R, C=C, H=H, W=W, H_out=H_out, W_out=W_out,
+                    n_col_blocks=triton.cdiv(W_out, p.block_w),
+                    n_row_blocks=triton.cdiv(H_out, p.block_r) if p.plane_tiles else 1,
+                    sxn=sxn, sxc=sxc, sxh=sxh, sxw=sxw,
+                    KH=g.kernel[0], KW=g.kernel[1], SH=g.stride[0], SW=g.stride[1],
+                    PH=g.padding[0], PW=g.padding[1], DH=g.dilation[0], DW=g.dilation[1],
+                    divisor=1.0)
+        cexpr = dict(KH_C=g.kernel[0] if p.unroll else 1, KW_C=g.kernel[1] if p.unroll else 1,
+                     UNROLL=p.unroll, IS_MAX=mode == "max",
+                     CLAMP=mode == "max" and g.dilation == (1, 1), MERGE_NC=merge,
+                     PLANE_TILES=p.plane_tiles, COUNT_INCLUDE_PAD=cip,
+                     HAS_DIVISOR=div is not None, BLOCK_R=p.block_r, BLOCK_W=p.block_w,
+                     USE_INT64=int64)
+    k = compile_fn(fn, args, cexpr, p.num_warps)
     ptx = k.asm["ptx"]
-    return {"plan": [p.block_r, p.block_w, p.num_warps, p.unroll, p.plane_tiles],
+    return {"plan": [p.block_r, p.block_w, p.num_warps, p.unroll, p.plane_tiles, p.path],
             "ld": len(re.findall(r"ld\.global", ptx)), "local": ptx.count(".local"),
+            "shfl": ptx.count("shfl.sync"),
             "nan_max": ptx.count("max.NaN") + ptx.count("max.bf16x2.NaN")
                        + ptx.count("max.NaN.bf16x2")}
 
@@ -474,11 +662,19 @@ out = {
     "stem": build((128, 64, 112, 112), "bf16", "max", G(3, 2, 1)),
     "googlenet": build((64, 480, 28, 28), "fp16", "max", G(3, 2, 0, 1, True)),
     "deeplab": build((8, 256, 64, 64), "bf16", "max", G(3, 1, 1, 2)),
+    "poolformer": build((64, 64, 56, 56), "bf16", "avg", G(3, 1, 1), cip=False),
+    "rows-int64": build((8, 256, 64, 64), "fp16", "avg", G(3, 1, 1), int64=True),
+    "rows-channels-last": build((8, 64, 64, 64), "fp32", "max", G(3, 1, 1, 2),
+                                strides=(64 * 64 * 64, 1, 64 * 64, 64)),
     "resnet-d": build((128, 256, 56, 56), "bf16", "avg", G(2, 2, 0, 1, True), cip=False),
     "inception": build((32, 192, 35, 35), "fp32", "avg", G(3, 1, 1)),
     "head": build((128, 2048, 7, 7), "bf16", "avg", G(7)),
-    "vit": build((1, 768, 14, 14), "fp32", "avg", G(2), div=4),
+    "head-fp32": build((128, 2048, 7, 7), "fp32", "avg", G(7)),
+    "head-max-channels-last": build((128, 2048, 7, 7), "bf16", "max", G(7),
+                                    strides=(2048 * 49, 1, 7 * 2048, 2048)),
     "global-max": build((8, 64, 56, 56), "fp32", "max", G(56)),
+    "global-int64": build((64, 2048, 7, 7), "fp16", "max", G(7), int64=True),
+    "vit": build((1, 768, 14, 14), "fp32", "avg", G(2), div=4),
     "int64": build((256, 64, 112, 112), "bf16", "max", G(3, 2, 1), int64=True),
     "int64-avg": build((256, 64, 112, 112), "fp16", "avg", G(3, 2, 1), int64=True),
     "channels-last": build((32, 64, 112, 112), "bf16", "max", G(3, 2, 1),
@@ -492,11 +688,16 @@ json.dump(out, sys.stdout)
 
 
 def test_kernel_builds_for_sm90():
-    """The kernel compiles for sm_90 (ptxas included) as the launcher plans the workload
-    shapes (plane tiles and flattened rows, clamped and masked windows, unrolled and looped,
-    int64 offsets), with no local memory (no register spills); the unrolled stem window is
-    72 loads (8 outputs a thread, 9 each). Compiled in a fresh process: under the
-    interpreter, triton.language is patched."""
+    """The three kernels compile for sm_90 (ptxas included) as the launcher plans the
+    workload shapes (tile kernel: plane tiles and flattened rows, clamped and masked
+    windows, unrolled and looped; global path: unrolled passes and the run-time loop; rows
+    path; int64 offsets and channels_last strides), with no local memory (no register
+    spills). Loads a thread: the unrolled stem window 72 (8 outputs, 9 each); DeepLab's
+    dilated 3 x 3 on the rows path 60 for 16 outputs (20 input rows, 3 loads each, against
+    144 for 16 outputs on the tile kernel); the ResNet head 28 (64 planes x 56 lanes over
+    128 threads), combined across lanes once (three shuffle steps for 8 lanes, a few rows
+    a thread). Compiled in a fresh process: under the interpreter, triton.language is
+    patched."""
     import json
     import os
     import subprocess
@@ -509,6 +710,16 @@ def test_kernel_builds_for_sm90():
     built = json.loads(res.stdout)
     for name, k in built.items():
         assert k["ld"] > 0 and k["local"] == 0, (name, k)
-    assert built["stem"]["plan"] == [128, 8, 4, True, False] and built["stem"]["ld"] == 72
-    assert built["deeplab"]["plan"][4] is True           # plane tiles
-    assert built["head"]["plan"][3] is False and built["global-max"]["plan"][3] is False
+    assert built["stem"]["plan"] == [128, 8, 4, True, False, "tile"]
+    assert built["stem"]["ld"] == 72
+    assert built["deeplab"]["plan"] == [16, 64, 2, True, True, "rows"]
+    assert built["deeplab"]["ld"] == 60 and built["deeplab"]["nan_max"] > 0
+    assert built["poolformer"]["plan"][5] == built["rows-int64"]["plan"][5] == "rows"
+    assert built["rows-channels-last"]["plan"][5] == "rows"
+    assert built["inception"]["plan"][5] == "tile"
+    for name in ("head", "head-fp32"):
+        assert built[name]["plan"] == [64, 8, 4, True, False, "global"], name
+        assert built[name]["ld"] == 28 and built[name]["shfl"] <= 16, (name, built[name])
+    assert built["head-max-channels-last"]["nan_max"] > 0
+    assert built["global-max"]["plan"][3:] == [False, False, "global"]
+    assert built["global-int64"]["plan"][5] == "global"
