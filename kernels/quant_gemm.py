@@ -38,6 +38,14 @@ Kernels (plain functions; the dispatch classes are in :mod:`opspec.kernels.quant
   costs a few integer operations, and the scale and zero point a few float32 operations
   per ``(row, token)`` per tile. Other group sizes dequantize each weight in registers
   (``(q - z) * s`` in x's dtype, gathered scales) before the dot.
+  With ``DecodeConfig.gemv`` (the table's choice for M = 1) and ``M <= GEMV_MAX_M``,
+  one-group steps and a weight whose rows are whole aligned 4-byte words, the FMA
+  formulation runs instead (:func:`_w4a16_gemv_kernel`): the weight read as int32 words
+  (word ``w`` holds ``q[8w + i]`` in bits ``4i..4i+3``), each nibble moved by a shift and
+  a mask into the mantissa of 1.0 (``1 + q / 16``, exact, no conversion), multiplied
+  into float32 partial sums with ``x`` (loaded once a step a thread, shared by the
+  thread's rows), ``s * (16 S - (16 + z) X)`` per group. No shared memory, MMA waits or
+  layout shuffles a step; its FMAs grow with M.
 * :func:`w4a16_prefill_triton` -- any M, tiled like a GEMM: one program per ``BLOCK_M x
   BLOCK_N`` tile of y in grouped order, loading ``x`` ``[BLOCK_M, BLOCK_K]`` and the packed
   ``[BLOCK_N, BLOCK_K / 2]`` bytes per step, dequantizing the weight tile in registers
@@ -68,6 +76,7 @@ from opspec.kernels.devices import TRITON_INTERPRETED
 
 __all__ = [
     "DECODE_MAX_M",
+    "GEMV_MAX_M",
     "DecodeConfig",
     "PrefillConfig",
     "decode_config_for",
@@ -82,6 +91,7 @@ __all__ = [
 ]
 
 DECODE_MAX_M = 16
+GEMV_MAX_M = 4     # the FMA decode kernel's rows (its FMAs grow with M, the MMA's do not)
 _NUM_SMS = 132  # H200
 _INT32_LIMIT = 2**31 - 1
 _ACTIVATIONS = (torch.float16, torch.bfloat16)
@@ -94,6 +104,10 @@ class DecodeConfig(NamedTuple):
     split_k: int      # programs along K
     num_warps: int
     num_stages: int
+    # The FMA formulation (:func:`_w4a16_gemv_kernel`, M <= GEMV_MAX_M, no tensor cores)
+    # instead of the MMA one; where its conditions fail (see w4a16_decode_triton) the MMA
+    # kernel runs.
+    gemv: bool = False
 
 
 class PrefillConfig(NamedTuple):
@@ -127,6 +141,13 @@ _DECODE_WARPS, _DECODE_STAGES = 4, 4
 # about 3.4 at 1.75 GHz (4 instructions a clock per SM). It also amortizes the re-read of
 # x from L2 (4 KB a step at M = 16). Split-K makes up the programs for small N.
 _DECODE_BLOCK_N = 128
+# The FMA decode kernel (DecodeConfig.gemv) for M <= _GEMV_DEFAULT_MAX_M: no shared memory
+# or MMA waits a step, 72 registers a thread at M = 1 (about 7 programs an SM); in the
+# sm_90 build about 3.9 bytes of weight per warp instruction at M = 1, falling with M (its
+# FMAs grow with M). Measured against the MMA kernel by benchmarks/w4a16_sweep.py.
+_GEMV_DEFAULT_MAX_M = 1
+_GEMV_BLOCK_K = 128                   # K per step: 16 int32 words of each of the 128 rows
+_GEMV_WARPS, _GEMV_STAGES = 4, 1      # (its loads are not software-pipelined)
 # Prefill: GEMM tiles; 128-wide K steps would straddle 64-wide groups, so block_k <= group.
 # H200 timings: 128x128 tiles, 8 warps, 3 stages, float32 dequantization measured 341
 # TFLOP/s on the 4096 x 28672 x 8192 row; 128x256 tiles with the dequantization in
@@ -147,6 +168,9 @@ def decode_config_for(M: int, N: int, K: int, group_size: int) -> DecodeConfig:
     """The decode kernel's configuration (``M <= 16``)."""
     block_k = _pow2_divisor(group_size, _DECODE_BLOCK_K) or _DECODE_GATHER_BLOCK_K
     block_k = min(block_k, max(32, triton.next_power_of_2(K)))
+    gemv = M <= _GEMV_DEFAULT_MAX_M and group_size % _GEMV_BLOCK_K == 0 and K % 8 == 0
+    if gemv:
+        block_k = _GEMV_BLOCK_K
     block_n = min(_DECODE_BLOCK_N, max(16, triton.next_power_of_2(N)))
     n_blocks = triton.cdiv(N, block_n)
     steps = triton.cdiv(K, block_k)
@@ -155,6 +179,8 @@ def decode_config_for(M: int, N: int, K: int, group_size: int) -> DecodeConfig:
         split = min(triton.cdiv(_DECODE_TARGET_PROGRAMS, n_blocks),
                     max(1, steps // _DECODE_MIN_STEPS_PER_SPLIT))
         split = triton.cdiv(steps, triton.cdiv(steps, split))  # no empty split
+    if gemv:
+        return DecodeConfig(block_n, block_k, split, _GEMV_WARPS, _GEMV_STAGES, True)
     return DecodeConfig(block_n, block_k, split, _DECODE_WARPS, _DECODE_STAGES)
 
 
@@ -386,6 +412,136 @@ def _w4a16_decode_kernel(
 
 
 @triton.jit
+def _gemv_nibble(words, I: tl.constexpr):
+    # Nibble I of each int32 word (k = 8 * word + I) as the float32 1 + q / 16, exactly:
+    # moved to mantissa bits 19..22 and ORed into the bits of 1.0 (no int-to-float
+    # conversion; a shift and a LOP3).
+    if I < 5:
+        bits = ((words << (19 - 4 * I)) & 0x780000) | 0x3F800000
+    else:
+        bits = ((words >> (4 * I - 19)) & 0x780000) | 0x3F800000
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _gemv_step(acc0, acc1, acc2, acc3, x_ptr, w_ptr, s_ptr, z_ptr, w0, w_end,
+               offs_wn, offs_w, stride_xm, stride_xk, stride_wn, stride_sn, stride_sg,
+               stride_zn, stride_zg, M_ROWS: tl.constexpr, GROUP: tl.constexpr,
+               MASKED: tl.constexpr):
+    # Words [w0, w0 + BLOCK_W) of each weight row (k in [8 w0, 8 w0 + 8 BLOCK_W), inside
+    # one quantization group): acc_m[n] += s * (16 S - (16 + z) X), where
+    # S = sum_k (1 + q / 16) x[m, k] and X = sum_k x[m, k], so 16 S - 16 X = sum_k q x.
+    wp = w_ptr + offs_wn[:, None] * stride_wn + (w0 + offs_w)[None, :]
+    if MASKED:
+        wmask = (w0 + offs_w) < w_end
+        words = tl.load(wp, mask=wmask[None, :], other=0, eviction_policy="evict_first")
+    else:
+        words = tl.load(wp, eviction_policy="evict_first")
+    g = (8 * w0) // GROUP
+    s = tl.load(s_ptr + offs_wn * stride_sn + g * stride_sg).to(tl.float32)
+    z = tl.load(z_ptr + offs_wn * stride_zn + g * stride_zg).to(tl.float32) + 16.0
+    kk = 8 * (w0 + offs_w)
+    S0 = tl.zeros(words.shape, dtype=tl.float32)
+    S1 = tl.zeros(words.shape, dtype=tl.float32)
+    S2 = tl.zeros(words.shape, dtype=tl.float32)
+    S3 = tl.zeros(words.shape, dtype=tl.float32)
+    X0 = tl.zeros(offs_w.shape, dtype=tl.float32)
+    X1 = tl.zeros(offs_w.shape, dtype=tl.float32)
+    X2 = tl.zeros(offs_w.shape, dtype=tl.float32)
+    X3 = tl.zeros(offs_w.shape, dtype=tl.float32)
+    for i in tl.static_range(8):
+        f = _gemv_nibble(words, i)
+        xp = x_ptr + (kk + i) * stride_xk
+        if MASKED:
+            xi = tl.load(xp, mask=wmask, other=0.0).to(tl.float32)
+        else:
+            xi = tl.load(xp).to(tl.float32)
+        S0 += f * xi[None, :]
+        X0 += xi
+        if M_ROWS > 1:
+            if MASKED:
+                xi = tl.load(xp + stride_xm, mask=wmask, other=0.0).to(tl.float32)
+            else:
+                xi = tl.load(xp + stride_xm).to(tl.float32)
+            S1 += f * xi[None, :]
+            X1 += xi
+        if M_ROWS > 2:
+            if MASKED:
+                xi = tl.load(xp + 2 * stride_xm, mask=wmask, other=0.0).to(tl.float32)
+            else:
+                xi = tl.load(xp + 2 * stride_xm).to(tl.float32)
+            S2 += f * xi[None, :]
+            X2 += xi
+        if M_ROWS > 3:
+            if MASKED:
+                xi = tl.load(xp + 3 * stride_xm, mask=wmask, other=0.0).to(tl.float32)
+            else:
+                xi = tl.load(xp + 3 * stride_xm).to(tl.float32)
+            S3 += f * xi[None, :]
+            X3 += xi
+    acc0 += s * (16.0 * tl.sum(S0, axis=1) - z * tl.sum(X0, axis=0))
+    if M_ROWS > 1:
+        acc1 += s * (16.0 * tl.sum(S1, axis=1) - z * tl.sum(X1, axis=0))
+    if M_ROWS > 2:
+        acc2 += s * (16.0 * tl.sum(S2, axis=1) - z * tl.sum(X2, axis=0))
+    if M_ROWS > 3:
+        acc3 += s * (16.0 * tl.sum(S3, axis=1) - z * tl.sum(X3, axis=0))
+    return acc0, acc1, acc2, acc3
+
+
+@triton.jit
+def _w4a16_gemv_kernel(
+    x_ptr, w_ptr, s_ptr, z_ptr, out_ptr,
+    M, N, KW, KW_PER_SPLIT,
+    stride_xm, stride_xk, stride_wn, stride_sn, stride_sg, stride_zn, stride_zg,
+    stride_os, stride_om, stride_on,
+    BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, M_ROWS: tl.constexpr, GROUP: tl.constexpr,
+    USE_INT64: tl.constexpr,
+):
+    # The FMA decode kernel: w_ptr is the packed weight read as int32 words (KW = K // 8
+    # a row, stride_wn in words; word w of a row holds q[8 w + i] in bits 4i..4i+3).
+    # Program (pid_n, pid_k) owns rows [pid_n * BLOCK_N, +BLOCK_N) and words
+    # [pid_k * KW_PER_SPLIT, +KW_PER_SPLIT); every thread holds 16-byte runs of weight rows
+    # and the matching x values (loaded once a step, shared by its rows), float32 FMAs.
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_w = tl.arange(0, BLOCK_W)
+    offs_wn = offs_n % N
+    if USE_INT64:
+        offs_wn = offs_wn.to(tl.int64)
+    w_begin = pid_k * KW_PER_SPLIT
+    w_end = tl.minimum(w_begin + KW_PER_SPLIT, KW)
+    acc0 = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    acc1 = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    acc2 = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    acc3 = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for i in range(0, (w_end - w_begin) // BLOCK_W):
+        w0 = tl.multiple_of(w_begin + i * BLOCK_W, BLOCK_W)
+        acc0, acc1, acc2, acc3 = _gemv_step(
+            acc0, acc1, acc2, acc3, x_ptr, w_ptr, s_ptr, z_ptr, w0, w_end, offs_wn, offs_w,
+            stride_xm, stride_xk, stride_wn, stride_sn, stride_sg, stride_zn, stride_zg,
+            M_ROWS, GROUP, False)
+    w_tail = w_end - (w_end - w_begin) % BLOCK_W
+    if w_tail < w_end:
+        acc0, acc1, acc2, acc3 = _gemv_step(
+            acc0, acc1, acc2, acc3, x_ptr, w_ptr, s_ptr, z_ptr, w_tail, w_end, offs_wn, offs_w,
+            stride_xm, stride_xk, stride_wn, stride_sn, stride_sg, stride_zn, stride_zg,
+            M_ROWS, GROUP, True)
+    if USE_INT64:
+        offs_n = offs_n.to(tl.int64)
+    optr = out_ptr + pid_k * stride_os + offs_n * stride_on
+    nmask = offs_n < N
+    tl.store(optr, acc0.to(out_ptr.dtype.element_ty), mask=nmask)
+    if M_ROWS > 1:
+        tl.store(optr + stride_om, acc1.to(out_ptr.dtype.element_ty), mask=nmask)
+    if M_ROWS > 2:
+        tl.store(optr + 2 * stride_om, acc2.to(out_ptr.dtype.element_ty), mask=nmask)
+    if M_ROWS > 3:
+        tl.store(optr + 3 * stride_om, acc3.to(out_ptr.dtype.element_ty), mask=nmask)
+
+
+@triton.jit
 def _split_sum_kernel(part_ptr, out_ptr, MN, N, SPLIT, stride_om, stride_on,
                       BLOCK: tl.constexpr):
     # out[m, n] = sum over s of part[s, m, n] (part contiguous), in a fixed order.
@@ -552,6 +708,10 @@ def w4a16_decode_triton(x: torch.Tensor, packed_weight: torch.Tensor, scales: to
     cfg = config or decode_config_for(M, N, K, group_size)
     if cfg.block_k % 32 or cfg.block_k < 32:
         raise ValueError(f"config.block_k must be a multiple of 32, got {cfg.block_k}")
+    if cfg.gemv:
+        words = _as_words(packed_weight, M, K, group_size, cfg.block_k)
+        if words is not None:
+            return _launch_gemv(x, words, scales, zeros, group_size, out, cfg, M, N, K)
     steps = triton.cdiv(K, cfg.block_k)
     split = max(1, min(cfg.split_k, steps))
     k_per_split = triton.cdiv(steps, split) * cfg.block_k
@@ -570,6 +730,48 @@ def w4a16_decode_triton(x: torch.Tensor, packed_weight: torch.Tensor, scales: to
         BLOCK_M=16, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP=group_size,
         ONE_GROUP=group_size % cfg.block_k == 0, USE_INT64=use_int64,
         UPCAST=_upcast(x), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    if split > 1:
+        block = 1024
+        _split_sum_kernel[(triton.cdiv(M * N, block),)](
+            dest, out, M * N, N, split, out.stride(0), out.stride(1), BLOCK=block, num_warps=4)
+    return out
+
+
+def _as_words(packed_weight: torch.Tensor, M: int, K: int, group_size: int,
+              block_k: int) -> torch.Tensor | None:
+    """The packed weight as ``[N, K // 8]`` int32 words for the FMA kernel, or None where
+    that kernel does not apply (more than GEMV_MAX_M rows, a step straddling groups, or a
+    weight whose rows are not whole aligned words)."""
+    if M > GEMV_MAX_M or group_size % block_k or K % 8:
+        return None
+    pw = packed_weight
+    if (pw.stride(1) != 1 and pw.shape[1] > 1) or pw.stride(0) % 4 or pw.data_ptr() % 4:
+        return None
+    # An int32 view of the same storage: word w of row n is bytes 4w..4w+3 (little endian).
+    return torch.as_strided(pw, (pw.shape[0], K // 2), (pw.stride(0), 1)).view(torch.int32)
+
+
+def _launch_gemv(x, words, scales, zeros, group_size, out, cfg, M, N, K):
+    block_w = cfg.block_k // 8
+    kw = K // 8
+    steps = triton.cdiv(kw, block_w)
+    split = max(1, min(cfg.split_k, steps))
+    w_per_split = triton.cdiv(steps, split) * block_w
+    split = triton.cdiv(kw, w_per_split)
+    use_int64 = max(_extent(x), _extent(words) * 4, _extent(scales), _extent(zeros),
+                    _extent(out), split * M * N) > _INT32_LIMIT
+    if split == 1:
+        dest, dstrides = out, (0, out.stride(0), out.stride(1))
+    else:
+        dest = torch.empty((split, M, N), dtype=torch.float32, device=x.device)
+        dstrides = dest.stride()
+    _w4a16_gemv_kernel[(triton.cdiv(N, cfg.block_n), split)](
+        x, words, scales, zeros, dest, M, N, kw, w_per_split,
+        x.stride(0), x.stride(1), words.stride(0), scales.stride(0), scales.stride(1),
+        zeros.stride(0), zeros.stride(1), *dstrides,
+        BLOCK_N=cfg.block_n, BLOCK_W=block_w, M_ROWS=M, GROUP=group_size,
+        USE_INT64=use_int64, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if split > 1:
         block = 1024

@@ -50,7 +50,8 @@ class GemmW4A16FwdInterface(KernelInterface):
 class W4A16DecodeTritonKernel(Kernel, GemmW4A16FwdInterface):
     """Decode (M <= 16): streams the packed weight, BLOCK_N rows a program (split-K when N
     is small), nibbles unpacked in registers, scale and zero point applied per group,
-    float32 accumulation on tensor cores."""
+    float32 accumulation on tensor cores, or, where the table says so (small M), float32
+    FMAs on CUDA cores (the FMA kernel, `DecodeConfig.gemv`)."""
 
     devices = TRITON_DEVICES
     preferred_over = frozenset({"w4a16_prefill_triton"})

@@ -18,6 +18,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import opspec.kernels.quant_gemm as Q
 from opspec.kernels.quant_gemm import (
     DecodeConfig, PrefillConfig, decode_config_for, dequantize_int4, gemm_w4a16_reference,
     pack_int4, prefill_config_for, quantize_int4, unpack_int4, w4a16_decode_triton,
@@ -132,6 +133,46 @@ def test_decode_split_k_and_strided_operands(sdtype):
     _close(out, _want(x, p, s, z, 8), F16)
 
 
+GEMV = [(1, 48, 256, 128, 128), (2, 40, 512, 64, 64), (3, 17, 384, 128, 32), (4, 33, 256, 256, 128)]
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=str)
+@pytest.mark.parametrize("shape", GEMV, ids=str)
+def test_gemv_kernel(shape, dtype):
+    """The FMA decode kernel, M = 1..4, a K split, N tails, scales in float32 for M = 3."""
+    M, N, K, g, bk = shape
+    x, p, s, z = _operands(M, N, K, g, dtype, F32 if M == 3 else None, seed=M)
+    out = torch.empty(M, N, dtype=dtype)
+    cfg = DecodeConfig(16, bk, 3, 4, 1, True)
+    assert Q._as_words(p, M, K, g, bk) is not None                 # the FMA kernel runs
+    assert w4a16_decode_triton(x, p, s, z, g, out, config=cfg) is out
+    _close(out, _want(x, p, s, z, g), dtype)
+
+
+def test_gemv_strides_and_fallback():
+    """Strided x and out, a weight row slice (aligned words: the FMA kernel); a weight
+    whose rows are not whole aligned words, a step straddling groups and M = 5 fall back
+    to the MMA kernel."""
+    M, N, K, g = 2, 20, 256, 64
+    x, p, s, z = _operands(M, N, K, g, F16, seed=7)
+    cfg = DecodeConfig(16, 64, 2, 4, 1, True)
+    xt = x.t().contiguous().t()
+    pw = torch.cat([p, p], dim=1)[:, :K // 2]
+    out = torch.empty(N, M, dtype=F16).t()
+    assert Q._as_words(pw, M, K, g, 64) is not None
+    w4a16_decode_triton(xt, pw, s, z, g, out, config=cfg)
+    _close(out, _want(x, p, s, z, g), F16)
+    odd = torch.cat([p[:, :1], p], dim=1)[:, 1:]             # rows start 1 byte in
+    assert Q._as_words(odd, M, K, g, 64) is None
+    assert Q._as_words(p, M, K, 32, 64) is None              # 64-wide steps, 32-wide groups
+    assert Q._as_words(p, 5, K, g, 64) is None
+    for pw, gg in ((odd, g), (p, 32)):
+        ss, zz = (s, z) if gg == g else _operands(M, N, K, gg, F16, seed=7)[2:]
+        out = torch.empty(M, N, dtype=F16)
+        w4a16_decode_triton(x, pw, ss, zz, gg, out, config=cfg)
+        _close(out, _want(x, p, ss, zz, gg), F16)
+
+
 PREFILL = [(1, 48, 256, 128), (17, 40, 192, 64), (40, 33, 96, 32), (20, 20, 60, 6)]
 
 
@@ -160,7 +201,8 @@ def test_int64_offsets(monkeypatch):
 
     monkeypatch.setattr(quant_mod, "_INT32_LIMIT", 0)
     x, p, s, z = _operands(3, 20, 128, 32, seed=6)
-    for fn, cfg in ((w4a16_decode_triton, FORCED_SPLIT), (w4a16_prefill_triton, SMALL_PREFILL)):
+    for fn, cfg in ((w4a16_decode_triton, FORCED_SPLIT), (w4a16_prefill_triton, SMALL_PREFILL),
+                    (w4a16_decode_triton, DecodeConfig(16, 32, 2, 4, 1, True))):
         out = torch.empty(3, 20, dtype=F16)
         fn(x, p, s, z, 32, out, config=cfg)
         _close(out, _want(x, p, s, z, 32), F16)
@@ -197,10 +239,12 @@ def test_launchers_reject_bad_arguments():
 def test_config_choice():
     # (block_n, block_k, split_k, warps, stages): 128 weight rows and one 128-wide group a
     # step; K split until about 4 x 132 programs stream the weight
-    assert decode_config_for(1, 57344, 8192, 128) == (128, 128, 2, 4, 4)
-    assert decode_config_for(16, 28672, 8192, 128) == (128, 128, 3, 4, 4)
-    assert decode_config_for(1, 4096, 4096, 128) == (128, 128, 8, 4, 4)
-    assert decode_config_for(4, 4096, 14336, 128) == (128, 128, 16, 4, 4)
+    # M = 1: the FMA kernel (gemv), 128-wide steps
+    assert decode_config_for(1, 57344, 8192, 128) == (128, 128, 2, 4, 1, True)
+    assert decode_config_for(16, 28672, 8192, 128) == (128, 128, 3, 4, 4, False)
+    assert decode_config_for(1, 4096, 4096, 128) == (128, 128, 8, 4, 1, True)
+    assert decode_config_for(4, 4096, 14336, 128) == (128, 128, 16, 4, 4, False)
+    assert not decode_config_for(1, 4096, 4096, 64).gemv     # a step would straddle groups
     # few steps: at least 4 a split
     assert decode_config_for(1, 4096, 512, 128).split_k == 1
     # group sizes that are no multiple of 32: per-weight dequantization, 64-wide steps
@@ -398,7 +442,7 @@ out = {}
 for dt, sdt in (("bf16", "bf16"), ("fp16", "fp32")):
     ptrs = dict(x_ptr="*" + dt, w_ptr="*u8", s_ptr="*" + sdt, z_ptr="*" + sdt, out_ptr="*fp32")
     for m, block_k, group in ((1, 128, 128), (16, 128, 128), (4, 64, 24)):
-        cfg = Q.decode_config_for(m, N, K, group)
+        cfg = Q.decode_config_for(max(m, 2), N, K, group)   # the MMA kernel's table entry
         ints = dict(M=m, N=N, KH=K // 2, KH_PER_SPLIT=1408, stride_xm=K, stride_xk=1,
                     stride_wn=K // 2, stride_wk=1, stride_sn=K // group, stride_sg=1,
                     stride_zn=K // group, stride_zg=1, stride_os=m * N, stride_om=N, stride_on=1)
@@ -418,6 +462,15 @@ for dt, sdt in (("bf16", "bf16"), ("fp16", "fp32")):
                  GROUP_M=cfg.group_m, GROUP=g, ONE_GROUP=True, EVEN_K=True, USE_INT64=False,
                  UPCAST=False, F32_DEQUANT=cfg.f32_dequant, SWAP_AB=cfg.swap_ab),
             cfg.num_warps, cfg.num_stages)
+    for m in (1, 4):
+        cfg = Q.decode_config_for(1, N, K, g)._replace(split_k=2)
+        ints = dict(M=m, N=N, KW=K // 8, KW_PER_SPLIT=512, stride_xm=K, stride_xk=1,
+                    stride_wn=K // 8, stride_sn=K // g, stride_sg=1, stride_zn=K // g,
+                    stride_zg=1, stride_os=m * N, stride_om=N, stride_on=1)
+        out[f"gemv-{dt}-{sdt}-m{m}"] = build(
+            Q._w4a16_gemv_kernel, dict(ptrs, w_ptr="*i32"), ints,
+            dict(BLOCK_N=cfg.block_n, BLOCK_W=cfg.block_k // 8, M_ROWS=m, GROUP=g,
+                 USE_INT64=False), cfg.num_warps, cfg.num_stages)
 json.dump(out, sys.stdout)
 """
 
@@ -439,8 +492,13 @@ def test_kernels_build_for_sm90():
                          text=True, env=env, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     built = json.loads(res.stdout)
-    assert len(built) == 10
+    assert len(built) == 14
     for name, k in built.items():
+        if name.startswith("gemv"):
+            # no MMA and no software pipelining; 16-byte vectors of weight words
+            assert k["local"] == 0 and k["i2f"] == 0, (name, k)
+            assert "ld.global.L1::evict_first.L2::cache_hint.v4.b32" in k["ld"], (name, k)
+            continue
         assert k["local"] == 0 and k["mma"] and k["cp_async"] > 0, (name, k)
         assert k["i2f"] == 0, (name, k)      # nibbles become floats by bit operations
         if name.startswith("decode"):
