@@ -4,7 +4,7 @@ Plain functions; the dispatch classes are in :mod:`opspec.kernels.pool_impl`.
 
 * :func:`pool2d_reference` -- the torch reference (float32 math for 16-bit inputs, float64
   inputs kept in float64, the result cast back to the input dtype).
-* :func:`pool2d_triton` -- a Triton kernel writing into a contiguous ``out``.
+* :func:`pool2d_triton` -- the Triton kernels writing into a contiguous ``out``.
 * :func:`pool2d_geometry` / :func:`pool2d_out_size` -- the per-axis window numbers and the
   output size (torch's rules, ceil_mode included).
 
@@ -17,7 +17,20 @@ consecutive rows of the flattened output, each split into ``(n, c, oh)`` once pe
 ``[BLOCK_R]`` vector), never per pixel. The window loop then works on a row vector over
 ``kh`` and a column vector over ``kw``, combined by broadcasting. Windows up to
 ``_MAX_UNROLL`` elements are unrolled (window sizes are compile-time constants); larger
-ones (global pooling) loop at run time.
+ones loop at run time.
+
+Two shapes take kernels of their own (see :func:`pool2d_plan`):
+
+* a 1 x 1 output (global pooling, e.g. the 7 x 7 average of a ResNet head): a reduction of
+  each plane's window, ``_pool2d_global_kernel``. A program reads ``[planes, lanes]``
+  passes (consecutive window elements of each plane along the lanes: coalesced for
+  contiguous planes), accumulates them lane by lane and combines a plane's lanes once at
+  the end. The tile kernel gave such an output one thread and a run-time window loop.
+* stride 1 along H with rows of at least 32 outputs (e.g. DeepLab's dilated 3 x 3): in the
+  tile kernel every output loads its KH x KW window, so each input row is loaded KH times
+  by the rows of a tile. ``_pool2d_rows_kernel`` reduces each input row along the window
+  once and combines KH such row results per output row: 3.75 loads an output instead of
+  9 for DeepLab's 16-row blocks.
 
 Max with dilation 1 clamps each window row and column into the input instead of masking:
 the clamped element lies in the same window (the window meets the input, as torch's
@@ -648,8 +661,10 @@ def _launch_global(x4: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeom
         else:
             divisor = float(L)
     P = N * C
-    bound = (N + 1) * abs(sn) + (C + 1) * abs(sc) + (hr + p.block_w + 1) * abs(sh) \
-        + (wr + p.block_w + 1) * abs(sw) + P + p.block_r
+    # the masked lanes of the last program reach block_r planes and block_w elements past
+    # the input (their offsets must not wrap either)
+    bound = (N + p.block_r + 1) * abs(sn) + (C + p.block_r + 1) * abs(sc) \
+        + (hr + p.block_w + 1) * abs(sh) + (wr + p.block_w + 1) * abs(sw) + P + p.block_r
     _pool2d_global_kernel[(triton.cdiv(P, p.block_r),)](
         x4, out, P, C, L, wr, sn, sc, sh, sw, divisor,
         IS_MAX=(mode == "max"), MERGE_NC=merge_nc,

@@ -47,7 +47,9 @@ class Pool2dFwdInterface(KernelInterface):
 
 class Pool2dTritonKernel(Kernel, Pool2dFwdInterface):
     """One program per tile of output rows x columns, the window unrolled (or looped for
-    windows over 64 elements), masked loads for padding and ceil_mode windows."""
+    windows over 32 elements), masked loads for padding and ceil_mode windows; a plane
+    reduction for 1 x 1 outputs (global pooling) and shared input rows for stride 1 along H
+    (see `opspec.kernels.pool.pool2d_plan`)."""
 
     devices = TRITON_DEVICES
 
