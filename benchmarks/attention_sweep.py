@@ -1,50 +1,261 @@
-"""Offline tile sweep of the flash-attention kernel on a CUDA GPU, beside torch SDPA under
-each of its backends (GQA, bf16, D = 128): `python benchmarks/attention_sweep.py`.
-Prints TFLOP/s (visible query-key pairs only) per configuration; not part of the package."""
+"""Offline sweep of the flash-attention kernel's variants on a CUDA GPU, beside torch SDPA
+under its default, flash and cuDNN backends (GQA, bf16, D = 128). Not part of the package.
+
+    python benchmarks/attention_sweep.py [--budget-s 200] [--json PATH]
+                                         [--variants NAME,...] [--rows LABEL,...]
+
+For each row it prints SDPA's TFLOP/s (visible query-key pairs only), then each variant of
+:data:`VARIANTS` (in that order, most promising first) on every row: TFLOP/s, microseconds,
+the first call's seconds (the compile) and the largest absolute difference from SDPA's
+default backend (checked once per variant and row; above ``MAX_ERR`` the variant is marked
+and never chosen). Variants that fail to compile or launch are reported and skipped. Past
+``--budget-s`` seconds (compiles included) the remaining variants are skipped, so the run
+ends within the budget plus one variant's work. At the end: a table of rows x variants and
+the best variant of each row as an ``AttnConfig(...)`` to put in ``CONFIGS`` /
+``SHORT_CAUSAL`` of ``kernels/attention.py``.
+"""
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
-import triton.testing as tt
-from torch.nn.attention import SDPBackend, sdpa_kernel
+import argparse
+import json
+import os
+import sys
+import time
+import warnings
 
-from opspec.kernels.attention import attention_dense_triton
+os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 
-CONFIGS = [None, (128, 64, 8, 2), (128, 64, 8, 4), (128, 128, 8, 2), (128, 128, 8, 3),
-           (64, 64, 4, 3), (128, 32, 8, 3), (64, 128, 4, 3)]
-ROWS = [(1, 32, 8, 8192, 128, True), (4, 32, 8, 4096, 128, False), (8, 32, 8, 1024, 128, True)]
+# torch's and Triton's UserWarnings are collected and summarised once at the end
+_WARNINGS: dict[str, int] = {}
 
 
-def main() -> None:
-    for B, H, Hkv, S, D, causal in ROWS:
-        q = torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16)
-        k = torch.randn(B, Hkv, S, D, device="cuda", dtype=torch.bfloat16)
-        v = torch.randn_like(k)
-        o = torch.empty_like(q)
+def _collect_warning(message, category, filename, lineno, file=None, line=None):
+    key = f"{category.__name__}: {str(message).splitlines()[0][:160]}"
+    _WARNINGS[key] = _WARNINGS.get(key, 0) + 1
+
+
+warnings.showwarning = _collect_warning
+warnings.simplefilter("always")
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+import triton  # noqa: E402
+import triton.testing as tt  # noqa: E402
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+
+from opspec.kernels.attention import AttnConfig, attention_config, attention_dense_triton  # noqa: E402
+
+#: (name, config); None is the package's own choice (attention_config) for the row.
+VARIANTS: list[tuple[str, AttnConfig | None]] = [
+    ("default", None),
+    ("base-128x64-s3", AttnConfig(128, 64, 8, 3)),
+    ("base-64x64-w4-s3", AttnConfig(64, 64, 4, 3)),
+    ("tma-128x64-s3", AttnConfig(128, 64, 8, 3, "tma")),
+    ("tma-lazy-128x64-s2-r128", AttnConfig(128, 64, 8, 2, "tma+lazy", 128)),
+    ("tma-lazy-128x64-s3", AttnConfig(128, 64, 8, 3, "tma+lazy")),
+    ("tma-128x128-s2", AttnConfig(128, 128, 8, 2, "tma")),
+    ("lazy-128x64-s3", AttnConfig(128, 64, 8, 3, "lazy")),
+    ("gqa-128x64-s3", AttnConfig(128, 64, 8, 3, "gqa")),
+    ("tma-64x64-w4-s2", AttnConfig(64, 64, 4, 2, "tma")),
+    ("tma-64x64-w4-s3", AttnConfig(64, 64, 4, 3, "tma")),
+    ("tma-128x64-s2-r128", AttnConfig(128, 64, 8, 2, "tma", 128)),
+    ("tma-lazy-gqa-128x64-s3", AttnConfig(128, 64, 8, 3, "tma+lazy+gqa")),
+    ("tma-128x128-s3", AttnConfig(128, 128, 8, 3, "tma")),
+    ("tma-lazy-128x128-s2", AttnConfig(128, 128, 8, 2, "tma+lazy")),
+    ("prescale-128x64-s3", AttnConfig(128, 64, 8, 3, "prescale")),
+    ("tma-prescale-lazy-128x64-s3", AttnConfig(128, 64, 8, 3, "tma+prescale+lazy")),
+    ("tma-128x64-s4", AttnConfig(128, 64, 8, 4, "tma")),
+    ("tma-64x128-w4-s2", AttnConfig(64, 128, 4, 2, "tma")),
+    ("tma-ws-128x64-s3", AttnConfig(128, 64, 8, 3, "tma+ws")),
+    ("lazy-64x64-w4-s3", AttnConfig(64, 64, 4, 3, "lazy")),
+]
+
+#: (label, B, H, H_kv, S, D, causal)
+ROWS = [
+    ("b8-s1k-causal", 8, 32, 8, 1024, 128, True),
+    ("b4-s4k-full", 4, 32, 8, 4096, 128, False),
+    ("b1-s8k-causal", 1, 32, 8, 8192, 128, True),
+    ("70b-b2-s2k-causal", 2, 64, 8, 2048, 128, True),
+]
+
+SDPA_BACKENDS = [("sdpa_default", None), ("sdpa_flash", SDPBackend.FLASH_ATTENTION),
+                 ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)]
+
+#: a variant whose output differs from SDPA's by more than this is marked and not chosen
+#: (bf16 outputs of N(0, 1) inputs; SDPA's backends differ from each other by ~4e-3)
+MAX_ERR = 3e-2
+
+
+_DEVICE, _DTYPE = "cuda", torch.bfloat16
+
+
+def _bench(fn) -> float:
+    """Milliseconds per call (median), kept short: warmup 10 ms, 40 ms of repetitions."""
+    if _DEVICE != "cuda":    # --smoke: one timed call
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e3
+    return tt.do_bench(fn, warmup=10, rep=40, return_mode="median")
+
+
+def _sdpa(q, k, v, causal, backend):
+    def run():
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+    if backend is None:
+        return run, run()
+    with sdpa_kernel([backend]):
+        out = run()
+
+    def run_backend():
+        with sdpa_kernel([backend]):
+            return run()
+    return run_backend, out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--budget-s", type=float, default=200.0,
+                    help="skip the remaining variants past this many seconds (default 200)")
+    ap.add_argument("--json", metavar="PATH", help="write every figure to PATH as JSON")
+    ap.add_argument("--variants", help="comma-separated variant names (default: all)")
+    ap.add_argument("--rows", help="comma-separated row labels (default: all)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="tiny float16 rows on the CPU through Triton's interpreter (run with "
+                         "TRITON_INTERPRET=1): checks the script, times nothing meaningful")
+    args = ap.parse_args(argv)
+    t_start = time.perf_counter()
+    global _DEVICE, _DTYPE
+    if args.smoke:
+        _DEVICE, _DTYPE = "cpu", torch.float16
+    elif not torch.cuda.is_available():
+        print("attention_sweep needs a CUDA GPU (or --smoke)", file=sys.stderr)
+        return 2
+
+    variants = VARIANTS
+    if args.variants:
+        names = args.variants.split(",")
+        variants = [v for v in VARIANTS if v[0] in names]
+    rows = ROWS if not args.rows else [r for r in ROWS if r[0] in args.rows.split(",")]
+    if args.smoke:
+        rows = [("smoke-causal", 1, 4, 2, 64, 32, True), ("smoke-full", 1, 4, 1, 48, 32, False)]
+        variants = [(n, c if c is None else c._replace(block_m=min(c.block_m, 32),
+                                                      block_n=min(c.block_n, 16), maxnreg=0))
+                    for n, c in variants]
+    dev = torch.cuda.get_device_name() if _DEVICE == "cuda" else "cpu (interpreter)"
+    print(f"{dev}; torch {torch.__version__}; triton {triton.__version__}; "
+          f"budget {args.budget_s:.0f} s", flush=True)
+
+    report: dict = {"device": dev, "torch": torch.__version__, "triton": triton.__version__,
+                    "budget_s": args.budget_s, "max_err": MAX_ERR, "rows": [], "variants": []}
+    data = {}
+    for label, B, H, Hkv, S, D, causal in rows:
+        g = torch.Generator(device=_DEVICE).manual_seed(0)
+        q = torch.randn(B, H, S, D, device=_DEVICE, dtype=_DTYPE, generator=g)
+        k = torch.randn(B, Hkv, S, D, device=_DEVICE, dtype=_DTYPE, generator=g)
+        v = torch.randn(B, Hkv, S, D, device=_DEVICE, dtype=_DTYPE, generator=g)
         pairs = S * (S + 1) / 2 if causal else S * S
         flops = 4 * B * H * D * pairs
-        print(f"B={B} H={H}/{Hkv} S={S} D={D} causal={causal}", flush=True)
-        for backend in (None, SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION,
-                        SDPBackend.EFFICIENT_ATTENTION):
+        entry = {"label": label, "B": B, "H": H, "H_kv": Hkv, "S": S, "D": D,
+                 "causal": causal, "flops": flops, "sdpa": {},
+                 "default_config": list(attention_config(D, _DEVICE, causal, S))}
+        print(f"\n{label}: B={B} H={H}/{Hkv} S={S} D={D} causal={causal}", flush=True)
+        ref = None
+        outs = {}
+        for name, backend in SDPA_BACKENDS:
             try:
-                def run():
-                    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
-                if backend is None:
-                    t = tt.do_bench(run)
-                else:
-                    with sdpa_kernel([backend]):
-                        t = tt.do_bench(run)
-                print(f"   sdpa {backend}: {t * 1e3:.1f} us {flops / t / 1e9:.0f} TFLOP/s", flush=True)
-            except Exception as exc:
-                print(f"   sdpa {backend}: unavailable ({str(exc)[:80]})", flush=True)
-        for cfg in CONFIGS:
+                run, out = _sdpa(q, k, v, causal, backend)
+                t = _bench(run)
+                outs[name] = out
+                entry["sdpa"][name] = {"us": t * 1e3, "tflops": flops / t / 1e9}
+                print(f"   {name:<14} {flops / t / 1e9:6.0f} TFLOP/s {t * 1e3:9.1f} us", flush=True)
+            except Exception as exc:   # a backend missing on this build
+                entry["sdpa"][name] = {"error": f"{type(exc).__name__}: {str(exc)[:160]}"}
+                print(f"   {name:<14} unavailable ({str(exc)[:80]})", flush=True)
+        ref = outs.get("sdpa_default")
+        if ref is not None and "sdpa_flash" in outs:
+            entry["sdpa_flash_vs_default_err"] = (outs["sdpa_flash"].float() - ref.float()).abs().max().item()
+        report["rows"].append(entry)
+        data[label] = (q, k, v, torch.empty_like(q), flops, causal, ref, entry)
+
+    print(f"\nvariants ({time.perf_counter() - t_start:.0f} s so far):", flush=True)
+    for name, cfg in variants:
+        vrep = {"name": name, "config": None if cfg is None else list(cfg), "results": {}}
+        report["variants"].append(vrep)
+        for label, (q, k, v, o, flops, causal, ref, entry) in data.items():
+            if time.perf_counter() - t_start > args.budget_s:
+                vrep["results"][label] = {"skipped": "budget"}
+                continue
+            res: dict = {}
             try:
-                t = tt.do_bench(lambda: attention_dense_triton(q, k, v, o, causal, config=cfg))
-                print(f"   opspec {cfg}: {t * 1e3:.1f} us {flops / t / 1e9:.0f} TFLOP/s", flush=True)
-            except Exception as exc:
-                print(f"   opspec {cfg}: error {type(exc).__name__} {str(exc)[:100]}", flush=True)
+                t0 = time.perf_counter()
+                attention_dense_triton(q, k, v, o, causal, config=cfg)
+                if _DEVICE == "cuda":
+                    torch.cuda.synchronize()
+                res["first_call_s"] = time.perf_counter() - t0
+                if ref is not None:
+                    res["max_err"] = (o.float() - ref.float()).abs().max().item()
+                t = _bench(lambda: attention_dense_triton(q, k, v, o, causal, config=cfg))
+                res.update(us=t * 1e3, tflops=flops / t / 1e9)
+            except Exception as exc:   # a variant that does not build or launch here
+                res["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            vrep["results"][label] = res
+            sd = entry["sdpa"]
+            side = " ".join(f"{n[5:]} {sd[n]['tflops']:.0f}" for n, _ in SDPA_BACKENDS
+                            if "tflops" in sd.get(n, {}))
+            if "error" in res:
+                print(f"   {name:<28} {label:<18} ERROR {res['error'][:150]}", flush=True)
+            else:
+                bad = "  MISMATCH" if res.get("max_err", 0.0) > MAX_ERR else ""
+                print(f"   {name:<28} {label:<18} {res['tflops']:6.0f} TFLOP/s {res['us']:9.1f} us"
+                      f"  first {res['first_call_s']:5.1f} s  err {res.get('max_err', float('nan')):.1e}"
+                      f"  [sdpa {side}]{bad}", flush=True)
+        if all("skipped" in r for r in vrep["results"].values()):
+            print(f"   {name:<28} skipped (budget)", flush=True)
+
+    # the table and the best variant of each row
+    labels = list(data)
+    print(f"\n{'TFLOP/s':<28}" + "".join(f" {lab:>18}" for lab in labels))
+    for name, _ in SDPA_BACKENDS:
+        cells = [data[lab][7]["sdpa"].get(name, {}).get("tflops") for lab in labels]
+        print(f"{name:<28}" + "".join(f" {c:18.0f}" if c else f" {'-':>18}" for c in cells))
+    best: dict = {}
+    for vrep in report["variants"]:
+        cells = []
+        for lab in labels:
+            r = vrep["results"].get(lab, {})
+            ok = "tflops" in r and r.get("max_err", 0.0) <= MAX_ERR
+            cells.append(f" {r['tflops']:18.0f}" if ok else
+                         f" {'err' if 'error' in r or 'tflops' in r else 'skip':>18}")
+            if ok and r["tflops"] > best.get(lab, {}).get("tflops", 0.0):
+                cfg = vrep["config"] or data[lab][7]["default_config"]
+                best[lab] = {"name": vrep["name"], "config": cfg, "tflops": r["tflops"]}
+        print(f"{vrep['name']:<28}" + "".join(cells))
+    report["best"] = best
+    print("\nbest per row (set CONFIGS / SHORT_CAUSAL in kernels/attention.py):")
+    for lab in labels:
+        if lab not in best:
+            print(f"   {lab}: none measured")
+            continue
+        b = best[lab]
+        sd = data[lab][7]["sdpa"]
+        vs = " ".join(f"{b['tflops'] / sd[n]['tflops']:.2f}x {n[5:]}" for n, _ in SDPA_BACKENDS
+                      if "tflops" in sd.get(n, {}))
+        print(f"   {lab}: {b['name']} {b['tflops']:.0f} TFLOP/s ({vs}) -> "
+              f"{AttnConfig(*b['config'])!r}")
+    if _WARNINGS:
+        print(f"\n{sum(_WARNINGS.values())} warnings (collected):")
+        for key, n in sorted(_WARNINGS.items(), key=lambda kv: -kv[1])[:8]:
+            print(f"   {n} x {key}")
+    report["warnings"] = _WARNINGS
+    report["elapsed_s"] = time.perf_counter() - t_start
+    print(f"\ndone in {report['elapsed_s']:.0f} s", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1, default=str)
+        print(f"wrote {args.json}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

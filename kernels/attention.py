@@ -42,14 +42,20 @@ bfloat16) use ``input_precision="ieee"`` products.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 __all__ = [
     "CONFIGS",
+    "SHORT_CAUSAL",
+    "VARIANTS",
+    "AttnConfig",
     "INTERPRETER_CONFIG",
+    "as_config",
     "attention_config",
     "attention_dense_reference",
     "attention_dense_triton",
@@ -61,29 +67,98 @@ _LOG2E = 1.4426950408889634
 
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
 
-#: (largest head size, (BLOCK_M, BLOCK_N, num_warps, num_stages)), for CUDA, first match.
+#: Kernel variants (flags, combined with "+" in :attr:`AttnConfig.variant`; "base" is none):
+#:
+#: * ``tma``: key/value blocks loaded through TMA tensor descriptors (a 4-D host descriptor
+#:   over ``[B, H_kv, S_kv, D]``, box ``[1, 1, BLOCK_N, BLOCK_D]``; boxes past S_kv or D are
+#:   zero-filled, so no load masks). Dense layout only, and only where the strides allow
+#:   (unit feature stride, other strides multiples of 16 bytes, 16-byte aligned bases);
+#:   elsewhere the pointer loads run.
+#: * ``prescale``: ``q * scale * log2(e)`` rounded to q's dtype once before the loop, so a
+#:   score costs a subtraction, not an FMA (one more rounding of q: about 2**-9 relative in
+#:   bfloat16).
+#: * ``lazy``: the running maximum is moved only when a row's maximum grows by more than
+#:   ``2**LAZY_TAU``-fold (``LAZY_TAU = 8``: probabilities stay <= 256, exact in fp16/bf16
+#:   scaling), and the accumulator rescale is skipped when no row of the block moved.
+#: * ``gqa``: the grid is ``(GROUP * query blocks, B * H_kv)`` with the GROUP query heads of
+#:   one key/value head adjacent in launch order, so they stream the same K/V blocks
+#:   together from L2.
+#: * ``ws``: the key loops as ``tl.range(..., warp_specialize=True)`` (a Triton feature that
+#:   may not compile for every target; the sweep reports it).
+VARIANTS = ("tma", "prescale", "lazy", "gqa", "ws")
+
+LAZY_TAU = 8.0
+
+
+class AttnConfig(NamedTuple):
+    """A kernel configuration: the tile, the launch options and the variant flags
+    (``"base"`` or names of :data:`VARIANTS` joined by ``"+"``). A plain 4-tuple
+    ``(BLOCK_M, BLOCK_N, num_warps, num_stages)`` means the base variant. ``maxnreg``
+    (0: none) caps the registers a thread gets, for two 8-warp programs an SM (128 with
+    the TMA loads: no spill in the sm_90 build of 128 x 64, 2 stages)."""
+
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+    variant: str = "base"
+    maxnreg: int = 0
+
+    def flags(self) -> frozenset[str]:
+        if self.variant in ("", "base"):
+            return frozenset()
+        names = frozenset(self.variant.split("+"))
+        unknown = names - set(VARIANTS)
+        if unknown:
+            raise ValueError(f"unknown attention kernel variant(s) {sorted(unknown)}; "
+                             f"known: {', '.join(VARIANTS)}")
+        return names
+
+
+def as_config(config) -> AttnConfig:
+    """:class:`AttnConfig` of a config or a 4- or 5-tuple."""
+    return config if isinstance(config, AttnConfig) else AttnConfig(*config)
+
+
+#: (largest head size, config), for CUDA, first match.
 #: Built for sm_90 (ptxas -v, 8 warps: two warpgroups of 64 query rows each, wgmma):
 #: D = 128: 128 x 64 tiles, 3 stages, 242 registers, no spill, 128 KiB shared memory (the
 #: 128 x 128 tile spills 104 bytes); D = 64: 128 x 64, 117 registers (128 x 128: 221);
 #: D = 256: 64 x 32, 2 stages, 194 registers (64 x 32 with 4 warps spills).
-CONFIGS: tuple[tuple[int, tuple[int, int, int, int]], ...] = (
-    (64, (128, 64, 8, 3)),
-    (128, (128, 64, 8, 3)),
-    (256, (64, 32, 8, 2)),
+#: H200, bf16, D = 128, GQA 32/8: (128, 64, 8, 3) 485 TFLOP/s at B=4 S=4096 non-causal,
+#: the best of the tiles measured there.
+CONFIGS: tuple[tuple[int, AttnConfig], ...] = (
+    (64, AttnConfig(128, 64, 8, 3)),
+    (128, AttnConfig(128, 64, 8, 3)),
+    (256, AttnConfig(64, 32, 8, 2)),
+)
+
+#: (longest query length, largest head size, config): causal calls with at most that many
+#: query rows (dense S_q, varlen max_seqlen_q) and head size take the smaller tile, which
+#: keeps more programs per SM busy where the causal triangle is short. H200, bf16, D = 128,
+#: B=8 S=1024 causal: (64, 64, 4, 3) 314 TFLOP/s against 295 for (128, 64, 8, 3).
+SHORT_CAUSAL: tuple[tuple[int, int, AttnConfig], ...] = (
+    (1024, 128, AttnConfig(64, 64, 4, 3)),
 )
 
 #: Under Triton's interpreter (CPU tests): small tiles, so that small tests cross blocks.
-INTERPRETER_CONFIG = (32, 16, 4, 1)
+INTERPRETER_CONFIG = AttnConfig(32, 16, 4, 1)
 
 MAX_HEAD_DIM = 256
 
 
-def attention_config(head_dim: int, device_type: str) -> tuple[int, int, int, int]:
-    """``(BLOCK_M, BLOCK_N, num_warps, num_stages)`` for a head size on a device type."""
+def attention_config(head_dim: int, device_type: str, causal: bool = False,
+                     seqlen_q: int | None = None) -> AttnConfig:
+    """The kernel configuration for a head size on a device type; causal calls with at
+    most :data:`SHORT_CAUSAL`'s query rows take its tile."""
     if head_dim > MAX_HEAD_DIM:
         raise ValueError(f"head size {head_dim} is over the kernel's limit {MAX_HEAD_DIM}")
     if device_type != "cuda":
         return INTERPRETER_CONFIG
+    if causal and seqlen_q is not None:
+        for max_q, max_d, config in SHORT_CAUSAL:
+            if seqlen_q <= max_q and head_dim <= max_d:
+                return config
     for limit, config in CONFIGS:
         if head_dim <= limit:
             return config
@@ -172,63 +247,90 @@ def attention_varlen_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 # -- the Triton kernel -----------------------------------------------------------------------
 
 @triton.jit
-def _attn_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, offs_m, offs_n, offs_d, lo, hi,
+def _load_kv(ptrs, start_n, b, kvh, n_ok, d_ok, MASKED: tl.constexpr, EVEN_D: tl.constexpr,
+             KV_TMA: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """One [BLOCK_N, BLOCK_D] key or value block: through the descriptor ``ptrs`` (KV_TMA:
+    zero-filled past S_kv and D) or through pointers, masked where needed."""
+    if KV_TMA:
+        x = ptrs.load([b, kvh, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
+    elif MASKED:
+        if EVEN_D:
+            x = tl.load(ptrs, mask=n_ok, other=0.0)
+        else:
+            x = tl.load(ptrs, mask=n_ok & d_ok, other=0.0)
+    else:
+        if EVEN_D:
+            x = tl.load(ptrs)
+        else:
+            x = tl.load(ptrs, mask=d_ok, other=0.0)
+    return x
+
+
+@triton.jit
+def _attn_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, b, kvh, offs_m, offs_n, offs_d, lo, hi,
                 len_k, shift, qk_scale, stride_kn, stride_vn, HEAD_DIM,
                 MASKED: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
-                NEG_SCALE: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr):
+                NEG_SCALE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                PRECISION: tl.constexpr, KV_TMA: tl.constexpr, PRESCALE: tl.constexpr,
+                LAZY: tl.constexpr, LAZY_TAU: tl.constexpr, WARP_SPEC: tl.constexpr):
     """Key blocks [lo, hi) of one program: the online-softmax update. MASKED blocks mask
-    keys past len_k and, when CAUSAL, keys above the diagonal."""
-    k_ptrs += lo * stride_kn
-    v_ptrs += lo * stride_vn
+    keys past len_k and, when CAUSAL, keys above the diagonal. PRESCALE: q already holds
+    the scale (times log2 e)."""
+    if not KV_TMA:
+        k_ptrs += lo * stride_kn
+        v_ptrs += lo * stride_vn
     d_ok = offs_d[None, :] < HEAD_DIM
-    for start_n in range(lo, hi, BLOCK_N):
+    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPEC):
         cols = start_n + offs_n
-        if MASKED:
-            n_ok = cols[:, None] < len_k
-            if EVEN_D:
-                k = tl.load(k_ptrs, mask=n_ok, other=0.0)
-            else:
-                k = tl.load(k_ptrs, mask=n_ok & d_ok, other=0.0)
-        else:
-            if EVEN_D:
-                k = tl.load(k_ptrs)
-            else:
-                k = tl.load(k_ptrs, mask=d_ok, other=0.0)
+        n_ok = cols[:, None] < len_k
+        k = _load_kv(k_ptrs, start_n, b, kvh, n_ok, d_ok, MASKED, EVEN_D, KV_TMA,
+                     BLOCK_N, BLOCK_D)
         qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
         if MASKED:
             visible = cols[None, :] < len_k
             if CAUSAL:
                 visible = visible & (cols[None, :] <= offs_m[:, None] + shift)
-            qk = tl.where(visible, qk * qk_scale, float("-inf"))
+            if PRESCALE:
+                qk = tl.where(visible, qk, float("-inf"))
+            else:
+                qk = tl.where(visible, qk * qk_scale, float("-inf"))
             m_ij = tl.maximum(m_i, tl.max(qk, 1))
+            if LAZY:
+                m_ij = tl.where(m_ij > m_i + LAZY_TAU, m_ij, m_i)
             # a row with nothing visible yet keeps m = -inf: subtract 0 so exp2 gives 0
             m_sub = tl.where(m_ij == float("-inf"), 0.0, m_ij)
             p = tl.math.exp2(qk - m_sub[:, None])
             alpha = tl.math.exp2(m_i - m_sub)
         else:
-            # the maximum of the scaled scores, from the unscaled ones (one FMA per score)
-            if NEG_SCALE:
+            if PRESCALE:
+                m_ij = tl.maximum(m_i, tl.max(qk, 1))
+            elif NEG_SCALE:
+                # the maximum of the scaled scores, from the unscaled ones
                 m_ij = tl.maximum(m_i, tl.min(qk, 1) * qk_scale)
             else:
                 m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-            p = tl.math.exp2(qk * qk_scale - m_ij[:, None])
+            if LAZY:
+                m_ij = tl.where(m_ij > m_i + LAZY_TAU, m_ij, m_i)
+            if PRESCALE:
+                p = tl.math.exp2(qk - m_ij[:, None])
+            else:
+                # one FMA per score
+                p = tl.math.exp2(qk * qk_scale - m_ij[:, None])
             alpha = tl.math.exp2(m_i - m_ij)
         l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
-        if MASKED:
-            if EVEN_D:
-                v = tl.load(v_ptrs, mask=n_ok, other=0.0)
-            else:
-                v = tl.load(v_ptrs, mask=n_ok & d_ok, other=0.0)
+        if LAZY:
+            # alpha is exactly 1 on rows whose maximum stayed
+            if tl.min(alpha, 0) < 1.0:
+                acc = acc * alpha[:, None]
         else:
-            if EVEN_D:
-                v = tl.load(v_ptrs)
-            else:
-                v = tl.load(v_ptrs, mask=d_ok, other=0.0)
+            acc = acc * alpha[:, None]
+        v = _load_kv(v_ptrs, start_n, b, kvh, n_ok, d_ok, MASKED, EVEN_D, KV_TMA,
+                     BLOCK_N, BLOCK_D)
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)
         m_i = m_ij
-        k_ptrs += BLOCK_N * stride_kn
-        v_ptrs += BLOCK_N * stride_vn
+        if not KV_TMA:
+            k_ptrs += BLOCK_N * stride_kn
+            v_ptrs += BLOCK_N * stride_vn
     return acc, l_i, m_i
 
 
@@ -243,11 +345,27 @@ def _attn_fwd_kernel(
     VARLEN: tl.constexpr, CAUSAL: tl.constexpr, BOTTOM_RIGHT: tl.constexpr,
     EVEN_D: tl.constexpr, NEG_SCALE: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    KV_TMA: tl.constexpr = False, PRESCALE: tl.constexpr = False, LAZY: tl.constexpr = False,
+    LAZY_TAU: tl.constexpr = 8.0, GQA_ORDER: tl.constexpr = False,
+    WARP_SPEC: tl.constexpr = False,
 ):
-    pid_bh = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
-    kvh = h // GROUP
+    if GQA_ORDER:
+        # grid (GROUP * query blocks, B * H_kv): the query heads of a kv head adjacent
+        pid0 = tl.program_id(0)
+        g = pid0 % GROUP
+        m_idx = pid0 // GROUP
+        n_m = tl.num_programs(0) // GROUP
+        H_kv = H // GROUP
+        b = tl.program_id(1) // H_kv
+        kvh = tl.program_id(1) % H_kv
+        h = kvh * GROUP + g
+    else:
+        pid_bh = tl.program_id(1)
+        b = pid_bh // H
+        h = pid_bh % H
+        kvh = h // GROUP
+        m_idx = tl.program_id(0)
+        n_m = tl.num_programs(0)
     if VARLEN:
         q_start = tl.load(CU_Q + b).to(tl.int64)
         len_q = (tl.load(CU_Q + b + 1) - tl.load(CU_Q + b)).to(tl.int32)
@@ -260,9 +378,9 @@ def _attn_fwd_kernel(
         len_k = S_kv
     if CAUSAL:
         # heaviest query blocks first
-        pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
+        pid_m = n_m - 1 - m_idx
     else:
-        pid_m = tl.program_id(0)
+        pid_m = m_idx
     start_m = pid_m * BLOCK_M
     if start_m < len_q:
         if BOTTOM_RIGHT:
@@ -275,17 +393,24 @@ def _attn_fwd_kernel(
         b64 = b.to(tl.int64)
         q_base = (Q + b64 * stride_qb + h.to(tl.int64) * stride_qh
                   + (q_start + start_m) * stride_qs)
-        k_base = K + b64 * stride_kb + kvh.to(tl.int64) * stride_kh + k_start * stride_ks
-        v_base = V + b64 * stride_vb + kvh.to(tl.int64) * stride_vh + k_start * stride_vs
         rows = tl.arange(0, BLOCK_M)
         q_ptrs = q_base + rows[:, None] * stride_qs + offs_d[None, :] * stride_qd
-        k_ptrs = k_base + offs_n[:, None] * stride_ks + offs_d[None, :] * stride_kd
-        v_ptrs = v_base + offs_n[:, None] * stride_vs + offs_d[None, :] * stride_vd
+        if KV_TMA:
+            # K and V are descriptors over [B, H_kv, S_kv, D] (dense only)
+            k_ptrs = K
+            v_ptrs = V
+        else:
+            k_base = K + b64 * stride_kb + kvh.to(tl.int64) * stride_kh + k_start * stride_ks
+            v_base = V + b64 * stride_vb + kvh.to(tl.int64) * stride_vh + k_start * stride_vs
+            k_ptrs = k_base + offs_n[:, None] * stride_ks + offs_d[None, :] * stride_kd
+            v_ptrs = v_base + offs_n[:, None] * stride_vs + offs_d[None, :] * stride_vd
         m_ok = offs_m[:, None] < len_q
         if EVEN_D:
             q = tl.load(q_ptrs, mask=m_ok, other=0.0)
         else:
             q = tl.load(q_ptrs, mask=m_ok & (offs_d[None, :] < HEAD_DIM), other=0.0)
+        if PRESCALE:
+            q = (q.to(tl.float32) * qk_scale).to(q.dtype)
 
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -302,13 +427,15 @@ def _attn_fwd_kernel(
         else:
             end = len_k
         acc, l_i, m_i = _attn_block(
-            acc, l_i, m_i, q, k_ptrs, v_ptrs, offs_m, offs_n, offs_d, 0, full_end,
+            acc, l_i, m_i, q, k_ptrs, v_ptrs, b, kvh, offs_m, offs_n, offs_d, 0, full_end,
             len_k, shift, qk_scale, stride_ks, stride_vs, HEAD_DIM,
-            False, CAUSAL, EVEN_D, NEG_SCALE, BLOCK_N, PRECISION)
+            False, CAUSAL, EVEN_D, NEG_SCALE, BLOCK_N, BLOCK_D, PRECISION,
+            KV_TMA, PRESCALE, LAZY, LAZY_TAU, WARP_SPEC)
         acc, l_i, m_i = _attn_block(
-            acc, l_i, m_i, q, k_ptrs, v_ptrs, offs_m, offs_n, offs_d, full_end, end,
+            acc, l_i, m_i, q, k_ptrs, v_ptrs, b, kvh, offs_m, offs_n, offs_d, full_end, end,
             len_k, shift, qk_scale, stride_ks, stride_vs, HEAD_DIM,
-            True, CAUSAL, EVEN_D, NEG_SCALE, BLOCK_N, PRECISION)
+            True, CAUSAL, EVEN_D, NEG_SCALE, BLOCK_N, BLOCK_D, PRECISION,
+            KV_TMA, PRESCALE, LAZY, LAZY_TAU, WARP_SPEC)
 
         # rows that saw no key: l_i == 0 and acc == 0, written as zeros
         l_safe = tl.where(l_i == 0.0, 1.0, l_i)
@@ -337,22 +464,48 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor)
         raise ValueError(f"head size must be in [1, {MAX_HEAD_DIM}], got {D}")
 
 
+def _tma_ok(t: torch.Tensor) -> bool:
+    """A 4-D [B, H_kv, S_kv, D] tensor a TMA descriptor can address: unit feature stride,
+    the other strides multiples of 16 bytes, a 16-byte aligned base."""
+    es = t.element_size()
+    return (t.dim() == 4 and t.stride(3) == 1 and t.data_ptr() % 16 == 0
+            and t.shape[3] * es >= 16
+            and all(t.stride(i) * es % 16 == 0 and t.stride(i) > 0 for i in range(3)))
+
+
 def _launch(q, k, v, out, cu_q, cu_k, strides, S_q, S_kv, batch, H, H_kv, grid_m,
             scale, causal, bottom_right, varlen, config):
     D = q.shape[-1]
-    block_m, block_n, num_warps, num_stages = (
-        attention_config(D, q.device.type) if config is None else config)
+    cfg = (attention_config(D, q.device.type, bool(causal), grid_m) if config is None
+           else as_config(config))
+    flags = cfg.flags()
+    block_m, block_n = cfg.block_m, cfg.block_n
     block_d = max(16, triton.next_power_of_2(D))
     sc = 1.0 / math.sqrt(D) if scale is None else float(scale)
-    grid = (triton.cdiv(grid_m, block_m), batch * H)
+    group = H // H_kv
+    kv_tma = "tma" in flags and not varlen and _tma_ok(k) and _tma_ok(v)
+    if kv_tma:
+        box = [1, 1, block_n, block_d]
+        k_arg = TensorDescriptor(k, list(k.shape), list(k.stride()), box)
+        v_arg = TensorDescriptor(v, list(v.shape), list(v.stride()), box)
+    else:
+        k_arg, v_arg = k, v
+    n_m = triton.cdiv(grid_m, block_m)
+    if "gqa" in flags:
+        grid = (n_m * group, batch * H_kv)
+    else:
+        grid = (n_m, batch * H)
     _attn_fwd_kernel[grid](
-        q, k, v, out, cu_q, cu_k, *strides,
-        S_q, S_kv, H, H // H_kv, D, sc * _LOG2E,
+        q, k_arg, v_arg, out, cu_q, cu_k, *strides,
+        S_q, S_kv, H, group, D, sc * _LOG2E,
         VARLEN=varlen, CAUSAL=bool(causal), BOTTOM_RIGHT=bottom_right,
         EVEN_D=(block_d == D), NEG_SCALE=(sc < 0),
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
-        num_warps=num_warps, num_stages=num_stages)
+        KV_TMA=kv_tma, PRESCALE="prescale" in flags, LAZY="lazy" in flags,
+        LAZY_TAU=LAZY_TAU, GQA_ORDER="gqa" in flags, WARP_SPEC="ws" in flags,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
     return out
 
 
@@ -361,7 +514,7 @@ def attention_dense_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                            scale: float | None = None, *, config=None) -> torch.Tensor:
     """SDPA (``enable_gqa=True``, top-left causal mask) of ``q [B, H, S_q, D]`` over
     ``k, v [B, H_kv, S_kv, D]`` (any strides) into ``out [B, H, S_q, D]``; returns out.
-    ``config`` overrides :func:`attention_config` (tests)."""
+    ``config`` (an :class:`AttnConfig` or a tuple) overrides :func:`attention_config`."""
     _check(q, k, v, out)
     B, H, S_q, _ = q.shape
     H_kv, S_kv = k.shape[1], k.shape[2]

@@ -17,8 +17,9 @@ import torch
 import torch.nn.functional as F
 
 from opspec.kernels.attention import (
-    CONFIGS, INTERPRETER_CONFIG, attention_config, attention_dense_reference,
-    attention_dense_triton, attention_varlen_reference, attention_varlen_triton,
+    CONFIGS, INTERPRETER_CONFIG, SHORT_CAUSAL, AttnConfig, as_config, attention_config,
+    attention_dense_reference, attention_dense_triton, attention_varlen_reference,
+    attention_varlen_triton,
 )
 from opspec.kernels.attention_impl import AttentionCall
 from opspec.kernels.devices import TRITON_DEVICES, TRITON_INTERPRETED
@@ -186,13 +187,73 @@ def test_dense_triton_rejects_bad_arguments():
 
 
 def test_configs():
-    assert attention_config(128, "cuda") == (128, 64, 8, 3)
-    assert attention_config(64, "cuda") == (128, 64, 8, 3)
+    assert attention_config(128, "cuda") == (128, 64, 8, 3, "base", 0)
+    assert attention_config(64, "cuda") == AttnConfig(128, 64, 8, 3)
     assert attention_config(8, "cuda") == CONFIGS[0][1]
-    assert attention_config(256, "cuda") == (64, 32, 8, 2)
+    assert attention_config(256, "cuda") == (64, 32, 8, 2, "base", 0)
     assert attention_config(128, "cpu") == INTERPRETER_CONFIG
     with pytest.raises(ValueError, match="over the kernel's limit 256"):
         attention_config(264, "cuda")
+    # short causal rows take the smaller tile; long or full ones the default
+    (max_q, max_d, short), = SHORT_CAUSAL
+    assert attention_config(128, "cuda", True, max_q) == short == AttnConfig(64, 64, 4, 3)
+    assert attention_config(128, "cuda", True, max_q + 1) == CONFIGS[1][1]
+    assert attention_config(128, "cuda", False, 16) == CONFIGS[1][1]
+    assert attention_config(256, "cuda", True, 16) == CONFIGS[2][1]
+    # tuples: 4 fields are the base variant
+    assert as_config((64, 32, 4, 2)) == AttnConfig(64, 32, 4, 2, "base", 0)
+    assert as_config((64, 32, 4, 2, "tma+lazy")).flags() == {"tma", "lazy"}
+    assert AttnConfig(64, 32, 4, 2).flags() == frozenset()
+    with pytest.raises(ValueError, match=r"unknown attention kernel variant\(s\) \['fast'\]"):
+        AttnConfig(64, 32, 4, 2, "tma+fast").flags()
+
+
+#: the variants through the interpreter: each flag alone, all together, a register cap
+VARIANT_CONFIGS = [
+    (32, 16, 4, 1, "tma"), (32, 16, 4, 1, "prescale"), (32, 16, 4, 1, "lazy"),
+    (32, 16, 4, 1, "gqa"), (32, 16, 4, 2, "ws"), (16, 32, 4, 2, "tma+prescale+lazy+gqa", 128),
+]
+
+
+@needs_triton
+@pytest.mark.parametrize("dtype", KERNEL_DTYPES, ids=str)
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("config", VARIANT_CONFIGS, ids=lambda c: f"{c[4]}-{c[0]}x{c[1]}")
+def test_dense_triton_variants(config, is_causal, dtype):
+    # ratio 2 with S_q < S_kv and partial blocks; ratio 4 with a head size padded 24 -> 32
+    for B, H, H_kv, S_q, S_kv, D, seed in [(2, 4, 2, 33, 45, 32, 0), (1, 8, 2, 40, 40, 24, 1)]:
+        q, k, v = _dense(B, H, H_kv, S_q, S_kv, D, dtype, seed=seed)
+        out = torch.full_like(q, float("nan"))
+        assert attention_dense_triton(q, k, v, out, is_causal, config=config) is out
+        _close(out, _ref64(attention_dense_reference, q, k, v, is_causal=is_causal), dtype)
+
+
+@needs_triton
+@pytest.mark.parametrize("variant", ["lazy", "prescale+lazy", "base"])
+def test_dense_triton_lazy_rescale_with_growing_and_shrinking_scores(variant):
+    # keys growing along the sequence: the row maximum jumps by far more than 2**8 from
+    # block to block (the rescale runs), then shrinking keys (the rescale is skipped)
+    q, k, v = _dense(1, 2, 1, 20, 64, 16, torch.float32, seed=4)
+    ramp = torch.linspace(0.1, 3.0, 64, device=DEVICE)[:, None]
+    for keys in (k * ramp, k * ramp.flip(0)):
+        for scale in (None, 2.0, -1.5):
+            out = torch.empty_like(q)
+            attention_dense_triton(q, keys, v, out, True, scale, config=(16, 16, 4, 1, variant))
+            _close(out, _ref64(attention_dense_reference, q, keys, v, is_causal=True,
+                               scale=scale), torch.float32)
+
+
+@needs_triton
+def test_dense_triton_tma_falls_back_where_strides_do_not_allow():
+    # a key/value row stride of 40 bytes (not a multiple of 16): the pointer loads run
+    B, S, H, H_kv, D = 1, 21, 2, 1, 16
+    kv = _randn(B, H_kv, S, D + 4, dtype=torch.float16, seed=6)[..., :D]
+    q = _randn(B, H, S, D, dtype=torch.float16, seed=7)
+    from opspec.kernels.attention import _tma_ok
+    assert not _tma_ok(kv) and _tma_ok(q)
+    out = torch.empty_like(q)
+    attention_dense_triton(q, kv, kv, out, True, config=(16, 16, 4, 1, "tma"))
+    _close(out, _ref64(attention_dense_reference, q, kv, kv, is_causal=True), torch.float16)
 
 
 _SM90_SCRIPT = r"""
@@ -208,10 +269,18 @@ ints = dict(stride_qb=H*S*D, stride_qh=S*D, stride_qs=D, stride_kb=8*S*D, stride
             stride_ks=D, stride_vb=8*S*D, stride_vh=S*D, stride_vs=D, stride_ob=H*S*D,
             stride_oh=S*D, stride_os=D, S_q=S, S_kv=S, H=H, GROUP=4, HEAD_DIM=D)
 out = {}
-for varlen in (False, True):
-    bm, bn, warps, stages = K.attention_config(D, "cuda")
+builds = [("dense", False, K.attention_config(D, "cuda")),
+          ("varlen", True, K.attention_config(D, "cuda")),
+          ("dense-short", False, K.attention_config(D, "cuda", True, 1024)),
+          ("dense-tma-lazy", False, K.AttnConfig(128, 64, 8, 3, "tma+lazy"))]
+for label, varlen, cfg in builds:
+    bm, bn, warps, stages = cfg[:4]
+    fl = cfg.flags()
+    tma = "tma" in fl
     consts = dict(VARLEN=varlen, CAUSAL=True, BOTTOM_RIGHT=varlen, EVEN_D=True, NEG_SCALE=False,
                   PRECISION="tf32", BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=D,
+                  KV_TMA=tma, PRESCALE="prescale" in fl, LAZY="lazy" in fl, LAZY_TAU=8.0,
+                  GQA_ORDER="gqa" in fl, WARP_SPEC="ws" in fl,
                   stride_qd=1, stride_kd=1, stride_vd=1, stride_od=1)
     # as the launcher specialises: pointers and multiples of 16 are 16-divisible
     sig, attrs = {}, {}
@@ -224,6 +293,8 @@ for varlen in (False, True):
                 attrs[(i,)] = [["tt.divisibility", 16]]
         elif name == "qk_scale":
             sig[name] = "fp32"
+        elif tma and name in ("K", "V"):
+            sig[name] = f"tensordesc<bf16[1,1,{bn},{D}]>"
         else:
             sig[name] = "*i32" if name.startswith("CU_") else "*bf16"
             attrs[(i,)] = [["tt.divisibility", 16]]
@@ -231,16 +302,18 @@ for varlen in (False, True):
     c = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                        options={"num_warps": warps, "num_stages": stages})
     ptx = c.asm["ptx"]
-    out[str(varlen)] = {"wgmma": len(re.findall(r"wgmma\.mma_async", ptx)),
-                        "local": ptx.count(".local"), "shared": c.metadata.shared}
+    out[label] = {"wgmma": len(re.findall(r"wgmma\.mma_async", ptx)),
+                  "tma": ptx.count("cp.async.bulk.tensor"), "want_tma": tma,
+                  "local": ptx.count(".local"), "shared": c.metadata.shared}
 json.dump(out, sys.stdout)
 """
 
 
 def test_kernel_builds_for_sm90():
-    """The causal kernel, dense and varlen, compiles for sm_90 with the D = 128 tile as the
-    launcher specialises it: the products are wgmma, nothing goes to local memory, and
-    the shared memory fits the H200's 227 KiB. In a fresh process: under the interpreter,
+    """The causal kernel, dense and varlen, compiles for sm_90 with the D = 128 tiles as the
+    launcher specialises them (the default, the short-causal one, the TMA + lazy variant):
+    the products are wgmma, the TMA variant's loads are bulk tensor copies, nothing goes
+    to local memory, and the shared memory fits the H200's 227 KiB. In a fresh process: under the interpreter,
     triton.language is patched."""
     import json
     import os
@@ -251,9 +324,12 @@ def test_kernel_builds_for_sm90():
     res = subprocess.run([sys.executable, "-c", _SM90_SCRIPT], capture_output=True, text=True,
                          env=env, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
-    for varlen, facts in json.loads(res.stdout).items():
-        assert facts["wgmma"] > 0 and facts["local"] == 0, (varlen, facts)
-        assert facts["shared"] <= 227 * 1024, (varlen, facts)
+    builds = json.loads(res.stdout)
+    assert len(builds) == 4
+    for label, facts in builds.items():
+        assert facts["wgmma"] > 0 and facts["local"] == 0, (label, facts)
+        assert (facts["tma"] > 0) == facts["want_tma"], (label, facts)
+        assert facts["shared"] <= 227 * 1024, (label, facts)
 
 
 # ============================================================================ Triton, varlen
@@ -272,6 +348,18 @@ def test_varlen_triton_matches_reference(q_lens, k_lens, H, H_kv, D, causal, dty
     out = torch.full_like(q, float("nan"))
     assert attention_varlen_triton(q, k, v, cq, ck, max(q_lens), out, None, causal) is out
     _close(out, _ref64(attention_varlen_reference, q, k, v, cq, ck, causal=causal), dtype)
+
+
+@needs_triton
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("config", VARIANT_CONFIGS, ids=lambda c: f"{c[4]}-{c[0]}x{c[1]}")
+def test_varlen_triton_variants(config, causal):
+    # tma is dense-only (the pointer loads run); an empty sequence, len_q > len_k
+    q, k, v, cq, ck = _varlen([5, 0, 40, 17], [9, 3, 40, 10], 4, 2, 32, torch.float16)
+    out = torch.full_like(q, float("nan"))
+    attention_varlen_triton(q, k, v, cq, ck, 40, out, None, causal, config=config)
+    _close(out, _ref64(attention_varlen_reference, q, k, v, cq, ck, causal=causal),
+           torch.float16)
 
 
 @needs_triton
