@@ -280,7 +280,6 @@ def main() -> None:
         results.append(dict(label=label, kind=kind, M=M, N=N, K=K, dtype=args.dtype, group_size=G,
                             bytes=nbytes, flop=flop, table=list(table), entries=entries,
                             best=best and best["name"], best_config=best and best["config"]))
-        del x, p, s, z, ref, out
         if not smoke:
             torch.cuda.empty_cache()
     print(f"\nsummary ({time.perf_counter() - t_start:.0f} s):")

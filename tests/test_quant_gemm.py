@@ -186,6 +186,19 @@ def test_prefill_kernel(shape, dtype):
     _close(out, _want(x, p, s, z, g), dtype)
 
 
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=str)
+@pytest.mark.parametrize("f32_dequant,swap_ab", [(False, False), (True, True), (False, True)])
+def test_prefill_variants(f32_dequant, swap_ab, dtype):
+    """16-bit dequantization and the swapped product (y.T's tiles), with several tiles,
+    a K tail (K = 96 in 64-wide steps), gathered groups and a transposed out."""
+    for M, N, K, g, seed in ((40, 35, 128, 32, 8), (20, 24, 96, 6, 9)):
+        x, p, s, z = _operands(M, N, K, g, dtype, seed=seed)
+        cfg = PrefillConfig(16, 16, 64 if K == 96 else 32, 2, 4, 1, f32_dequant, swap_ab)
+        out = torch.empty(N, M, dtype=dtype).t()
+        w4a16_prefill_triton(x, p, s, z, g, out, config=cfg)
+        _close(out, _want(x, p, s, z, g), dtype)
+
+
 def test_prefill_many_tiles_and_strides():
     x, p, s, z = _operands(40, 35, 128, 32, F16, seed=4)
     xs = torch.cat([x, x], dim=1)[:, ::2]                   # column stride 2
