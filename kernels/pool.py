@@ -419,15 +419,17 @@ def _pool2d_rows_kernel(
     x_ptr, out_ptr,
     C, H, W, H_out, W_out, n_col_blocks, n_row_blocks,
     sxn, sxc, sxh, sxw,
-    SW, PH, PW, DW,
+    SW, PH, PW,
     divisor,
-    KH: tl.constexpr, KW: tl.constexpr, DH: tl.constexpr, ROWS: tl.constexpr,
+    KH: tl.constexpr, KW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr,
+    ROWS: tl.constexpr,
     N_IN: tl.constexpr,
     IS_MAX: tl.constexpr, MERGE_NC: tl.constexpr,
     COUNT_INCLUDE_PAD: tl.constexpr, HAS_DIVISOR: tl.constexpr,
     BLOCK_W: tl.constexpr, USE_INT64: tl.constexpr,
 ):
-    """Stride 1 along H: ROWS consecutive output rows of one plane, BLOCK_W columns. Each of
+    """Stride 1 along H: ROWS consecutive output rows of one plane, BLOCK_W columns (the
+    window and its dilation constants: a window column is an immediate offset). Each of
     the ``N_IN = ROWS + (KH - 1) * DH`` input rows they read is reduced along its window
     row once (KW loads); output row r then combines the KH row results r + kh * DH. A tile
     of output rows computed one by one would load every input row KH times. The row
@@ -695,9 +697,9 @@ def _launch_rows(x4: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeomet
     out_bound = (N * C + 1) * H_out * W_out + (p.block_r + 1) * W_out + p.block_w
     _pool2d_rows_kernel[(N * C * n_row_blocks * n_col_blocks,)](
         x4, out, C, H, W, H_out, W_out, n_col_blocks, n_row_blocks,
-        sn, sc, sh, sw, g.stride[1], g.padding[0], g.padding[1], g.dilation[1],
+        sn, sc, sh, sw, g.stride[1], g.padding[0], g.padding[1],
         float(divisor_override) if divisor_override is not None else 1.0,
-        KH=g.kernel[0], KW=g.kernel[1], DH=g.dilation[0], ROWS=p.block_r,
+        KH=g.kernel[0], KW=g.kernel[1], DH=g.dilation[0], DW=g.dilation[1], ROWS=p.block_r,
         N_IN=p.block_r + (g.kernel[0] - 1) * g.dilation[0],
         IS_MAX=(mode == "max"), MERGE_NC=merge_nc,
         COUNT_INCLUDE_PAD=bool(count_include_pad), HAS_DIVISOR=divisor_override is not None,

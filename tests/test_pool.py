@@ -629,8 +629,9 @@ def build(shape, dt, mode, g, cip=True, div=None, int64=False, strides=None):
                     n_col_blocks=triton.cdiv(W_out, p.block_w),
                     n_row_blocks=triton.cdiv(H_out, p.block_r),
                     sxn=sxn, sxc=sxc, sxh=sxh, sxw=sxw, SW=g.stride[1], PH=g.padding[0],
-                    PW=g.padding[1], DW=g.dilation[1], divisor=1.0)
-        cexpr = dict(KH=g.kernel[0], KW=g.kernel[1], DH=g.dilation[0], ROWS=p.block_r,
+                    PW=g.padding[1], divisor=1.0)
+        cexpr = dict(KH=g.kernel[0], KW=g.kernel[1], DH=g.dilation[0], DW=g.dilation[1],
+                     ROWS=p.block_r,
                      N_IN=p.block_r + (g.kernel[0] - 1) * g.dilation[0],
                      IS_MAX=mode == "max", MERGE_NC=merge, COUNT_INCLUDE_PAD=cip,
                      HAS_DIVISOR=div is not None, BLOCK_W=p.block_w, USE_INT64=int64)
