@@ -68,14 +68,16 @@ def split_for(N: int, K: int, block_n: int, block_k: int, programs: int) -> int:
 def decode_variants(M: int, N: int, K: int) -> list[tuple[str, DecodeConfig]]:
     out = []
     if M <= Q.GEMV_MAX_M:
-        # FMA kernel: (rows a program, warps, programs as multiples of the SMs, K a step)
-        for bn, w, waves, bk in ((128, 4, 4, 128), (128, 4, 8, 128), (64, 4, 8, 128),
-                                 (128, 4, 16, 128), (256, 8, 4, 128), (64, 2, 8, 128),
-                                 (128, 8, 8, 128), (256, 4, 4, 128), (64, 4, 16, 128),
-                                 (128, 4, 7, 128), (32, 4, 16, 128), (128, 4, 8, 64),
-                                 (64, 4, 8, 256)):
+        # FMA kernel: (rows a program, warps, programs as multiples of the SMs, K a step,
+        # stages: 2 = the weight double-buffered in registers, 1 = not)
+        for bn, w, waves, bk, st in ((128, 4, 4, 128, 2), (128, 4, 4, 128, 1), (128, 4, 8, 128, 2),
+                                     (64, 4, 8, 128, 2), (128, 4, 16, 128, 2), (64, 4, 8, 128, 1),
+                                     (256, 8, 4, 128, 2), (64, 2, 8, 128, 2), (128, 8, 8, 128, 2),
+                                     (256, 4, 4, 128, 2), (64, 4, 16, 128, 2), (128, 4, 6, 128, 2),
+                                     (32, 4, 16, 128, 2), (128, 4, 8, 64, 2)):
             s = split_for(N, K, bn, bk, waves * SMS)
-            out.append((f"gemv bn{bn} bk{bk} w{w} split{s}", DecodeConfig(bn, bk, s, w, 1, True)))
+            out.append((f"gemv bn{bn} bk{bk} w{w} {'prefetch' if st > 1 else 'no-prefetch'} split{s}",
+                        DecodeConfig(bn, bk, s, w, st, True)))
     # MMA kernel: (rows, K a step, warps, stages, programs as multiples of the SMs)
     for bn, bk, w, st, waves in ((128, 128, 8, 4, 4), (64, 128, 4, 4, 8), (128, 128, 4, 4, 8),
                                  (64, 128, 4, 6, 8), (128, 128, 8, 3, 8), (256, 128, 8, 4, 4),

@@ -106,7 +106,8 @@ class DecodeConfig(NamedTuple):
     num_stages: int
     # The FMA formulation (:func:`_w4a16_gemv_kernel`, M <= GEMV_MAX_M, no tensor cores)
     # instead of the MMA one; where its conditions fail (see w4a16_decode_triton) the MMA
-    # kernel runs.
+    # kernel runs. For it num_stages >= 2 means register double-buffering of the weight
+    # (its loads are not software-pipelined by Triton), 1 none.
     gemv: bool = False
 
 
@@ -147,7 +148,9 @@ _DECODE_BLOCK_N = 128
 # FMAs grow with M). Measured against the MMA kernel by benchmarks/w4a16_sweep.py.
 _GEMV_DEFAULT_MAX_M = 1
 _GEMV_BLOCK_K = 128                   # K per step: 16 int32 words of each of the 128 rows
-_GEMV_WARPS, _GEMV_STAGES = 4, 1      # (its loads are not software-pipelined)
+# Its loads are not software-pipelined by Triton: stages = 2 double-buffers the weight
+# words in registers (two steps in flight a thread; 80 registers in the sm_90 build).
+_GEMV_WARPS, _GEMV_STAGES = 4, 2
 # Prefill: GEMM tiles; 128-wide K steps would straddle 64-wide groups, so block_k <= group.
 # H200 timings: 128x128 tiles, 8 warps, 3 stages, float32 dequantization measured 341
 # TFLOP/s on the 4096 x 28672 x 8192 row; 128x256 tiles with the dequantization in
@@ -424,19 +427,25 @@ def _gemv_nibble(words, I: tl.constexpr):
 
 
 @triton.jit
-def _gemv_step(acc0, acc1, acc2, acc3, x_ptr, w_ptr, s_ptr, z_ptr, w0, w_end,
-               offs_wn, offs_w, stride_xm, stride_xk, stride_wn, stride_sn, stride_sg,
-               stride_zn, stride_zg, M_ROWS: tl.constexpr, GROUP: tl.constexpr,
-               MASKED: tl.constexpr):
-    # Words [w0, w0 + BLOCK_W) of each weight row (k in [8 w0, 8 w0 + 8 BLOCK_W), inside
-    # one quantization group): acc_m[n] += s * (16 S - (16 + z) X), where
-    # S = sum_k (1 + q / 16) x[m, k] and X = sum_k x[m, k], so 16 S - 16 X = sum_k q x.
+def _gemv_words(w_ptr, offs_wn, offs_w, stride_wn, w0, w_end, MASKED: tl.constexpr):
+    # The [BLOCK_N, BLOCK_W] int32 words of step w0 (16-byte vectors when unmasked).
     wp = w_ptr + offs_wn[:, None] * stride_wn + (w0 + offs_w)[None, :]
     if MASKED:
+        return tl.load(wp, mask=((w0 + offs_w) < w_end)[None, :], other=0,
+                       eviction_policy="evict_first")
+    return tl.load(wp, eviction_policy="evict_first")
+
+
+@triton.jit
+def _gemv_step(acc0, acc1, acc2, acc3, words, x_ptr, s_ptr, z_ptr, w0, w_end,
+               offs_wn, offs_w, stride_xm, stride_xk, stride_sn, stride_sg,
+               stride_zn, stride_zg, M_ROWS: tl.constexpr, GROUP: tl.constexpr,
+               MASKED: tl.constexpr):
+    # `words`: words [w0, w0 + BLOCK_W) of each weight row (k in [8 w0, 8 w0 + 8 BLOCK_W),
+    # inside one quantization group): acc_m[n] += s * (16 S - (16 + z) X), where
+    # S = sum_k (1 + q / 16) x[m, k] and X = sum_k x[m, k], so 16 S - 16 X = sum_k q x.
+    if MASKED:
         wmask = (w0 + offs_w) < w_end
-        words = tl.load(wp, mask=wmask[None, :], other=0, eviction_policy="evict_first")
-    else:
-        words = tl.load(wp, eviction_policy="evict_first")
     g = (8 * w0) // GROUP
     s = tl.load(s_ptr + offs_wn * stride_sn + g * stride_sg).to(tl.float32)
     z = tl.load(z_ptr + offs_wn * stride_zn + g * stride_zg).to(tl.float32) + 16.0
@@ -496,7 +505,7 @@ def _w4a16_gemv_kernel(
     stride_xm, stride_xk, stride_wn, stride_sn, stride_sg, stride_zn, stride_zg,
     stride_os, stride_om, stride_on,
     BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, M_ROWS: tl.constexpr, GROUP: tl.constexpr,
-    USE_INT64: tl.constexpr,
+    USE_INT64: tl.constexpr, PREFETCH: tl.constexpr,
 ):
     # The FMA decode kernel: w_ptr is the packed weight read as int32 words (KW = K // 8
     # a row, stride_wn in words; word w of a row holds q[8 w + i] in bits 4i..4i+3).
@@ -516,17 +525,38 @@ def _w4a16_gemv_kernel(
     acc1 = tl.zeros((BLOCK_N,), dtype=tl.float32)
     acc2 = tl.zeros((BLOCK_N,), dtype=tl.float32)
     acc3 = tl.zeros((BLOCK_N,), dtype=tl.float32)
-    for i in range(0, (w_end - w_begin) // BLOCK_W):
-        w0 = tl.multiple_of(w_begin + i * BLOCK_W, BLOCK_W)
-        acc0, acc1, acc2, acc3 = _gemv_step(
-            acc0, acc1, acc2, acc3, x_ptr, w_ptr, s_ptr, z_ptr, w0, w_end, offs_wn, offs_w,
-            stride_xm, stride_xk, stride_wn, stride_sn, stride_sg, stride_zn, stride_zg,
-            M_ROWS, GROUP, False)
-    w_tail = w_end - (w_end - w_begin) % BLOCK_W
+    n_full = (w_end - w_begin) // BLOCK_W
+    if PREFETCH:
+        # Register double-buffering: step i + 1's words are requested before step i is
+        # computed (the last step's are requested again, not past the range), so two
+        # steps of weight are in flight a thread.
+        w_last = tl.multiple_of(w_begin + tl.maximum(n_full - 1, 0) * BLOCK_W, BLOCK_W)
+        cur = _gemv_words(w_ptr, offs_wn, offs_w, stride_wn,
+                          tl.multiple_of(w_begin, BLOCK_W), w_end, False)
+        for i in range(0, n_full):
+            w0 = tl.multiple_of(w_begin + i * BLOCK_W, BLOCK_W)
+            nxt = _gemv_words(w_ptr, offs_wn, offs_w, stride_wn,
+                              tl.multiple_of(tl.minimum(w0 + BLOCK_W, w_last), BLOCK_W),
+                              w_end, False)
+            acc0, acc1, acc2, acc3 = _gemv_step(
+                acc0, acc1, acc2, acc3, cur, x_ptr, s_ptr, z_ptr, w0, w_end, offs_wn, offs_w,
+                stride_xm, stride_xk, stride_sn, stride_sg, stride_zn, stride_zg,
+                M_ROWS, GROUP, False)
+            cur = nxt
+    else:
+        for i in range(0, n_full):
+            w0 = tl.multiple_of(w_begin + i * BLOCK_W, BLOCK_W)
+            words = _gemv_words(w_ptr, offs_wn, offs_w, stride_wn, w0, w_end, False)
+            acc0, acc1, acc2, acc3 = _gemv_step(
+                acc0, acc1, acc2, acc3, words, x_ptr, s_ptr, z_ptr, w0, w_end, offs_wn, offs_w,
+                stride_xm, stride_xk, stride_sn, stride_sg, stride_zn, stride_zg,
+                M_ROWS, GROUP, False)
+    w_tail = w_begin + n_full * BLOCK_W
     if w_tail < w_end:
+        words = _gemv_words(w_ptr, offs_wn, offs_w, stride_wn, w_tail, w_end, True)
         acc0, acc1, acc2, acc3 = _gemv_step(
-            acc0, acc1, acc2, acc3, x_ptr, w_ptr, s_ptr, z_ptr, w_tail, w_end, offs_wn, offs_w,
-            stride_xm, stride_xk, stride_wn, stride_sn, stride_sg, stride_zn, stride_zg,
+            acc0, acc1, acc2, acc3, words, x_ptr, s_ptr, z_ptr, w_tail, w_end, offs_wn, offs_w,
+            stride_xm, stride_xk, stride_sn, stride_sg, stride_zn, stride_zg,
             M_ROWS, GROUP, True)
     if USE_INT64:
         offs_n = offs_n.to(tl.int64)
@@ -771,7 +801,8 @@ def _launch_gemv(x, words, scales, zeros, group_size, out, cfg, M, N, K):
         x.stride(0), x.stride(1), words.stride(0), scales.stride(0), scales.stride(1),
         zeros.stride(0), zeros.stride(1), *dstrides,
         BLOCK_N=cfg.block_n, BLOCK_W=block_w, M_ROWS=M, GROUP=group_size,
-        USE_INT64=use_int64, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        USE_INT64=use_int64, PREFETCH=cfg.num_stages >= 2, num_warps=cfg.num_warps,
+        num_stages=1,
     )
     if split > 1:
         block = 1024

@@ -143,7 +143,7 @@ def test_gemv_kernel(shape, dtype):
     M, N, K, g, bk = shape
     x, p, s, z = _operands(M, N, K, g, dtype, F32 if M == 3 else None, seed=M)
     out = torch.empty(M, N, dtype=dtype)
-    cfg = DecodeConfig(16, bk, 3, 4, 1, True)
+    cfg = DecodeConfig(16, bk, 3, 4, 1 + M % 2, True)   # stages 2: register double-buffering
     assert Q._as_words(p, M, K, g, bk) is not None                 # the FMA kernel runs
     assert w4a16_decode_triton(x, p, s, z, g, out, config=cfg) is out
     _close(out, _want(x, p, s, z, g), dtype)
@@ -155,7 +155,7 @@ def test_gemv_strides_and_fallback():
     to the MMA kernel."""
     M, N, K, g = 2, 20, 256, 64
     x, p, s, z = _operands(M, N, K, g, F16, seed=7)
-    cfg = DecodeConfig(16, 64, 2, 4, 1, True)
+    cfg = DecodeConfig(16, 64, 2, 4, 2, True)
     xt = x.t().contiguous().t()
     pw = torch.cat([p, p], dim=1)[:, :K // 2]
     out = torch.empty(N, M, dtype=F16).t()
@@ -253,9 +253,9 @@ def test_config_choice():
     # (block_n, block_k, split_k, warps, stages): 128 weight rows and one 128-wide group a
     # step; K split until about 4 x 132 programs stream the weight
     # M = 1: the FMA kernel (gemv), 128-wide steps
-    assert decode_config_for(1, 57344, 8192, 128) == (128, 128, 2, 4, 1, True)
+    assert decode_config_for(1, 57344, 8192, 128) == (128, 128, 2, 4, 2, True)
     assert decode_config_for(16, 28672, 8192, 128) == (128, 128, 3, 4, 4, False)
-    assert decode_config_for(1, 4096, 4096, 128) == (128, 128, 8, 4, 1, True)
+    assert decode_config_for(1, 4096, 4096, 128) == (128, 128, 8, 4, 2, True)
     assert decode_config_for(4, 4096, 14336, 128) == (128, 128, 16, 4, 4, False)
     assert not decode_config_for(1, 4096, 4096, 64).gemv     # a step would straddle groups
     # few steps: at least 4 a split
@@ -483,7 +483,7 @@ for dt, sdt in (("bf16", "bf16"), ("fp16", "fp32")):
         out[f"gemv-{dt}-{sdt}-m{m}"] = build(
             Q._w4a16_gemv_kernel, dict(ptrs, w_ptr="*i32"), ints,
             dict(BLOCK_N=cfg.block_n, BLOCK_W=cfg.block_k // 8, M_ROWS=m, GROUP=g,
-                 USE_INT64=False), cfg.num_warps, cfg.num_stages)
+                 USE_INT64=False, PREFETCH=cfg.num_stages >= 2), cfg.num_warps, 1)
 json.dump(out, sys.stdout)
 """
 
