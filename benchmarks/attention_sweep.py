@@ -55,6 +55,8 @@ VARIANTS: list[tuple[str, AttnConfig | None]] = [
     ("tma-lazy-128x64-s2-r128", AttnConfig(128, 64, 8, 2, "tma+lazy", 128)),
     ("tma-lazy-128x64-s3", AttnConfig(128, 64, 8, 3, "tma+lazy")),
     ("tma-128x128-s2", AttnConfig(128, 128, 8, 2, "tma")),
+    ("tma-pipe-128x64-s2", AttnConfig(128, 64, 8, 2, "tma+pipe")),
+    ("tma-pipe-lazy-128x64-s3", AttnConfig(128, 64, 8, 3, "tma+pipe+lazy")),
     ("lazy-128x64-s3", AttnConfig(128, 64, 8, 3, "lazy")),
     ("gqa-128x64-s3", AttnConfig(128, 64, 8, 3, "gqa")),
     ("tma-64x64-w4-s2", AttnConfig(64, 64, 4, 2, "tma")),
@@ -69,6 +71,8 @@ VARIANTS: list[tuple[str, AttnConfig | None]] = [
     ("tma-64x128-w4-s2", AttnConfig(64, 128, 4, 2, "tma")),
     ("tma-ws-128x64-s3", AttnConfig(128, 64, 8, 3, "tma+ws")),
     ("lazy-64x64-w4-s3", AttnConfig(64, 64, 4, 3, "lazy")),
+    ("pipe-128x64-s3", AttnConfig(128, 64, 8, 3, "pipe")),
+    ("tma-pipe-64x64-w4-s2", AttnConfig(64, 64, 4, 2, "tma+pipe")),
 ]
 
 #: (label, B, H, H_kv, S, D, causal)

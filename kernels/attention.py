@@ -85,7 +85,10 @@ _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
 #:   together from L2.
 #: * ``ws``: the key loops as ``tl.range(..., warp_specialize=True)`` (a Triton feature that
 #:   may not compile for every target; the sweep reports it).
-VARIANTS = ("tma", "prescale", "lazy", "gqa", "ws")
+#: * ``pipe``: the unmasked key loop software-pipelined by one block in the source (the
+#:   next block's ``q k^T`` issued before this block's softmax), for the tensor cores to
+#:   overlap the exponentials; one more score tile in registers.
+VARIANTS = ("tma", "prescale", "lazy", "gqa", "ws", "pipe")
 
 LAZY_TAU = 8.0
 
@@ -335,6 +338,72 @@ def _attn_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, b, kvh, offs_m, offs_n, offs_d
 
 
 @triton.jit
+def _full_update(acc, l_i, m_i, qk, v, qk_scale, NEG_SCALE: tl.constexpr,
+                 PRESCALE: tl.constexpr, LAZY: tl.constexpr, LAZY_TAU: tl.constexpr,
+                 PRECISION: tl.constexpr):
+    """The online-softmax update of an unmasked block's scores ``qk`` and values ``v``."""
+    if PRESCALE:
+        m_ij = tl.maximum(m_i, tl.max(qk, 1))
+    elif NEG_SCALE:
+        m_ij = tl.maximum(m_i, tl.min(qk, 1) * qk_scale)
+    else:
+        m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+    if LAZY:
+        m_ij = tl.where(m_ij > m_i + LAZY_TAU, m_ij, m_i)
+    if PRESCALE:
+        p = tl.math.exp2(qk - m_ij[:, None])
+    else:
+        p = tl.math.exp2(qk * qk_scale - m_ij[:, None])
+    alpha = tl.math.exp2(m_i - m_ij)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    if LAZY:
+        if tl.min(alpha, 0) < 1.0:
+            acc = acc * alpha[:, None]
+    else:
+        acc = acc * alpha[:, None]
+    acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)
+    return acc, l_i, m_ij
+
+
+@triton.jit
+def _attn_block_pipe(acc, l_i, m_i, q, k_ptrs, v_ptrs, b, kvh, offs_d, lo, hi,
+                     qk_scale, stride_kn, stride_vn, HEAD_DIM,
+                     EVEN_D: tl.constexpr, NEG_SCALE: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_D: tl.constexpr, PRECISION: tl.constexpr, KV_TMA: tl.constexpr,
+                     PRESCALE: tl.constexpr, LAZY: tl.constexpr, LAZY_TAU: tl.constexpr):
+    """The unmasked key blocks [lo, hi), software-pipelined by one block: the scores of
+    block j + 1 are issued before the softmax of block j, so the tensor cores work on the
+    next product while the exponentials of this one run (FlashAttention-3's intra-warpgroup
+    overlap, written in the source)."""
+    if lo < hi:
+        d_ok = offs_d[None, :] < HEAD_DIM
+        n_ok = d_ok   # unused: unmasked blocks
+        if not KV_TMA:
+            k_ptrs += lo * stride_kn
+            v_ptrs += lo * stride_vn
+        k = _load_kv(k_ptrs, lo, b, kvh, n_ok, d_ok, False, EVEN_D, KV_TMA, BLOCK_N, BLOCK_D)
+        qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        for start_n in range(lo + BLOCK_N, hi, BLOCK_N):
+            if not KV_TMA:
+                k_ptrs += BLOCK_N * stride_kn
+            k = _load_kv(k_ptrs, start_n, b, kvh, n_ok, d_ok, False, EVEN_D, KV_TMA,
+                         BLOCK_N, BLOCK_D)
+            qk_next = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+            v = _load_kv(v_ptrs, start_n - BLOCK_N, b, kvh, n_ok, d_ok, False, EVEN_D, KV_TMA,
+                         BLOCK_N, BLOCK_D)
+            acc, l_i, m_i = _full_update(acc, l_i, m_i, qk, v, qk_scale, NEG_SCALE, PRESCALE,
+                                         LAZY, LAZY_TAU, PRECISION)
+            if not KV_TMA:
+                v_ptrs += BLOCK_N * stride_vn
+            qk = qk_next
+        v = _load_kv(v_ptrs, hi - BLOCK_N, b, kvh, n_ok, d_ok, False, EVEN_D, KV_TMA,
+                     BLOCK_N, BLOCK_D)
+        acc, l_i, m_i = _full_update(acc, l_i, m_i, qk, v, qk_scale, NEG_SCALE, PRESCALE,
+                                     LAZY, LAZY_TAU, PRECISION)
+    return acc, l_i, m_i
+
+
+@triton.jit
 def _attn_fwd_kernel(
     Q, K, V, O, CU_Q, CU_K,
     stride_qb, stride_qh, stride_qs, stride_qd,
@@ -347,7 +416,7 @@ def _attn_fwd_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     KV_TMA: tl.constexpr = False, PRESCALE: tl.constexpr = False, LAZY: tl.constexpr = False,
     LAZY_TAU: tl.constexpr = 8.0, GQA_ORDER: tl.constexpr = False,
-    WARP_SPEC: tl.constexpr = False,
+    WARP_SPEC: tl.constexpr = False, PIPE: tl.constexpr = False,
 ):
     if GQA_ORDER:
         # grid (GROUP * query blocks, B * H_kv): the query heads of a kv head adjacent
@@ -426,11 +495,18 @@ def _attn_fwd_kernel(
             end = tl.minimum(len_k, tl.maximum(start_m + BLOCK_M + shift, 0))
         else:
             end = len_k
-        acc, l_i, m_i = _attn_block(
-            acc, l_i, m_i, q, k_ptrs, v_ptrs, b, kvh, offs_m, offs_n, offs_d, 0, full_end,
-            len_k, shift, qk_scale, stride_ks, stride_vs, HEAD_DIM,
-            False, CAUSAL, EVEN_D, NEG_SCALE, BLOCK_N, BLOCK_D, PRECISION,
-            KV_TMA, PRESCALE, LAZY, LAZY_TAU, WARP_SPEC)
+        if PIPE:
+            acc, l_i, m_i = _attn_block_pipe(
+                acc, l_i, m_i, q, k_ptrs, v_ptrs, b, kvh, offs_d, 0, full_end,
+                qk_scale, stride_ks, stride_vs, HEAD_DIM,
+                EVEN_D, NEG_SCALE, BLOCK_N, BLOCK_D, PRECISION,
+                KV_TMA, PRESCALE, LAZY, LAZY_TAU)
+        else:
+            acc, l_i, m_i = _attn_block(
+                acc, l_i, m_i, q, k_ptrs, v_ptrs, b, kvh, offs_m, offs_n, offs_d, 0, full_end,
+                len_k, shift, qk_scale, stride_ks, stride_vs, HEAD_DIM,
+                False, CAUSAL, EVEN_D, NEG_SCALE, BLOCK_N, BLOCK_D, PRECISION,
+                KV_TMA, PRESCALE, LAZY, LAZY_TAU, WARP_SPEC)
         acc, l_i, m_i = _attn_block(
             acc, l_i, m_i, q, k_ptrs, v_ptrs, b, kvh, offs_m, offs_n, offs_d, full_end, end,
             len_k, shift, qk_scale, stride_ks, stride_vs, HEAD_DIM,
@@ -504,6 +580,7 @@ def _launch(q, k, v, out, cu_q, cu_k, strides, S_q, S_kv, batch, H, H_kv, grid_m
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
         KV_TMA=kv_tma, PRESCALE="prescale" in flags, LAZY="lazy" in flags,
         LAZY_TAU=LAZY_TAU, GQA_ORDER="gqa" in flags, WARP_SPEC="ws" in flags,
+        PIPE="pipe" in flags,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
     return out

@@ -211,17 +211,25 @@ def test_configs():
 #: the variants through the interpreter: each flag alone, all together, a register cap
 VARIANT_CONFIGS = [
     (32, 16, 4, 1, "tma"), (32, 16, 4, 1, "prescale"), (32, 16, 4, 1, "lazy"),
-    (32, 16, 4, 1, "gqa"), (32, 16, 4, 2, "ws"), (16, 32, 4, 2, "tma+prescale+lazy+gqa", 128),
+    (32, 16, 4, 1, "gqa"), (32, 16, 4, 2, "ws"), (32, 16, 4, 1, "pipe"),
+    (16, 32, 4, 2, "tma+prescale+lazy+gqa+pipe", 128),
 ]
 
 
+# float16 for every variant; the other dtypes for all flags together (the interpreter is slow)
+_VARIANT_CASES = ([(c, torch.float16) for c in VARIANT_CONFIGS]
+                  + [(VARIANT_CONFIGS[-1], d) for d in KERNEL_DTYPES if d != torch.float16])
+
+
 @needs_triton
-@pytest.mark.parametrize("dtype", KERNEL_DTYPES, ids=str)
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("config", VARIANT_CONFIGS, ids=lambda c: f"{c[4]}-{c[0]}x{c[1]}")
+@pytest.mark.parametrize("config, dtype", _VARIANT_CASES,
+                         ids=lambda x: f"{x[4]}-{x[0]}x{x[1]}" if isinstance(x, tuple) else str(x))
 def test_dense_triton_variants(config, is_causal, dtype):
-    # ratio 2 with S_q < S_kv and partial blocks; ratio 4 with a head size padded 24 -> 32
-    for B, H, H_kv, S_q, S_kv, D, seed in [(2, 4, 2, 33, 45, 32, 0), (1, 8, 2, 40, 40, 24, 1)]:
+    # ratio 2 with S_q < S_kv and partial blocks; ratio 4 with a head size padded 24 -> 32;
+    # MQA with one unmasked key block (the pipelined loop's prologue and epilogue only)
+    for B, H, H_kv, S_q, S_kv, D, seed in [(2, 4, 2, 33, 45, 32, 0), (1, 8, 2, 40, 40, 24, 1),
+                                           (1, 2, 1, 3, 20, 16, 2)]:
         q, k, v = _dense(B, H, H_kv, S_q, S_kv, D, dtype, seed=seed)
         out = torch.full_like(q, float("nan"))
         assert attention_dense_triton(q, k, v, out, is_causal, config=config) is out
@@ -229,7 +237,7 @@ def test_dense_triton_variants(config, is_causal, dtype):
 
 
 @needs_triton
-@pytest.mark.parametrize("variant", ["lazy", "prescale+lazy", "base"])
+@pytest.mark.parametrize("variant", ["lazy", "prescale+lazy", "pipe+lazy", "base"])
 def test_dense_triton_lazy_rescale_with_growing_and_shrinking_scores(variant):
     # keys growing along the sequence: the row maximum jumps by far more than 2**8 from
     # block to block (the rescale runs), then shrinking keys (the rescale is skipped)
@@ -272,7 +280,8 @@ out = {}
 builds = [("dense", False, K.attention_config(D, "cuda")),
           ("varlen", True, K.attention_config(D, "cuda")),
           ("dense-short", False, K.attention_config(D, "cuda", True, 1024)),
-          ("dense-tma-lazy", False, K.AttnConfig(128, 64, 8, 3, "tma+lazy"))]
+          ("dense-tma-lazy", False, K.AttnConfig(128, 64, 8, 3, "tma+lazy")),
+          ("dense-tma-pipe", False, K.AttnConfig(128, 64, 8, 2, "tma+pipe"))]
 for label, varlen, cfg in builds:
     bm, bn, warps, stages = cfg[:4]
     fl = cfg.flags()
@@ -280,7 +289,7 @@ for label, varlen, cfg in builds:
     consts = dict(VARLEN=varlen, CAUSAL=True, BOTTOM_RIGHT=varlen, EVEN_D=True, NEG_SCALE=False,
                   PRECISION="tf32", BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=D,
                   KV_TMA=tma, PRESCALE="prescale" in fl, LAZY="lazy" in fl, LAZY_TAU=8.0,
-                  GQA_ORDER="gqa" in fl, WARP_SPEC="ws" in fl,
+                  GQA_ORDER="gqa" in fl, WARP_SPEC="ws" in fl, PIPE="pipe" in fl,
                   stride_qd=1, stride_kd=1, stride_vd=1, stride_od=1)
     # as the launcher specialises: pointers and multiples of 16 are 16-divisible
     sig, attrs = {}, {}
@@ -325,7 +334,7 @@ def test_kernel_builds_for_sm90():
                          env=env, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     builds = json.loads(res.stdout)
-    assert len(builds) == 4
+    assert len(builds) == 5
     for label, facts in builds.items():
         assert facts["wgmma"] > 0 and facts["local"] == 0, (label, facts)
         assert (facts["tma"] > 0) == facts["want_tma"], (label, facts)
