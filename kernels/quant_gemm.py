@@ -45,7 +45,9 @@ Kernels (plain functions; the dispatch classes are in :mod:`opspec.kernels.quant
   a mask into the mantissa of 1.0 (``1 + q / 16``, exact, no conversion), multiplied
   into float32 partial sums with ``x`` (loaded once a step a thread, shared by the
   thread's rows), ``s * (16 S - (16 + z) X)`` per group. No shared memory, MMA waits or
-  layout shuffles a step; its FMAs grow with M.
+  layout shuffles a step; its FMAs grow with M. Triton does not software-pipeline these
+  loads, so with ``num_stages >= 2`` the kernel requests the next step's words before it
+  computes the current one (two steps in flight a thread).
 * :func:`w4a16_prefill_triton` -- any M, tiled like a GEMM: one program per ``BLOCK_M x
   BLOCK_N`` tile of y in grouped order, loading ``x`` ``[BLOCK_M, BLOCK_K]`` and the packed
   ``[BLOCK_N, BLOCK_K / 2]`` bytes per step, dequantizing the weight tile in registers
