@@ -549,4 +549,4 @@ def test_ref_api_outside_the_manifest_prefixes_is_not_imported():
 
 def test_the_bundled_manifest_declares_its_ref_api_prefixes():
     from opspec.manifest import load_bundled
-    assert load_bundled().types.ref_api_prefixes == ["torch.", "vllm.", "flashinfer.", "opspec."]
+    assert load_bundled().types.ref_api_prefixes == ["torch.", "vllm.", "flashinfer.", "flash_attn.", "opspec."]
