@@ -290,6 +290,25 @@ def main() -> None:
         if b:
             print(f"  {r['label']:30s} {b['us']:9.1f} us {b['gbps']:7.0f} GB/s {b['tflops']:6.1f} TFLOP/s"
                   f"  {r['best']}  {tuple(r['best_config'])}")
+    print("\nwhere the best configurations go (kernels/quant_gemm.py, the table block):")
+    for r in results:
+        c = r["best_config"]
+        if c is None:
+            continue
+        if r["kind"] == "prefill":
+            print(f"  {r['label']}: _PREFILL_LARGE = PrefillConfig{tuple(c)}  (every M > 64)")
+            continue
+        bn, bk, split, w, st, gemv = c
+        programs = triton.cdiv(r["N"], bn) * split
+        if gemv:
+            print(f"  {r['label']}: FMA kernel: _GEMV_DEFAULT_MAX_M >= {r['M']}; _GEMV_BLOCK_N = {bn}, "
+                  f"_GEMV_BLOCK_K = {bk}, _GEMV_WARPS, _GEMV_STAGES = {w}, {st}; "
+                  f"_GEMV_TARGET_PROGRAMS ~ {programs} ({programs / SMS:.1f} x 132)")
+        else:
+            not_fma = f": _GEMV_DEFAULT_MAX_M < {r['M']}" if r["M"] <= Q.GEMV_MAX_M else ""
+            print(f"  {r['label']}: MMA kernel{not_fma}; "
+                  f"_DECODE_BLOCK_N = {bn}, block_k {bk} (_DECODE_BLOCK_K), _DECODE_WARPS, "
+                  f"_DECODE_STAGES = {w}, {st}; _DECODE_TARGET_PROGRAMS ~ {programs} ({programs / SMS:.1f} x 132)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(device=None if smoke else torch.cuda.get_device_name(),

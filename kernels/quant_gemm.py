@@ -149,7 +149,9 @@ _DECODE_BLOCK_N = 128
 # sm_90 build about 3.9 bytes of weight per warp instruction at M = 1, falling with M (its
 # FMAs grow with M). Measured against the MMA kernel by benchmarks/w4a16_sweep.py.
 _GEMV_DEFAULT_MAX_M = 1
-_GEMV_BLOCK_K = 128                   # K per step: 16 int32 words of each of the 128 rows
+_GEMV_BLOCK_N = 128                   # weight rows a program (4 a thread at 4 warps)
+_GEMV_BLOCK_K = 128                   # K per step: 16 int32 words of each row
+_GEMV_TARGET_PROGRAMS = 4 * _NUM_SMS  # about 6 programs of 4 warps fit an SM (80 registers)
 # Its loads are not software-pipelined by Triton: stages = 2 double-buffers the weight
 # words in registers (two steps in flight a thread; 80 registers in the sm_90 build).
 _GEMV_WARPS, _GEMV_STAGES = 4, 2
@@ -176,12 +178,13 @@ def decode_config_for(M: int, N: int, K: int, group_size: int) -> DecodeConfig:
     gemv = M <= _GEMV_DEFAULT_MAX_M and group_size % _GEMV_BLOCK_K == 0 and K % 8 == 0
     if gemv:
         block_k = _GEMV_BLOCK_K
-    block_n = min(_DECODE_BLOCK_N, max(16, triton.next_power_of_2(N)))
+    block_n = min(_GEMV_BLOCK_N if gemv else _DECODE_BLOCK_N, max(16, triton.next_power_of_2(N)))
+    target = _GEMV_TARGET_PROGRAMS if gemv else _DECODE_TARGET_PROGRAMS
     n_blocks = triton.cdiv(N, block_n)
     steps = triton.cdiv(K, block_k)
     split = 1
-    if n_blocks < _DECODE_TARGET_PROGRAMS:
-        split = min(triton.cdiv(_DECODE_TARGET_PROGRAMS, n_blocks),
+    if n_blocks < target:
+        split = min(triton.cdiv(target, n_blocks),
                     max(1, steps // _DECODE_MIN_STEPS_PER_SPLIT))
         split = triton.cdiv(steps, triton.cdiv(steps, split))  # no empty split
     if gemv:
