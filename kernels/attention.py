@@ -34,9 +34,13 @@ Head sizes up to 256: the head axis is padded to ``BLOCK_D = max(16, next_pow2(D
 the Triton fused-attention tutorial's starting points, checked for register spills by an
 sm_90 build; one place to change them): for D <= 128, ``BLOCK_M = 128``, ``BLOCK_N = 64``,
 8 warps, 3 stages; for D <= 256 a 64 x 32 tile; ``BLOCK_N = 128`` is the first alternative
-to measure for D = 64 (for D = 128 it spills). The launchers take ``config=(BLOCK_M, BLOCK_N, num_warps, num_stages)`` to try
-others without editing the table. float32 inputs (tests only; the ops take float16 /
-bfloat16) use ``input_precision="ieee"`` products.
+to measure for D = 64 (for D = 128 it spills); causal calls with at most 1024 query rows
+take :data:`SHORT_CAUSAL`'s 64 x 64, 4-warp tile. The launchers take ``config`` (an
+:class:`AttnConfig`, or a ``(BLOCK_M, BLOCK_N, num_warps, num_stages)`` tuple) to try
+others without editing the table, including the kernel variants of :data:`VARIANTS` (TMA
+key/value loads, a prescaled q, a lazy rescale, a GQA launch order, warp-specialized or
+source-pipelined key loops; ``benchmarks/attention_sweep.py`` times them). float32 inputs
+(tests only; the ops take float16 / bfloat16) use ``input_precision="ieee"`` products.
 """
 
 from __future__ import annotations
