@@ -29,6 +29,7 @@ if "--smoke" in sys.argv:
 
 import torch
 import triton
+from triton.testing import do_bench
 
 import opspec.kernels.quant_gemm as Q
 from opspec.kernels.quant_gemm import DecodeConfig, PrefillConfig
@@ -176,7 +177,7 @@ def bench(fn, smoke: bool) -> float:
         t = time.perf_counter()
         fn()
         return (time.perf_counter() - t) * 1e3
-    return triton.testing.do_bench(fn, warmup=10, rep=40)
+    return do_bench(fn, warmup=10, rep=40)
 
 
 def main() -> None:
