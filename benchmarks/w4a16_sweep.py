@@ -153,12 +153,20 @@ def precompile(rows, dtype_name: str, device: str, jobs: int, timeout_s: float) 
     import concurrent.futures as cf
     import multiprocessing as mp
 
-    tasks = []
-    for kind, label, M, N, K in rows:
+    tasks, seen = [], set()
+    # prefill first (the slowest compiles), then decode; a binary serves every row with the
+    # same specialization, so each (kernel, M, configuration, split or not) is built once
+    for kind, label, M, N, K in sorted(rows, key=lambda r: r[0] != "prefill"):
         cfgs = [c for _, c in (decode_variants(M, N, K) if kind == "decode" else prefill_variants())]
         cfgs.append(Q.decode_config_for(M, N, K, G) if kind == "decode" else Q.prefill_config_for(M, N, K, G))
+        todo = []
+        for c in cfgs:
+            key = (kind, c) if kind == "prefill" else (kind, M, c._replace(split_k=c.split_k > 1))
+            if key not in seen:
+                seen.add(key)
+                todo.append(c)
         # a few configurations a task: short tasks keep every worker busy
-        tasks += [(kind, M, N, K, dtype_name, device, cfgs[i:i + 3]) for i in range(0, len(cfgs), 3)]
+        tasks += [(kind, M, N, K, dtype_name, device, todo[i:i + 3]) for i in range(0, len(todo), 3)]
     t0 = time.perf_counter()
     pool = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"))
     futures = [pool.submit(_precompile, t) for t in tasks]
