@@ -72,6 +72,11 @@ VARIANTS: list[tuple[str, AttnConfig | None]] = [
     ("tma-ws-128x64-s3", AttnConfig(128, 64, 8, 3, "tma+ws")),
     ("lazy-64x64-w4-s3", AttnConfig(64, 64, 4, 3, "lazy")),
     ("pipe-128x64-s3", AttnConfig(128, 64, 8, 3, "pipe")),
+    ("tma-persist-128x64-s2", AttnConfig(128, 64, 8, 2, "tma+persist")),
+    ("tma-persist-64x64-w4-s2", AttnConfig(64, 64, 4, 2, "tma+persist")),
+    ("tma-lazy-persist-128x64-s2-r128", AttnConfig(128, 64, 8, 2, "tma+lazy+persist", 128)),
+    ("tma-lazy-64x64-w4-s2", AttnConfig(64, 64, 4, 2, "tma+lazy")),
+    ("tma-gqa-128x64-s3", AttnConfig(128, 64, 8, 3, "tma+gqa")),
     ("tma-pipe-64x64-w4-s2", AttnConfig(64, 64, 4, 2, "tma+pipe")),
 ]
 
@@ -255,21 +260,21 @@ def main(argv=None) -> int:
             side = " ".join(f"{n[5:]} {sd[n]['tflops']:.0f}" for n, _ in SDPA_BACKENDS
                             if "tflops" in sd.get(n, {}))
             if "error" in res:
-                print(f"   {name:<28} {label:<18} ERROR {res['error'][:150]}", flush=True)
+                print(f"   {name:<32} {label:<18} ERROR {res['error'][:150]}", flush=True)
             else:
                 bad = "  MISMATCH" if res.get("max_err", 0.0) > MAX_ERR else ""
-                print(f"   {name:<28} {label:<18} {res['tflops']:6.0f} TFLOP/s {res['us']:9.1f} us"
+                print(f"   {name:<32} {label:<18} {res['tflops']:6.0f} TFLOP/s {res['us']:9.1f} us"
                       f"  first {res['first_call_s']:5.1f} s  err {res.get('max_err', float('nan')):.1e}"
                       f"  [sdpa {side}]{bad}", flush=True)
         if all("skipped" in r for r in vrep["results"].values()):
-            print(f"   {name:<28} skipped (budget)", flush=True)
+            print(f"   {name:<32} skipped (budget)", flush=True)
 
     # the table and the best variant of each row
     labels = list(data)
-    print(f"\n{'TFLOP/s':<28}" + "".join(f" {lab:>18}" for lab in labels))
+    print(f"\n{'TFLOP/s':<32}" + "".join(f" {lab:>18}" for lab in labels))
     for name, _ in SDPA_BACKENDS:
         cells = [data[lab][7]["sdpa"].get(name, {}).get("tflops") for lab in labels]
-        print(f"{name:<28}" + "".join(f" {c:18.0f}" if c else f" {'-':>18}" for c in cells))
+        print(f"{name:<32}" + "".join(f" {c:18.0f}" if c else f" {'-':>18}" for c in cells))
     best: dict = {}
     for vrep in report["variants"]:
         cells = []
@@ -281,7 +286,7 @@ def main(argv=None) -> int:
             if ok and r["tflops"] > best.get(lab, {}).get("tflops", 0.0):
                 cfg = vrep["config"] or data[lab][7]["default_config"]
                 best[lab] = {"name": vrep["name"], "config": cfg, "tflops": r["tflops"]}
-        print(f"{vrep['name']:<28}" + "".join(cells))
+        print(f"{vrep['name']:<32}" + "".join(cells))
     report["best"] = best
     print("\nbest per row (set CONFIGS / SHORT_CAUSAL in kernels/attention.py):")
     for lab in labels:

@@ -92,7 +92,11 @@ _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
 #: * ``pipe``: the unmasked key loop software-pipelined by one block in the source (the
 #:   next block's ``q k^T`` issued before this block's softmax), for the tensor cores to
 #:   overlap the exponentials; one more score tile in registers.
-VARIANTS = ("tma", "prescale", "lazy", "gqa", "ws", "pipe")
+#: * ``persist``: a persistent grid (one program an SM, two for 4-warp tiles or a register
+#:   cap of 128) walking the tiles query block by query block (heaviest first when causal)
+#:   over every (sequence, head), the query heads of a kv head adjacent; ``gqa`` is then
+#:   moot.
+VARIANTS = ("tma", "prescale", "lazy", "gqa", "ws", "pipe", "persist")
 
 LAZY_TAU = 8.0
 
@@ -407,38 +411,82 @@ def _attn_block_pipe(acc, l_i, m_i, q, k_ptrs, v_ptrs, b, kvh, offs_d, lo, hi,
     return acc, l_i, m_i
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["BATCH", "N_M"])
 def _attn_fwd_kernel(
     Q, K, V, O, CU_Q, CU_K,
     stride_qb, stride_qh, stride_qs, stride_qd,
     stride_kb, stride_kh, stride_ks, stride_kd,
     stride_vb, stride_vh, stride_vs, stride_vd,
     stride_ob, stride_oh, stride_os, stride_od,
-    S_q, S_kv, H, GROUP, HEAD_DIM, qk_scale,
+    S_q, S_kv, H, GROUP, HEAD_DIM, qk_scale, BATCH, N_M,
     VARLEN: tl.constexpr, CAUSAL: tl.constexpr, BOTTOM_RIGHT: tl.constexpr,
     EVEN_D: tl.constexpr, NEG_SCALE: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     KV_TMA: tl.constexpr = False, PRESCALE: tl.constexpr = False, LAZY: tl.constexpr = False,
     LAZY_TAU: tl.constexpr = 8.0, GQA_ORDER: tl.constexpr = False,
-    WARP_SPEC: tl.constexpr = False, PIPE: tl.constexpr = False,
+    WARP_SPEC: tl.constexpr = False, PIPE: tl.constexpr = False, PERSIST: tl.constexpr = False,
 ):
-    if GQA_ORDER:
-        # grid (GROUP * query blocks, B * H_kv): the query heads of a kv head adjacent
-        pid0 = tl.program_id(0)
-        g = pid0 % GROUP
-        m_idx = pid0 // GROUP
-        n_m = tl.num_programs(0) // GROUP
-        H_kv = H // GROUP
-        b = tl.program_id(1) // H_kv
-        kvh = tl.program_id(1) % H_kv
-        h = kvh * GROUP + g
+    if PERSIST:
+        # a fixed number of programs walking the tiles t = query block * (B * H) + b * H + h:
+        # the query blocks slowest (heaviest first when causal), the GROUP query heads of a
+        # kv head adjacent
+        bh = BATCH * H
+        for t in range(tl.program_id(0), N_M * bh, tl.num_programs(0)):
+            m_idx = t // bh
+            b = (t % bh) // H
+            h = t % H
+            _attn_tile(Q, K, V, O, CU_Q, CU_K,
+                       stride_qb, stride_qh, stride_qs, stride_qd,
+                       stride_kb, stride_kh, stride_ks, stride_kd,
+                       stride_vb, stride_vh, stride_vs, stride_vd,
+                       stride_ob, stride_oh, stride_os, stride_od,
+                       S_q, S_kv, HEAD_DIM, qk_scale, b, h, h // GROUP, m_idx, N_M,
+                       VARLEN, CAUSAL, BOTTOM_RIGHT, EVEN_D, NEG_SCALE, PRECISION,
+                       BLOCK_M, BLOCK_N, BLOCK_D, KV_TMA, PRESCALE, LAZY, LAZY_TAU,
+                       WARP_SPEC, PIPE)
     else:
-        pid_bh = tl.program_id(1)
-        b = pid_bh // H
-        h = pid_bh % H
-        kvh = h // GROUP
-        m_idx = tl.program_id(0)
-        n_m = tl.num_programs(0)
+        if GQA_ORDER:
+            # grid (GROUP * query blocks, B * H_kv): the query heads of a kv head adjacent
+            pid0 = tl.program_id(0)
+            g = pid0 % GROUP
+            m_idx = pid0 // GROUP
+            H_kv = H // GROUP
+            b = tl.program_id(1) // H_kv
+            kvh = tl.program_id(1) % H_kv
+            h = kvh * GROUP + g
+        else:
+            pid_bh = tl.program_id(1)
+            b = pid_bh // H
+            h = pid_bh % H
+            kvh = h // GROUP
+            m_idx = tl.program_id(0)
+        _attn_tile(Q, K, V, O, CU_Q, CU_K,
+                   stride_qb, stride_qh, stride_qs, stride_qd,
+                   stride_kb, stride_kh, stride_ks, stride_kd,
+                   stride_vb, stride_vh, stride_vs, stride_vd,
+                   stride_ob, stride_oh, stride_os, stride_od,
+                   S_q, S_kv, HEAD_DIM, qk_scale, b, h, kvh, m_idx, N_M,
+                   VARLEN, CAUSAL, BOTTOM_RIGHT, EVEN_D, NEG_SCALE, PRECISION,
+                   BLOCK_M, BLOCK_N, BLOCK_D, KV_TMA, PRESCALE, LAZY, LAZY_TAU,
+                   WARP_SPEC, PIPE)
+
+
+@triton.jit
+def _attn_tile(
+    Q, K, V, O, CU_Q, CU_K,
+    stride_qb, stride_qh, stride_qs, stride_qd,
+    stride_kb, stride_kh, stride_ks, stride_kd,
+    stride_vb, stride_vh, stride_vs, stride_vd,
+    stride_ob, stride_oh, stride_os, stride_od,
+    S_q, S_kv, HEAD_DIM, qk_scale, b, h, kvh, m_idx, n_m,
+    VARLEN: tl.constexpr, CAUSAL: tl.constexpr, BOTTOM_RIGHT: tl.constexpr,
+    EVEN_D: tl.constexpr, NEG_SCALE: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    KV_TMA: tl.constexpr, PRESCALE: tl.constexpr, LAZY: tl.constexpr,
+    LAZY_TAU: tl.constexpr, WARP_SPEC: tl.constexpr, PIPE: tl.constexpr,
+):
+    """Query block ``m_idx`` (of ``n_m``; reversed when causal) of head ``h`` of sequence
+    ``b``."""
     if VARLEN:
         q_start = tl.load(CU_Q + b).to(tl.int64)
         len_q = (tl.load(CU_Q + b + 1) - tl.load(CU_Q + b)).to(tl.int32)
@@ -544,6 +592,12 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor)
         raise ValueError(f"head size must be in [1, {MAX_HEAD_DIM}], got {D}")
 
 
+def _num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 4     # the interpreter: a few programs, each walking several tiles
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 def _tma_ok(t: torch.Tensor) -> bool:
     """A 4-D [B, H_kv, S_kv, D] tensor a TMA descriptor can address: unit feature stride,
     the other strides multiples of 16 bytes, a 16-byte aligned base."""
@@ -577,14 +631,14 @@ def _launch(q, k, v, out, cu_q, cu_k, strides, S_q, S_kv, batch, H, H_kv, grid_m
         grid = (n_m, batch * H)
     _attn_fwd_kernel[grid](
         q, k_arg, v_arg, out, cu_q, cu_k, *strides,
-        S_q, S_kv, H, group, D, sc * _LOG2E,
+        S_q, S_kv, H, group, D, sc * _LOG2E, batch, n_m,
         VARLEN=varlen, CAUSAL=bool(causal), BOTTOM_RIGHT=bottom_right,
         EVEN_D=(block_d == D), NEG_SCALE=(sc < 0),
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
         KV_TMA=kv_tma, PRESCALE="prescale" in flags, LAZY="lazy" in flags,
         LAZY_TAU=LAZY_TAU, GQA_ORDER="gqa" in flags, WARP_SPEC="ws" in flags,
-        PIPE="pipe" in flags,
+        PIPE="pipe" in flags, PERSIST="persist" in flags,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
     return out

@@ -237,6 +237,23 @@ def test_dense_triton_variants(config, is_causal, dtype):
 
 
 @needs_triton
+@pytest.mark.parametrize("config", [(32, 16, 4, 1, "persist"), (16, 32, 4, 2, "tma+persist+lazy")],
+                         ids=lambda c: c[4])
+def test_persistent_grid_dense_and_varlen(config):
+    # four programs under the interpreter, each walking several (query block, head) tiles
+    for is_causal in (False, True):
+        q, k, v = _dense(2, 4, 2, 33, 45, 32, torch.float16, seed=8)
+        out = torch.full_like(q, float("nan"))
+        attention_dense_triton(q, k, v, out, is_causal, config=config)
+        _close(out, _ref64(attention_dense_reference, q, k, v, is_causal=is_causal),
+               torch.float16)
+    q, k, v, cq, ck = _varlen([5, 0, 40], [9, 3, 30], 4, 2, 16, torch.float16)
+    out = torch.full_like(q, float("nan"))
+    attention_varlen_triton(q, k, v, cq, ck, 40, out, None, True, config=config)
+    _close(out, _ref64(attention_varlen_reference, q, k, v, cq, ck, causal=True), torch.float16)
+
+
+@needs_triton
 @pytest.mark.parametrize("variant", ["lazy", "prescale+lazy", "pipe+lazy", "base"])
 def test_dense_triton_lazy_rescale_with_growing_and_shrinking_scores(variant):
     # keys growing along the sequence: the row maximum jumps by far more than 2**8 from
@@ -275,13 +292,15 @@ fn = K._attn_fwd_kernel
 H, S, D = 32, 4096, 128
 ints = dict(stride_qb=H*S*D, stride_qh=S*D, stride_qs=D, stride_kb=8*S*D, stride_kh=S*D,
             stride_ks=D, stride_vb=8*S*D, stride_vh=S*D, stride_vs=D, stride_ob=H*S*D,
-            stride_oh=S*D, stride_os=D, S_q=S, S_kv=S, H=H, GROUP=4, HEAD_DIM=D)
+            stride_oh=S*D, stride_os=D, S_q=S, S_kv=S, H=H, GROUP=4, HEAD_DIM=D,
+            BATCH=3, N_M=33)
 out = {}
 builds = [("dense", False, K.attention_config(D, "cuda")),
           ("varlen", True, K.attention_config(D, "cuda")),
           ("dense-short", False, K.attention_config(D, "cuda", True, 1024)),
           ("dense-tma-lazy", False, K.AttnConfig(128, 64, 8, 3, "tma+lazy")),
-          ("dense-tma-pipe", False, K.AttnConfig(128, 64, 8, 2, "tma+pipe"))]
+          ("dense-tma-pipe", False, K.AttnConfig(128, 64, 8, 2, "tma+pipe")),
+          ("dense-tma-persist", False, K.AttnConfig(128, 64, 8, 2, "tma+persist"))]
 for label, varlen, cfg in builds:
     bm, bn, warps, stages = cfg[:4]
     fl = cfg.flags()
@@ -289,7 +308,7 @@ for label, varlen, cfg in builds:
     consts = dict(VARLEN=varlen, CAUSAL=True, BOTTOM_RIGHT=varlen, EVEN_D=True, NEG_SCALE=False,
                   PRECISION="tf32", BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=D,
                   KV_TMA=tma, PRESCALE="prescale" in fl, LAZY="lazy" in fl, LAZY_TAU=8.0,
-                  GQA_ORDER="gqa" in fl, WARP_SPEC="ws" in fl, PIPE="pipe" in fl,
+                  GQA_ORDER="gqa" in fl, WARP_SPEC="ws" in fl, PIPE="pipe" in fl, PERSIST="persist" in fl,
                   stride_qd=1, stride_kd=1, stride_vd=1, stride_od=1)
     # as the launcher specialises: pointers and multiples of 16 are 16-divisible
     sig, attrs = {}, {}
@@ -334,7 +353,7 @@ def test_kernel_builds_for_sm90():
                          env=env, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     builds = json.loads(res.stdout)
-    assert len(builds) == 5
+    assert len(builds) == 6
     for label, facts in builds.items():
         assert facts["wgmma"] > 0 and facts["local"] == 0, (label, facts)
         assert (facts["tma"] > 0) == facts["want_tma"], (label, facts)
