@@ -1,16 +1,19 @@
 """Offline sweep of the flash-attention kernel's variants on a CUDA GPU, beside torch SDPA
 under its default, flash and cuDNN backends (GQA, bf16, D = 128). Not part of the package.
 
-    python benchmarks/attention_sweep.py [--budget-s 200] [--json PATH]
+    python benchmarks/attention_sweep.py [--budget-s 200] [--json PATH] [--jobs 8]
                                          [--variants NAME,...] [--rows LABEL,...]
+    TRITON_INTERPRET=1 python benchmarks/attention_sweep.py --smoke   # the script, on a CPU
 
-For each row it prints SDPA's TFLOP/s (visible query-key pairs only), then each variant of
-:data:`VARIANTS` (in that order, most promising first) on every row: TFLOP/s, microseconds,
-the first call's seconds (the compile) and the largest absolute difference from SDPA's
+The variants are compiled first by ``--jobs`` worker processes (Triton's on-disk cache then
+serves the timing loop; at most 60% of the budget). For each row it prints SDPA's TFLOP/s
+(visible query-key pairs only), then each variant of :data:`VARIANTS` (in that order, most
+promising first) on every row: TFLOP/s, microseconds, the first call's seconds (a compile
+if the workers did not build it) and the largest absolute difference from SDPA's
 default backend (checked once per variant and row; above ``MAX_ERR`` the variant is marked
 and never chosen). Variants that fail to compile or launch are reported and skipped. Past
 ``--budget-s`` seconds (compiles included) the remaining variants are skipped, so the run
-ends within the budget plus one variant's work. At the end: a table of rows x variants and
+ends within the budget plus one variant's work on one row. At the end: a table of rows x variants and
 the best variant of each row as an ``AttnConfig(...)`` to put in ``CONFIGS`` /
 ``SHORT_CAUSAL`` of ``kernels/attention.py``.
 """
