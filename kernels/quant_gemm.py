@@ -162,6 +162,11 @@ _GEMV_WARPS, _GEMV_STAGES = 4, 2
 # accumulators a thread leave little room for the dequantized tile). So the 128x128 tile
 # for every M > 64, and float32 dequantization.
 _PREFILL_LARGE = PrefillConfig(128, 128, 64, 8, 8, 3)
+# Two 8-warp programs an SM need <= 128 registers a thread: the bfloat16 and float16 builds
+# of the 128x128 tile take 128, float16 activations with float32 scales 130 (one program
+# an SM) unless capped (then 16 bytes of stack, outside the MMA loop's operands). Applied to
+# unswapped tiles of at most 128x128 at 8 warps; None disables the cap.
+_PREFILL_MAXNREG = 128
 _PREFILL_MEDIUM = PrefillConfig(64, 128, 64, 8, 4, 3)
 _PREFILL_SMALL = PrefillConfig(32, 64, 64, 8, 4, 3)
 
@@ -831,6 +836,10 @@ def w4a16_prefill_triton(x: torch.Tensor, packed_weight: torch.Tensor, scales: t
     use_int64 = max(_extent(x), _extent(packed_weight), _extent(scales), _extent(zeros),
                     _extent(out)) > _INT32_LIMIT
     grid = (triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n),)
+    extra = {}
+    if (_PREFILL_MAXNREG and cfg.num_warps == 8 and not cfg.swap_ab
+            and cfg.block_m * cfg.block_n <= 128 * 128):
+        extra["maxnreg"] = _PREFILL_MAXNREG
     _w4a16_prefill_kernel[grid](
         x, packed_weight, scales, zeros, out, M, N, K,
         *_strides(x, packed_weight, scales, zeros), out.stride(0), out.stride(1),
@@ -838,6 +847,6 @@ def w4a16_prefill_triton(x: torch.Tensor, packed_weight: torch.Tensor, scales: t
         GROUP=group_size, ONE_GROUP=group_size % cfg.block_k == 0,
         EVEN_K=K % cfg.block_k == 0, USE_INT64=use_int64, UPCAST=_upcast(x),
         F32_DEQUANT=bool(cfg.f32_dequant), SWAP_AB=bool(cfg.swap_ab),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **extra,
     )
     return out

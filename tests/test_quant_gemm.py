@@ -420,13 +420,13 @@ def test_workload_cases_instantiate():
 # ============================================================================ sm_90 build
 
 _COMPILE_SCRIPT = r"""
-import json, re, sys
+import json, os, re, subprocess, sys, tempfile
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 import opspec.kernels.quant_gemm as Q
 
-def build(fn, ptrs, ints, consts, num_warps, num_stages):
+def build(fn, ptrs, ints, consts, num_warps, num_stages, **extra):
     # Specialised as a launch is: pointers and multiples of 16 are 16-divisible, an
     # integer equal to 1 is a constant.
     sig, attrs, cexpr = {}, {}, dict(consts)
@@ -443,9 +443,20 @@ def build(fn, ptrs, ints, consts, num_warps, num_stages):
             if ints[name] % 16 == 0:
                 attrs[(i,)] = [["tt.divisibility", 16]]
     src = ASTSource(fn=fn, signature=sig, constexprs=cexpr, attrs=attrs)
-    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                         options={"num_warps": num_warps, "num_stages": num_stages}).asm["ptx"]
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                       options={"num_warps": num_warps, "num_stages": num_stages, **extra})
+    ptx = k.asm["ptx"]
+    # registers a thread, from the cubin's resource usage (ptxas' allocation)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "k.cubin")
+        with open(path, "wb") as f:
+            f.write(k.asm["cubin"])
+        tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+        usage = subprocess.run([tool, "--dump-resource-usage", path], capture_output=True,
+                               text=True).stdout
+    regs = re.search(r"REG:(\d+)", usage)
     return {"ld": sorted(set(re.findall(r"ld\.global[.\w:]*", ptx))),
+            "regs": int(regs.group(1)) if regs else None,
             "cp_async": ptx.count("cp.async"), "local": ptx.count(".local"),
             "mma": "wgmma" in ptx or "mma.sync" in ptx,
             "i2f": len(re.findall(r"cvt\.rn\.(?:b?f16|f32)\.[su]\d+", ptx))}
@@ -474,7 +485,8 @@ for dt, sdt in (("bf16", "bf16"), ("fp16", "fp32")):
             dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
                  GROUP_M=cfg.group_m, GROUP=g, ONE_GROUP=True, EVEN_K=True, USE_INT64=False,
                  UPCAST=False, F32_DEQUANT=cfg.f32_dequant, SWAP_AB=cfg.swap_ab),
-            cfg.num_warps, cfg.num_stages)
+            cfg.num_warps, cfg.num_stages,
+            **({} if cfg.swap_ab else {"maxnreg": Q._PREFILL_MAXNREG}))  # as the launcher
     for m in (1, 4):
         cfg = Q.decode_config_for(1, N, K, g)._replace(split_k=2)
         ints = dict(M=m, N=N, KW=K // 8, KW_PER_SPLIT=512, stride_xm=K, stride_xk=1,
@@ -513,6 +525,9 @@ def test_kernels_build_for_sm90():
             assert "ld.global.L1::evict_first.L2::cache_hint.v4.b32" in k["ld"], (name, k)
             continue
         assert k["local"] == 0 and k["mma"] and k["cp_async"] > 0, (name, k)
+        if name.startswith("prefill") and "swap" not in name and k["regs"] is not None:
+            # the table's 128x128 tile, 8 warps: two programs an SM need <= 128 registers
+            assert k["regs"] <= 128, (name, k["regs"])
         assert k["i2f"] == 0, (name, k)      # nibbles become floats by bit operations
         if name.startswith("decode"):
             # the weight: 16-byte vectors (the masked tail step keeps its evict-first hint)
