@@ -268,6 +268,15 @@ def main() -> None:
             record("cuBLAS on a dequantized weight", lambda: x @ w.t(), None, True)
             del w
         record("table", lambda: launch(x, p, s, z, G, out), list(table), True)
+        if kind == "prefill" and Q._PREFILL_MAXNREG:
+            def uncapped():
+                # the table's tile without the launcher's register cap (_PREFILL_MAXNREG)
+                cap, Q._PREFILL_MAXNREG = Q._PREFILL_MAXNREG, None
+                try:
+                    return launch(x, p, s, z, G, out)
+                finally:
+                    Q._PREFILL_MAXNREG = cap
+            record("table without the register cap", uncapped, list(table), True)
         skipped = 0
         for name, cfg in variants:
             if cfg == table:
@@ -305,7 +314,8 @@ def main() -> None:
         if c is None:
             continue
         if r["kind"] == "prefill":
-            print(f"  {r['label']}: _PREFILL_LARGE = PrefillConfig{tuple(c)}  (every M > 64)")
+            nocap = "; _PREFILL_MAXNREG = None" if "register cap" in r["best"] else ""
+            print(f"  {r['label']}: _PREFILL_LARGE = PrefillConfig{tuple(c)}  (every M > 64){nocap}")
             continue
         bn, bk, split, w, st, gemv = c
         programs = triton.cdiv(r["N"], bn) * split
