@@ -302,6 +302,17 @@ def main(argv=None) -> int:
                       if "tflops" in sd.get(n, {}))
         print(f"   {lab}: {b['name']} {b['tflops']:.0f} TFLOP/s ({vs}) -> "
               f"{AttnConfig(*b['config'])!r}")
+    # the table entries these picks make (causal rows: SHORT_CAUSAL, first match by the
+    # longest query length; full rows: CONFIGS by head size)
+    print("\nsuggested entries (kernels/attention.py):")
+    for lab in labels:
+        if lab in best:
+            e = data[lab][7]
+            cfg = AttnConfig(*best[lab]["config"])
+            if e["causal"]:
+                print(f"   SHORT_CAUSAL: ({e['S']}, {e['D']}, {cfg!r}),   # {lab}")
+            else:
+                print(f"   CONFIGS:      ({e['D']}, {cfg!r}),   # {lab}")
     if _WARNINGS:
         print(f"\n{sum(_WARNINGS.values())} warnings (collected):")
         for key, n in sorted(_WARNINGS.items(), key=lambda kv: -kv[1])[:8]:

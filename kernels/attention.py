@@ -144,9 +144,11 @@ CONFIGS: tuple[tuple[int, AttnConfig], ...] = (
     (256, AttnConfig(64, 32, 8, 2)),
 )
 
-#: (longest query length, largest head size, config): causal calls with at most that many
-#: query rows (dense S_q, varlen max_seqlen_q) and head size take the smaller tile, which
-#: keeps more programs per SM busy where the causal triangle is short. H200, bf16, D = 128,
+#: (longest query length, largest head size, config), first match: causal calls with at
+#: most that many query rows (dense S_q, varlen max_seqlen_q) and head size take the config
+#: (entries for longer causal rows may follow, by increasing length); other calls take
+#: CONFIGS. The smaller tile keeps more programs per SM busy where the causal triangle is
+#: short. H200, bf16, D = 128,
 #: B=8 S=1024 causal: (64, 64, 4, 3) 314 TFLOP/s against 295 for (128, 64, 8, 3).
 SHORT_CAUSAL: tuple[tuple[int, int, AttnConfig], ...] = (
     (1024, 128, AttnConfig(64, 64, 4, 3)),
