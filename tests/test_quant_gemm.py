@@ -193,7 +193,9 @@ def test_prefill_variants(f32_dequant, swap_ab, dtype):
     a K tail (K = 96 in 64-wide steps), gathered groups and a transposed out."""
     for M, N, K, g, seed in ((40, 35, 128, 32, 8), (20, 24, 96, 6, 9)):
         x, p, s, z = _operands(M, N, K, g, dtype, seed=seed)
-        cfg = PrefillConfig(16, 16, 64 if K == 96 else 32, 2, 4, 1, f32_dequant, swap_ab)
+        # 8 warps unswapped: the launcher's register cap (maxnreg) is passed
+        cfg = PrefillConfig(16, 16, 64 if K == 96 else 32, 2, 4 if swap_ab else 8, 1,
+                            f32_dequant, swap_ab)
         out = torch.empty(N, M, dtype=dtype).t()
         w4a16_prefill_triton(x, p, s, z, g, out, config=cfg)
         _close(out, _want(x, p, s, z, g), dtype)
