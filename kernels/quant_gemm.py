@@ -145,9 +145,10 @@ _DECODE_WARPS, _DECODE_STAGES = 4, 4
 # x from L2 (4 KB a step at M = 16). Split-K makes up the programs for small N.
 _DECODE_BLOCK_N = 128
 # The FMA decode kernel (DecodeConfig.gemv) for M <= _GEMV_DEFAULT_MAX_M: no shared memory
-# or MMA waits a step, 72 registers a thread at M = 1 (about 7 programs an SM); in the
-# sm_90 build about 3.9 bytes of weight per warp instruction at M = 1, falling with M (its
-# FMAs grow with M). Measured against the MMA kernel by benchmarks/w4a16_sweep.py.
+# or MMA waits a step; in the sm_90 build its loop issues 658 instructions a warp for 2 KB
+# of weight at M = 1 (3.1 bytes an instruction: 1 shift, 1 LOP3, 1 FFMA a nibble), 2.2 at
+# M = 2 and 1.4 at M = 4 (its FMAs grow with M). Not yet timed on the H200 against the MMA
+# kernel (1.24 TB/s at M = 1): benchmarks/w4a16_sweep.py does.
 _GEMV_DEFAULT_MAX_M = 1
 _GEMV_BLOCK_N = 128                   # weight rows a program (4 a thread at 4 warps)
 _GEMV_BLOCK_K = 128                   # K per step: 16 int32 words of each row
@@ -158,13 +159,16 @@ _GEMV_WARPS, _GEMV_STAGES = 4, 2
 # Prefill: GEMM tiles; 128-wide K steps would straddle 64-wide groups, so block_k <= group.
 # H200 timings: 128x128 tiles, 8 warps, 3 stages, float32 dequantization measured 341
 # TFLOP/s on the 4096 x 28672 x 8192 row; 128x256 tiles with the dequantization in
-# 16-bit arithmetic measured 245 (both changed at once; the 128x256 tile's 128 float32
-# accumulators a thread leave little room for the dequantized tile). So the 128x128 tile
-# for every M > 64, and float32 dequantization.
+# 16-bit arithmetic measured 245 (both changed at once; the 128x256 tile takes 220
+# registers a thread in the sm_90 build, so one program an SM, against two at 128x128).
+# So the 128x128 tile for every M > 64, and float32 dequantization. The swapped product
+# (swap_ab: the dequantized weight as wgmma's register A operand) is untimed: its
+# 256-token x 128-row tile issues 1949 FLOP of MMA a warp instruction against 865 for
+# this tile (sm_90 build, 211 registers, one program an SM).
 _PREFILL_LARGE = PrefillConfig(128, 128, 64, 8, 8, 3)
 # Two 8-warp programs an SM need <= 128 registers a thread: the bfloat16 and float16 builds
 # of the 128x128 tile take 128, float16 activations with float32 scales 130 (one program
-# an SM) unless capped (then 16 bytes of stack, outside the MMA loop's operands). Applied to
+# an SM) unless capped (then 16 bytes of stack). Applied to
 # unswapped tiles of at most 128x128 at 8 warps; None disables the cap.
 _PREFILL_MAXNREG = 128
 _PREFILL_MEDIUM = PrefillConfig(64, 128, 64, 8, 4, 3)
