@@ -140,18 +140,21 @@ def as_config(config) -> AttnConfig:
 #: the best of the tiles measured there.
 CONFIGS: tuple[tuple[int, AttnConfig], ...] = (
     (64, AttnConfig(128, 64, 8, 3)),
-    (128, AttnConfig(128, 64, 8, 3)),
+    # H200 sweep (benchmarks/attention_sweep.py), bf16, B=4 S=4096 full: tma+lazy with a
+    # 128-register cap (two programs an SM) 517 TFLOP/s; base 128x64 3 stages 490.
+    (128, AttnConfig(128, 64, 8, 2, "tma+lazy", 128)),
     (256, AttnConfig(64, 32, 8, 2)),
 )
 
 #: (longest query length, largest head size, config), first match: causal calls with at
 #: most that many query rows (dense S_q, varlen max_seqlen_q) and head size take the config
-#: (entries for longer causal rows may follow, by increasing length); other calls take
-#: CONFIGS. The smaller tile keeps more programs per SM busy where the causal triangle is
-#: short. H200, bf16, D = 128,
-#: B=8 S=1024 causal: (64, 64, 4, 3) 314 TFLOP/s against 295 for (128, 64, 8, 3).
+#: (entries by increasing length); other calls take CONFIGS. The smaller tile keeps more
+#: programs per SM busy where the causal triangle is short. H200 sweep, bf16, D = 128,
+#: TFLOP/s over visible pairs: B=8 S=1024 tma 64x64 348 (base 64x64 314, base 128x64 296);
+#: 70B B=2 S=2048 tma 64x64 400 (base 128x64 369); B=1 S=8192 gqa 128x64 476 (base 461).
 SHORT_CAUSAL: tuple[tuple[int, int, AttnConfig], ...] = (
-    (1024, 128, AttnConfig(64, 64, 4, 3)),
+    (2048, 128, AttnConfig(64, 64, 4, 3, "tma")),
+    (8192, 128, AttnConfig(128, 64, 8, 3, "gqa")),
 )
 
 #: Under Triton's interpreter (CPU tests): small tiles, so that small tests cross blocks.

@@ -187,7 +187,7 @@ def test_dense_triton_rejects_bad_arguments():
 
 
 def test_configs():
-    assert attention_config(128, "cuda") == (128, 64, 8, 3, "base", 0)
+    assert attention_config(128, "cuda") == (128, 64, 8, 2, "tma+lazy", 128)
     assert attention_config(64, "cuda") == AttnConfig(128, 64, 8, 3)
     assert attention_config(8, "cuda") == CONFIGS[0][1]
     assert attention_config(256, "cuda") == (64, 32, 8, 2, "base", 0)
@@ -195,9 +195,10 @@ def test_configs():
     with pytest.raises(ValueError, match="over the kernel's limit 256"):
         attention_config(264, "cuda")
     # short causal rows take the smaller tile; long or full ones the default
-    (max_q, max_d, short), = SHORT_CAUSAL
-    assert attention_config(128, "cuda", True, max_q) == short == AttnConfig(64, 64, 4, 3)
-    assert attention_config(128, "cuda", True, max_q + 1) == CONFIGS[1][1]
+    (max_q, max_d, short), (max_long, _, long) = SHORT_CAUSAL
+    assert attention_config(128, "cuda", True, max_q) == short == AttnConfig(64, 64, 4, 3, "tma")
+    assert attention_config(128, "cuda", True, max_q + 1) == long == AttnConfig(128, 64, 8, 3, "gqa")
+    assert attention_config(128, "cuda", True, max_long + 1) == CONFIGS[1][1]
     assert attention_config(128, "cuda", False, 16) == CONFIGS[1][1]
     assert attention_config(256, "cuda", True, 16) == CONFIGS[2][1]
     # tuples: 4 fields are the base variant
