@@ -152,7 +152,10 @@ _DECODE_BLOCK_N = 128
 _GEMV_DEFAULT_MAX_M = 1
 _GEMV_BLOCK_N = 128                   # weight rows a program (4 a thread at 4 warps)
 _GEMV_BLOCK_K = 128                   # K per step: 16 int32 words of each row
-_GEMV_TARGET_PROGRAMS = 4 * _NUM_SMS  # about 6 programs of 4 warps fit an SM (80 registers)
+# H200 sweep (benchmarks/w4a16_sweep.py), M = 1: split-K to about 10 programs an SM ran the
+# 70B gate-up row (57344 x 8192) at 1.77 TB/s with 3 splits and the 405B up row at 1.97
+# with 6, against 1.57 and 1.75 at 4 programs an SM; the MMA kernel reached 1.34 / 1.42.
+_GEMV_TARGET_PROGRAMS = 10 * _NUM_SMS
 # Its loads are not software-pipelined by Triton: stages = 2 double-buffers the weight
 # words in registers (two steps in flight a thread; 80 registers in the sm_90 build).
 _GEMV_WARPS, _GEMV_STAGES = 4, 2
@@ -165,7 +168,14 @@ _GEMV_WARPS, _GEMV_STAGES = 4, 2
 # (swap_ab: the dequantized weight as wgmma's register A operand) is untimed: its
 # 256-token x 128-row tile issues 1949 FLOP of MMA a warp instruction against 865 for
 # this tile (sm_90 build, 211 registers, one program an SM).
-_PREFILL_LARGE = PrefillConfig(128, 128, 64, 8, 8, 3)
+# H200 sweep, M = 4096: the swapped 256-token x 128-row tile with 16-bit dequantization
+# ran 439 TFLOP/s on 4096 x 28672 x 8192 (eager, dequantize + cuBLAS: 306), 485 on
+# 4096 x 14336 x 4096 and 429 on 4096 x 4096 x 14336; the 128x128 tile above 333, 321, 307.
+# The same sweep found the swapped 128x128 tiles wrong on the GPU (NaN outputs), so a
+# problem too small for 256 tokens a tile takes the unswapped 128x128 tile, float32
+# dequantization (333 TFLOP/s above).
+_PREFILL_LARGE = PrefillConfig(256, 128, 64, 8, 8, 3, False, True)
+_PREFILL_UNSWAPPED = PrefillConfig(128, 128, 64, 8, 8, 3)
 # Two 8-warp programs an SM need <= 128 registers a thread: the bfloat16 and float16 builds
 # of the 128x128 tile take 128, float16 activations with float32 scales 130 (one program
 # an SM) unless capped (then 16 bytes of stack). Applied to
@@ -205,6 +215,8 @@ def decode_config_for(M: int, N: int, K: int, group_size: int) -> DecodeConfig:
 def prefill_config_for(M: int, N: int, K: int, group_size: int) -> PrefillConfig:
     """The prefill kernel's tile configuration."""
     cfg = _PREFILL_LARGE if M > 64 else _PREFILL_MEDIUM if M > 32 else _PREFILL_SMALL
+    if cfg.swap_ab and M < cfg.block_m:
+        cfg = _PREFILL_UNSWAPPED
     block_k = min(cfg.block_k, _pow2_divisor(group_size, (64, 32)) or cfg.block_k)
     bm = min(cfg.block_m, max(16, triton.next_power_of_2(M)))
     bn = min(cfg.block_n, max(16, triton.next_power_of_2(N)))

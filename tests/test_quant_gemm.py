@@ -253,9 +253,9 @@ def test_launchers_reject_bad_arguments():
 
 def test_config_choice():
     # (block_n, block_k, split_k, warps, stages): 128 weight rows and one 128-wide group a
-    # step; K split until about 4 x 132 programs stream the weight
-    # M = 1: the FMA kernel (gemv), 128-wide steps
-    assert decode_config_for(1, 57344, 8192, 128) == (128, 128, 2, 4, 2, True)
+    # step; K split until about 4 x 132 programs (MMA kernel) or 10 x 132 (FMA kernel)
+    # stream the weight. M = 1: the FMA kernel (gemv), 128-wide steps
+    assert decode_config_for(1, 57344, 8192, 128) == (128, 128, 3, 4, 2, True)
     assert decode_config_for(16, 28672, 8192, 128) == (128, 128, 3, 4, 4, False)
     assert decode_config_for(1, 4096, 4096, 128) == (128, 128, 8, 4, 2, True)
     assert decode_config_for(4, 4096, 14336, 128) == (128, 128, 16, 4, 4, False)
@@ -264,11 +264,11 @@ def test_config_choice():
     assert decode_config_for(1, 4096, 512, 128).split_k == 1
     # group sizes that are no multiple of 32: per-weight dequantization, 64-wide steps
     assert decode_config_for(1, 4096, 4104, 24).block_k == 64
-    # (block_m, block_n, block_k, group_m, warps, stages, f32_dequant, swap_ab): 128x128
-    # tiles (the 128x256 tile holds 220 registers a thread in the sm_90 build: one program
-    # an SM), float32 dequantization
-    assert prefill_config_for(4096, 28672, 8192, 128) == (128, 128, 64, 8, 8, 3, True, False)
-    assert prefill_config_for(100, 256, 256, 128)[:6] == (128, 128, 64, 8, 8, 3)
+    # (block_m, block_n, block_k, group_m, warps, stages, f32_dequant, swap_ab): the
+    # swapped 256-token tile with 16-bit dequantization where M fills it; below that the
+    # unswapped 128x128 tile, float32 dequantization (swapped 128x128 tiles measured wrong)
+    assert prefill_config_for(4096, 28672, 8192, 128) == (256, 128, 64, 8, 8, 3, False, True)
+    assert prefill_config_for(100, 256, 256, 128) == (128, 128, 64, 8, 8, 3, True, False)
     assert prefill_config_for(512, 14336, 4096, 32).block_k == 32
 
 
@@ -481,7 +481,7 @@ for dt, sdt in (("bf16", "bf16"), ("fp16", "fp32")):
                 stride_sn=K // g, stride_sg=1, stride_zn=K // g, stride_zg=1, stride_om=N,
                 stride_on=1)
     table = Q.prefill_config_for(4096, N, K, g)
-    for name, cfg in (("", table), ("-16bit-swap", table._replace(f32_dequant=False, swap_ab=True))):
+    for name, cfg in (("-swap", table), ("-unswapped", Q._PREFILL_UNSWAPPED)):
         out[f"prefill-{dt}-{sdt}{name}"] = build(
             Q._w4a16_prefill_kernel, dict(ptrs, out_ptr="*" + dt), ints,
             dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
@@ -527,8 +527,8 @@ def test_kernels_build_for_sm90():
             assert "ld.global.L1::evict_first.L2::cache_hint.v4.b32" in k["ld"], (name, k)
             continue
         assert k["local"] == 0 and k["mma"] and k["cp_async"] > 0, (name, k)
-        if name.startswith("prefill") and "swap" not in name and k["regs"] is not None:
-            # the table's 128x128 tile, 8 warps: two programs an SM need <= 128 registers
+        if name.startswith("prefill") and "unswapped" in name and k["regs"] is not None:
+            # the unswapped 128x128 tile, 8 warps: two programs an SM need <= 128 registers
             assert k["regs"] <= 128, (name, k["regs"])
         assert k["i2f"] == 0, (name, k)      # nibbles become floats by bit operations
         if name.startswith("decode"):
