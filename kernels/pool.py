@@ -76,8 +76,6 @@ __all__ = [
 _TILE = 1024
 #: Widest tile row: W_out beyond it is split over several programs.
 _MAX_BLOCK_W = 128
-#: Narrowest tile row for W_out above it (a warp then spans 4 rows of 8 outputs).
-_MIN_BLOCK_W = 8
 #: Threads: _TILE / (32 * _NUM_WARPS) = 8 output pixels per thread.
 _NUM_WARPS = 4
 #: Windows with at most this many elements are unrolled; larger ones loop at run time
@@ -585,10 +583,8 @@ def pool2d_plan(R: int, H_out: int, W_out: int, g: Pool2dGeometry,
     path: ``_ROWS_CHOICES`` output rows a program (the fewest padded rows), each input row
     reduced along the window once instead of KH times. Otherwise the 'tile' kernel:
 
-    ``block_w`` is the widest power of two from ``_MIN_BLOCK_W`` to ``_MAX_BLOCK_W`` that
-    pads ``W_out`` at most a sixteenth more than the least padding one (the next power of
-    two of a narrower ``W_out``): idle lanes cost issue slots, which overlapping windows are
-    short of. Planes of at least ``_MIN_PLANE_ROWS`` output rows take plane tiles when a
+    ``block_w`` is the next power of two of ``W_out``, at most ``_MAX_BLOCK_W``. Planes of
+    at least ``_MIN_PLANE_ROWS`` output rows take plane tiles when a
     power of two
     ``block_r`` (from ``_TILE / block_w`` down to a quarter of it) pads ``H_out`` by at most
     an eighth; other outputs take ``_TILE / block_w`` consecutive flattened rows (each row
@@ -602,15 +598,10 @@ def pool2d_plan(R: int, H_out: int, W_out: int, g: Pool2dGeometry,
     rows = _rows_plan(H_out, W_out, g)
     if rows is not None:
         return rows
-    if W_out <= _MIN_BLOCK_W:
-        block_w = triton.next_power_of_2(max(W_out, 1))
-    else:
-        # the widest power of two padding the row at most 1/16 more than the best one does
-        # (56 -> 8: 7 blocks, none padded; 35 -> 8: 40 lanes, where 64 would leave 29 of
-        # them idle; 300 -> 64: 320 lanes, against 304 for 16)
-        widths = [w for w in (128, 64, 32, 16, 8) if _MIN_BLOCK_W <= w <= _MAX_BLOCK_W]
-        best = min(triton.cdiv(W_out, w) * w for w in widths)
-        block_w = next(w for w in widths if 16 * triton.cdiv(W_out, w) * w <= 17 * best)
+    # The next power of two of the row (at most _MAX_BLOCK_W): on the H200 the ResNet stem
+    # (56 outputs a row, stride 2) ran 52.6 us at batch 32 with 64-wide tiles and 166.9 us
+    # with 8-wide ones, which pad less but spread a warp's loads over 4 rows.
+    block_w = min(triton.next_power_of_2(max(W_out, 1)), _MAX_BLOCK_W)
     unroll = g.kernel[0] * g.kernel[1] <= _MAX_UNROLL
     cap = max(1, _TILE // block_w)
     plane, block_r = False, max(1, min(cap, triton.next_power_of_2(max(R, 1))))

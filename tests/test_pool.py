@@ -322,15 +322,16 @@ def test_tiles_cover_rows_and_columns(plan, layout):
 
 def test_plan_shapes():
     stem = pool2d_geometry(3, 2, 1)
-    # ResNet stem: 56-wide rows in blocks of 8 (none padded), 128 flattened rows a tile
+    # ResNet stem: 56-wide rows in 64-wide blocks, tiles of 8 rows of one plane (the H200
+    # ran it 3.2x faster than with 8-wide blocks)
     p = pool2d_plan(128 * 64 * 56, 56, 56, stem)
-    assert (p.block_r, p.block_w, p.num_warps, p.unroll, p.plane_tiles) == (128, 8, 4, True, False)
+    assert (p.block_r, p.block_w, p.num_warps, p.unroll, p.plane_tiles) == (8, 64, 2, True, True)
     # U-Net: 128-wide rows, tiles of 8 rows of one plane
     p = pool2d_plan(16 * 64 * 128, 128, 128, pool2d_geometry(2))
     assert (p.block_r, p.block_w, p.num_warps, p.plane_tiles) == (8, 128, 4, True)
-    # Inception: 35-wide rows take 5 blocks of 8 (40 lanes, not 64)
+    # Inception: 35-wide rows in one 64-wide block, tiles of 4 rows of one plane
     p = pool2d_plan(32 * 192 * 35, 35, 35, pool2d_geometry(3, 1, 1))
-    assert (p.block_r, p.block_w, p.plane_tiles) == (128, 8, False)
+    assert (p.block_r, p.block_w, p.plane_tiles) == (4, 64, True)
     # 28 x 28 planes: a power of two pads 28 rows by more than an eighth: flattened rows
     p = pool2d_plan(128 * 256 * 28, 28, 28, pool2d_geometry(2))
     assert (p.block_r, p.block_w, p.num_warps, p.plane_tiles) == (32, 32, 4, False)
@@ -338,7 +339,7 @@ def test_plan_shapes():
     p = pool2d_plan(128 * 2048, 1, 1, pool2d_geometry(7))
     assert (p.block_r, p.block_w, p.plane_tiles, p.unroll) == (256, 1, False, False)
     p = pool2d_plan(3, 3, 300, stem)                             # wide rows: split, few rows
-    assert (p.block_r, p.block_w, p.num_warps, p.plane_tiles) == (4, 64, 1, False)
+    assert (p.block_r, p.block_w, p.num_warps, p.plane_tiles) == (2, 128, 1, False)
     # the ResNet head as a reduction: 64 planes a program, 7 unrolled passes of 8 lanes
     p = pool2d_plan(128 * 2048, 1, 1, pool2d_geometry(7), 7, 7)
     assert (p.path, p.block_r, p.block_w, p.num_warps, p.unroll) == ("global", 64, 8, 4, True)
@@ -711,7 +712,7 @@ def test_kernel_builds_for_sm90():
     built = json.loads(res.stdout)
     for name, k in built.items():
         assert k["ld"] > 0 and k["local"] == 0, (name, k)
-    assert built["stem"]["plan"] == [128, 8, 4, True, False, "tile"]
+    assert built["stem"]["plan"] == [8, 64, 2, True, True, "tile"]
     assert built["stem"]["ld"] == 72
     assert built["deeplab"]["plan"] == [16, 64, 2, True, True, "rows"]
     assert built["deeplab"]["ld"] == 60 and built["deeplab"]["nan_max"] > 0
