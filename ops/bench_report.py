@@ -258,8 +258,11 @@ def results_markdown(result: Mapping[str, Any], plot: str | None = None,
     L.append("")
 
     descriptions = meta.get("baseline_descriptions") or {}
+    all_names = names
     for op in _ops(result):
         rows = [r for r in result["rows"] if r["op"] == op]
+        # an op's table shows the baselines timed for it
+        names = [n for n in all_names if any(n in (r.get("times_us") or {}) for r in rows)]
         L += [f"## {op}", ""]
         desc = descriptions.get(op) or {}
         if desc:

@@ -369,6 +369,21 @@ def test_efficiency_above_the_ceilings_is_flagged():
     assert "(!)" not in R.results_markdown(_fake_result())
 
 
+def test_an_op_table_shows_only_the_baselines_timed_for_it():
+    fake = _fake_result()
+    fake["meta"]["baselines"] = ["eager", "compile", "lib"]
+    for r in fake["rows"]:
+        if r["op"] == "SiluAndMulFwdOp":
+            r["times_us"]["lib"] = r["times_us"]["opspec"] * 2
+            r["speedup"]["lib"] = 2.0
+    md = R.results_markdown(fake)
+    gemm = md[md.index("## GemmFwdOp"):md.index("## SiluAndMulFwdOp")]
+    silu = md[md.index("## SiluAndMulFwdOp"):]
+    assert "lib µs" not in gemm and "vs lib" not in gemm
+    assert "| lib µs |" in silu and "2.00× over lib" in silu
+    assert "geomean vs lib" in md  # the summary keeps every baseline
+
+
 def test_make_results_without_matplotlib_fails_clearly(tmp_path, monkeypatch, capsys):
     src = tmp_path / "bench.json"
     src.write_text(json.dumps(_fake_result()))
