@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The wave-2 ops, each against eager and its library baselines (compile is left out: its
-# first-call compile of every case does not fit a short device session).
+# The wave-2 ops, each against eager and its library baselines. compile is left out: its
+# first call compiles every case, which takes minutes for these ops; add it with
+# benchmarks/bench_ops.sh OUT SECONDS --baselines eager,compile OP.
 #   benchmarks/bench_wave2.sh OUT
 set -u
 out=$1
