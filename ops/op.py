@@ -224,6 +224,11 @@ class Op:
         plain = self._opspec_branches.get(())
         # The branch of every call without optional inputs or `out`, when it has no error.
         self._opspec_plain = plain if plain is not None and plain.error is None else None
+        # __call__'s fast path: the input count where it applies, else 0.
+        self._opspec_fast = (info.n_inputs if self._opspec_plain is not None and not info.optional
+                             and not info.has_out and not self.delegate_types
+                             and not any(t is not None for t in self._opspec_ctensors.values())
+                             else 0)
         self._opspec_key = f"{type(self).__name__}#{next(_instance_counter)}"
         _INSTANCES[self._opspec_key] = self
         self._opspec_last: tuple | None = None
@@ -349,6 +354,19 @@ class Op:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.compile_op_names and _is_compiling():
             return self._call_boundary(*args, **kwargs)
+        if (self._opspec_fast and not kwargs and len(args) == self._opspec_fast
+                and self._opspec_serving is BUILTIN and _local.stack is None):
+            # The common eager call, the same steps as _run_call without the cases it
+            # cannot have: no binding, its one branch, no construction-time tensor, no
+            # composite on this thread, the in-tree kernels already selected.
+            br = self._opspec_plain
+            code = br.code
+            ind, device, empty = code.call(self, *args, None, br.ind)
+            if not empty:
+                result = self.forward(*args)
+                code.finish(self, result, *args, None, ind, device)
+                self._opspec_last = (br, ind, args, None, result, device, ())
+                return result
         return self._run_call(args, kwargs)
 
     def _bind(self, args: tuple, kwargs: dict) -> tuple[tuple, Any]:
