@@ -20,6 +20,7 @@ from triton.testing import do_bench
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from opspec.kernels.gemm import GemmConfig, _gemm_tma_kernel, gemm_triton, gemv_triton
+from opspec.kernels.tiling import grouped_tile
 
 ROWS = [  # (label, M, N, K, trans_a, trans_b, dtype)
     ("llama3-8b-mlp-up", 4096, 14336, 4096, False, True, torch.bfloat16),
@@ -46,12 +47,8 @@ def _persistent_tma(a_desc, b_desc, c_desc, M, N, K,
     num_n = tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(K, BLOCK_K)
     num_tiles = num_m * num_n
-    in_group = GROUP_M * num_n
     for tile in tl.range(start, num_tiles, NUM_SMS, flatten=FLATTEN, warp_specialize=WS):
-        first_m = (tile // in_group) * GROUP_M
-        group = min(num_m - first_m, GROUP_M)
-        pid_m = first_m + ((tile % in_group) % group)
-        pid_n = (tile % in_group) // group
+        pid_m, pid_n = grouped_tile(tile, num_m, num_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)

@@ -57,15 +57,17 @@ from typing import NamedTuple
 import torch
 import triton
 import triton.language as tl
-
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from opspec.kernels.devices import TRITON_INTERPRETED
+from opspec.kernels.tiling import H200_SMS as _NUM_SMS
+from opspec.kernels.tiling import clip_tiles as _clip
+from opspec.kernels.tiling import grouped_tile
+from opspec.kernels.tiling import sm_count as _num_sms
 
 __all__ = ["BmmConfig", "bmm_config_for", "bmm_configs", "bmm_reference", "bmm_triton",
            "bmm_tma", "bmm_tma_config_for", "bmm_tma_eligible"]
 
-_NUM_SMS = 132  # H200
 _INT32_LIMIT = 2**31 - 1
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -113,17 +115,6 @@ def bmm_configs() -> list[BmmConfig]:
         if c not in out:
             out.append(c)
     return out
-
-
-def _clip(cfg: BmmConfig, M: int, N: int, K: int) -> BmmConfig:
-    """Shrink blocks larger than the (power-of-two rounded) problem; 16 is tl.dot's minimum."""
-    bm = min(cfg.block_m, max(16, triton.next_power_of_2(M)))
-    bn = min(cfg.block_n, max(16, triton.next_power_of_2(N)))
-    bk = min(cfg.block_k, max(16, triton.next_power_of_2(K)))
-    if (bm, bn, bk) == (cfg.block_m, cfg.block_n, cfg.block_k):
-        return cfg
-    warps = cfg.num_warps if bm * bn >= 128 * 128 else min(cfg.num_warps, 4)
-    return cfg._replace(block_m=bm, block_n=bn, block_k=bk, num_warps=warps)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -192,11 +183,7 @@ def _bmm_kernel(
     batch = pid // tiles
     tile = pid % tiles
     # Grouped order within one matrix (see the module docstring).
-    in_group = GROUP_M * num_pid_n
-    first_m = (tile // in_group) * GROUP_M
-    group_m = min(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + ((tile % in_group) % group_m)
-    pid_n = (tile % in_group) // group_m
+    pid_m, pid_n = grouped_tile(tile, num_pid_m, num_pid_n, GROUP_M)
 
     # The matrix's base: int64, since batch * stride passes 2**31 on large batches.
     batch64 = batch.to(tl.int64)
@@ -370,13 +357,6 @@ def _wave_fill(B: int, M: int, N: int, cfg: BmmConfig) -> float:
     return tiles / (triton.cdiv(tiles, _NUM_SMS) * _NUM_SMS)
 
 
-@functools.lru_cache(maxsize=16)
-def _num_sms(device: torch.device) -> int:
-    if device.type != "cuda":
-        return _NUM_SMS
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def _tma_layout(t: torch.Tensor) -> tuple[bool, tuple[int, int, int], tuple[int, int, int]] | None:
     """How a descriptor views the 3-D tensor ``t`` ([B, R, C]): ``(transposed, shape,
     strides)`` with a unit innermost stride -- [B, R, C] as stored, or [B, C, R] when
@@ -425,17 +405,15 @@ def _bmm_tma_kernel(
     num_m = tl.cdiv(M, BLOCK_M)
     num_n = tl.cdiv(N, BLOCK_N)
     tiles = num_m * num_n
-    in_group = GROUP_M * num_n
     k_steps = tl.cdiv(K, BLOCK_K)
     # Program p takes the pairs p, p + PROGRAMS, ...: matrix t // tiles, tile t % tiles of
     # it in the grouped order of _bmm_kernel. flatten: one pipelined loop over both loops.
     for t in tl.range(tl.program_id(0), B * tiles, PROGRAMS, flatten=True):
         batch = t // tiles
         tile = t % tiles
-        first_m = (tile // in_group) * GROUP_M
-        group = min(num_m - first_m, GROUP_M)
-        off_m = (first_m + ((tile % in_group) % group)) * BLOCK_M
-        off_n = ((tile % in_group) // group) * BLOCK_N
+        pid_m, pid_n = grouped_tile(tile, num_m, num_n, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k in range(k_steps):
             off_k = k * BLOCK_K

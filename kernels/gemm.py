@@ -47,6 +47,13 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from opspec.kernels.tiling import H200_SMS as _NUM_SMS
+from opspec.kernels.tiling import clip_tiles as _clip
+from opspec.kernels.tiling import element_extent as _extent
+from opspec.kernels.tiling import grouped_tile
+from opspec.kernels.tiling import sm_count as _num_sms
+from opspec.kernels.tiling import vector_aligned as _is_aligned
+
 __all__ = [
     "GemmConfig",
     "gemm_reference",
@@ -63,7 +70,6 @@ __all__ = [
 ]
 
 GEMV_MAX_M = 16
-_NUM_SMS = 132  # H200
 _INT32_LIMIT = 2**31 - 1
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -129,18 +135,6 @@ def gemm_configs() -> list[GemmConfig]:
         if c not in seen:
             seen.append(c)
     return seen
-
-
-def _clip(cfg: GemmConfig, M: int, N: int, K: int) -> GemmConfig:
-    """Shrink blocks larger than the (power-of-two rounded) problem; 16 is tl.dot's minimum."""
-    bm = min(cfg.block_m, max(16, triton.next_power_of_2(M)))
-    bn = min(cfg.block_n, max(16, triton.next_power_of_2(N)))
-    bk = min(cfg.block_k, max(16, triton.next_power_of_2(K)))
-    if (bm, bn, bk) == (cfg.block_m, cfg.block_n, cfg.block_k):
-        return cfg
-    # Smaller tiles do not need 8 warps.
-    warps = cfg.num_warps if bm * bn >= 128 * 128 else min(cfg.num_warps, 4)
-    return cfg._replace(block_m=bm, block_n=bn, block_k=bk, num_warps=warps)
 
 
 def _unaligned(cfg: GemmConfig, max_block_k: int) -> GemmConfig:
@@ -256,15 +250,8 @@ def _gemm_kernel(
 ):
     # Grouped ordering: GROUP_M row-blocks advance together along N, so the programs
     # resident at one time reuse both A's row panels and B's column panels in L2.
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_pid_in_group = GROUP_M * num_pid_n
-    group_id = pid // num_pid_in_group
-    first_pid_m = group_id * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
-    pid_n = (pid % num_pid_in_group) // group_size_m
+    pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N),
+                                GROUP_M)
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -392,23 +379,6 @@ def _check(
     if out.dim() != 2 or out.shape[0] != M or out.shape[1] != N:
         raise ValueError(f"out must have shape [{M}, {N}], got {list(out.shape)}")
     return M, N, K, sa, sb
-
-
-def _is_aligned(t: torch.Tensor) -> bool:
-    """Whether Triton can prove 16-byte vectors for t: a unit stride, every other stride
-    (of a dimension longer than 1) a multiple of 16 (what Triton specialises on) and a
-    16-byte aligned base."""
-    strides = t.stride()
-    return (
-        t.data_ptr() % 16 == 0
-        and 1 in strides
-        and all(s == 1 or s % 16 == 0 or n == 1 for s, n in zip(strides, t.shape))
-    )
-
-
-def _extent(t: torch.Tensor) -> int:
-    """Largest element offset a kernel may form for t (plus slack for a block)."""
-    return sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride())) + 4096
 
 
 def _launch(kernel, grid, a, b, out, M, N, K, sa, sb, cfg: GemmConfig, extra: dict) -> None:
@@ -546,13 +516,6 @@ def tma_persistent(cfg: GemmConfig) -> bool:
     return cfg.block_m * cfg.block_n >= 128 * 256
 
 
-@functools.lru_cache(maxsize=16)
-def _num_sms(device: torch.device) -> int:
-    if device.type != "cuda":
-        return _NUM_SMS
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def _descriptor_ok(t: torch.Tensor) -> bool:
     """TMA's rules for a 2-D global tensor: unit inner stride, the outer stride and the
     base 16-byte aligned."""
@@ -576,14 +539,8 @@ def _gemm_tma_kernel(a_desc, b_desc, c_desc, M, N, K,
     # Grouped program order as in _gemm_kernel. Out-of-range tile rows and columns
     # (the M, N and K tails) are zero-filled by the descriptor loads and clipped by the
     # descriptor store: no masks.
-    pid = tl.program_id(0)
-    num_m = tl.cdiv(M, BLOCK_M)
-    num_n = tl.cdiv(N, BLOCK_N)
-    in_group = GROUP_M * num_n
-    first_m = (pid // in_group) * GROUP_M
-    group = min(num_m - first_m, GROUP_M)
-    pid_m = first_m + ((pid % in_group) % group)
-    pid_n = (pid % in_group) // group
+    pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N),
+                                GROUP_M)
     off_m = pid_m * BLOCK_M
     off_n = pid_n * BLOCK_N
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -611,12 +568,10 @@ def _gemm_tma_persistent_kernel(a_desc, b_desc, c_desc, M, N, K,
     # order of _gemm_tma_kernel; tails are handled by the descriptors as there.
     num_m = tl.cdiv(M, BLOCK_M)
     num_n = tl.cdiv(N, BLOCK_N)
-    in_group = GROUP_M * num_n
     for tile in tl.range(tl.program_id(0), num_m * num_n, PROGRAMS):
-        first_m = (tile // in_group) * GROUP_M
-        group = min(num_m - first_m, GROUP_M)
-        off_m = (first_m + ((tile % in_group) % group)) * BLOCK_M
-        off_n = ((tile % in_group) // group) * BLOCK_N
+        pid_m, pid_n = grouped_tile(tile, num_m, num_n, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k in range(tl.cdiv(K, BLOCK_K)):
             off_k = k * BLOCK_K

@@ -70,6 +70,12 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from opspec.kernels.tiling import clip_tiles as _clip
+from opspec.kernels.tiling import element_extent as _extent
+from opspec.kernels.tiling import grouped_tile
+from opspec.kernels.tiling import sm_count as _num_sms
+from opspec.kernels.tiling import vector_aligned as _is_aligned
+
 __all__ = [
     "GroupedGemmConfig",
     "grouped_gemm_config_for",
@@ -115,17 +121,6 @@ _UNALIGNED_MAX_BLOCK_N = 128
 # Wide tiles need enough columns and rows per group to pay off.
 _WIDE_MIN_N = 2048
 _WIDE_MIN_ROWS = 256
-
-
-def _clip(cfg: GroupedGemmConfig, M: int, N: int, K: int) -> GroupedGemmConfig:
-    """Shrink blocks larger than the (power-of-two rounded) problem; 16 is tl.dot's minimum."""
-    bm = min(cfg.block_m, max(16, triton.next_power_of_2(M)))
-    bn = min(cfg.block_n, max(16, triton.next_power_of_2(N)))
-    bk = min(cfg.block_k, max(16, triton.next_power_of_2(K)))
-    if (bm, bn, bk) == (cfg.block_m, cfg.block_n, cfg.block_k):
-        return cfg
-    warps = cfg.num_warps if bm * bn >= 128 * 128 else min(cfg.num_warps, 4)
-    return cfg._replace(block_m=bm, block_n=bn, block_k=bk, num_warps=warps)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -219,11 +214,7 @@ def _grouped_gemm_kernel(
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M) + G
     num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_pid_in_group = GROUP_M * num_pid_n
-    first_pid_m = (pid // num_pid_in_group) * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    tile = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
-    pid_n = (pid % num_pid_in_group) // group_size_m
+    tile, pid_n = grouped_tile(pid, num_pid_m, num_pid_n, GROUP_M)
 
     # Which group owns row tile `tile`: prefix sums of the tiles per group (all on device).
     gi = tl.arange(0, BLOCK_G)
@@ -308,18 +299,6 @@ def _check(a, b, batch_sizes, transpose_a, transpose_b, out):
     return M, N, K, G, sa, sb
 
 
-def _is_aligned(t: torch.Tensor) -> bool:
-    """Whether Triton can prove 16-byte vectors for t (see kernels/gemm.py)."""
-    strides = t.stride()
-    return (t.data_ptr() % 16 == 0 and 1 in strides
-            and all(s == 1 or s % 16 == 0 or n == 1 for s, n in zip(strides, t.shape)))
-
-
-def _extent(t: torch.Tensor) -> int:
-    """Largest element offset a program may form for t (plus slack for a block)."""
-    return sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride())) + 4096
-
-
 def grouped_gemm_triton(a: torch.Tensor, b: torch.Tensor, batch_sizes: torch.Tensor,
                         transpose_a: bool, transpose_b: bool, out: torch.Tensor,
                         config: GroupedGemmConfig | None = None) -> torch.Tensor:
@@ -369,7 +348,6 @@ _TMA_BIG = GroupedGemmConfig(128, 256, 64, 16, 8, 3)
 _TMA_NARROW = GroupedGemmConfig(128, 128, 64, 8, 4, 5)
 # Fewer rows per group than this go to the pointer kernel's shorter tiles.
 _TMA_MIN_ROWS = 64
-_NUM_SMS = 132  # H200; the device's own count is read at launch
 _TMA_STATE = {"ok": True}
 
 
@@ -382,13 +360,6 @@ def grouped_gemm_tma_config_for(M: int, N: int, K: int, G: int) -> GroupedGemmCo
         return None
     wide = M // max(G, 1) >= _WIDE_MIN_ROWS and N >= _WIDE_MIN_N
     return _clip(_TMA_BIG if wide else _TMA_NARROW, M, N, K)
-
-
-@functools.lru_cache(maxsize=16)
-def _num_sms(device: torch.device) -> int:
-    if device.type != "cuda":
-        return _NUM_SMS
-    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def _describable(t: torch.Tensor) -> bool:
@@ -459,13 +430,10 @@ def _grouped_gemm_tma_kernel(
     tile_end = tl.cumsum(tiles, 0)
     num_m = tl.sum(tiles, 0)
     num_n = tl.cdiv(N, BLOCK_N)
-    in_group = GROUP_M * num_n
     # Walk the real tiles pid, pid + PROGRAMS, ... in grouped order.
     for t in tl.range(tl.program_id(0), num_m * num_n, PROGRAMS):
-        first_m = (t // in_group) * GROUP_M
-        rows_here = tl.minimum(num_m - first_m, GROUP_M)
-        tile = first_m + ((t % in_group) % rows_here)
-        off_n = ((t % in_group) // rows_here) * BLOCK_N
+        tile, pid_n = grouped_tile(t, num_m, num_n, GROUP_M)
+        off_n = pid_n * BLOCK_N
         g = tl.sum((tile_end <= tile).to(tl.int32), 0)
         mine = gi == g
         row_start = tl.sum(tl.where(mine, row_start_all, 0), 0)

@@ -56,6 +56,9 @@ import torch
 import triton
 import triton.language as tl
 
+from opspec.kernels.tiling import element_extent as _extent
+from opspec.kernels.tiling import grouped_tile
+
 __all__ = [
     "MoeConfig",
     "tma_eligible",
@@ -277,12 +280,7 @@ def _moe_contiguous_kernel(
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N_OUT, BLOCK_N)
-    num_pid_in_group = GROUP_M * num_pid_n
-    group_id = pid // num_pid_in_group
-    first_pid_m = group_id * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
-    pid_n = (pid % num_pid_in_group) // group_size_m
+    pid_m, pid_n = grouped_tile(pid, num_pid_m, num_pid_n, GROUP_M)
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -462,11 +460,7 @@ def _moe_contiguous_tma_kernel(
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N_OUT, BLOCK_N)
-    num_pid_in_group = GROUP_M * num_pid_n
-    first_pid_m = (pid // num_pid_in_group) * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
-    pid_n = (pid % num_pid_in_group) // group_size_m
+    pid_m, pid_n = grouped_tile(pid, num_pid_m, num_pid_n, GROUP_M)
     off_m = pid_m * BLOCK_M
     off_n = pid_n * BLOCK_N
     offs_m = off_m + tl.arange(0, BLOCK_M)
@@ -560,11 +554,6 @@ def _launch_tma(x, w, metadata, out, kind, metadata_kind, alignment, silu, cfg) 
 
 
 # --- launcher ----------------------------------------------------------------------------
-
-
-def _extent(t: torch.Tensor) -> int:
-    """Largest element offset a kernel may form for t (plus slack for a block)."""
-    return sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride())) + 4096
 
 
 def moe_grouped_gemm_triton(x: torch.Tensor, w: torch.Tensor, metadata: torch.Tensor,

@@ -75,6 +75,9 @@ import triton
 import triton.language as tl
 
 from opspec.kernels.devices import TRITON_INTERPRETED
+from opspec.kernels.tiling import H200_SMS as _NUM_SMS
+from opspec.kernels.tiling import element_extent as _extent
+from opspec.kernels.tiling import grouped_tile
 
 __all__ = [
     "DECODE_MAX_M",
@@ -94,7 +97,6 @@ __all__ = [
 
 DECODE_MAX_M = 16
 GEMV_MAX_M = 4     # the FMA decode kernel's rows (its FMAs grow with M, the MMA's do not)
-_NUM_SMS = 132  # H200
 _INT32_LIMIT = 2**31 - 1
 _ACTIVATIONS = (torch.float16, torch.bfloat16)
 _SCALES = (torch.float16, torch.bfloat16, torch.float32)
@@ -624,11 +626,7 @@ def _w4a16_prefill_kernel(
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
-    in_group = GROUP_M * num_pid_n
-    first_m = (pid // in_group) * GROUP_M
-    group_m = min(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + ((pid % in_group) % group_m)
-    pid_n = (pid % in_group) // group_m
+    pid_m, pid_n = grouped_tile(pid, num_pid_m, num_pid_n, GROUP_M)
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -730,10 +728,6 @@ def _check(x, packed_weight, scales, zeros, group_size, out):
     if tuple(out.shape) != (M, N):
         raise ValueError(f"out must have shape [{M}, {N}], got {list(out.shape)}")
     return M, N, K
-
-
-def _extent(t: torch.Tensor) -> int:
-    return sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride())) + 4096
 
 
 def _upcast(x: torch.Tensor) -> bool:

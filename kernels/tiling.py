@@ -1,0 +1,69 @@
+"""Host-side helpers the tiled Triton kernels share (GEMM, bmm, grouped and MoE GEMMs,
+W4A16): the SM count, how far a kernel may address a tensor, whether Triton can prove
+16-byte vectors for it, and tile shapes clipped to a small problem; and the grouped
+("swizzled") program order their kernels walk tiles in.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple, TypeVar
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["H200_SMS", "clip_tiles", "element_extent", "grouped_tile", "sm_count",
+           "vector_aligned"]
+
+#: The H200's SM count: tables are written for it, and it stands in off CUDA (the
+#: interpreter).
+H200_SMS = 132
+
+Config = TypeVar("Config", bound=NamedTuple)
+
+
+@functools.lru_cache(maxsize=16)
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of a CUDA device (read once); ``H200_SMS`` elsewhere."""
+    if device.type != "cuda":
+        return H200_SMS
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def element_extent(t: torch.Tensor) -> int:
+    """Largest element offset a kernel may form for ``t`` (plus slack for a block)."""
+    return sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride())) + 4096
+
+
+def vector_aligned(t: torch.Tensor) -> bool:
+    """Whether Triton can prove 16-byte vectors for ``t``: a unit stride, every other
+    stride (of a dimension longer than 1) a multiple of 16 (what Triton specialises on)
+    and a 16-byte aligned base."""
+    strides = t.stride()
+    return (t.data_ptr() % 16 == 0 and 1 in strides
+            and all(s == 1 or s % 16 == 0 or n == 1 for s, n in zip(strides, t.shape)))
+
+
+def clip_tiles(cfg: Config, M: int, N: int, K: int) -> Config:
+    """``cfg`` (a tile configuration with ``block_m``, ``block_n``, ``block_k`` and
+    ``num_warps``) with blocks larger than the power-of-two rounded problem shrunk to it;
+    16 is tl.dot's minimum. Tiles smaller than 128 x 128 take at most 4 warps."""
+    bm = min(cfg.block_m, max(16, triton.next_power_of_2(M)))
+    bn = min(cfg.block_n, max(16, triton.next_power_of_2(N)))
+    bk = min(cfg.block_k, max(16, triton.next_power_of_2(K)))
+    if (bm, bn, bk) == (cfg.block_m, cfg.block_n, cfg.block_k):
+        return cfg
+    warps = cfg.num_warps if bm * bn >= 128 * 128 else min(cfg.num_warps, 4)
+    return cfg._replace(block_m=bm, block_n=bn, block_k=bk, num_warps=warps)
+
+
+@triton.jit
+def grouped_tile(tile, num_m, num_n, GROUP_M: tl.constexpr):
+    """``(pid_m, pid_n)`` of the ``tile``-th program in grouped order: ``GROUP_M``
+    consecutive programs walk down one column of tiles, so they share its panel of the
+    right-hand operand in L2."""
+    in_group = GROUP_M * num_n
+    first_m = (tile // in_group) * GROUP_M
+    group = min(num_m - first_m, GROUP_M)
+    return first_m + ((tile % in_group) % group), (tile % in_group) // group
