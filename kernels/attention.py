@@ -318,28 +318,9 @@ def _attn_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, b, kvh, offs_m, offs_n, offs_d
             p = tl.math.exp2(qk - m_sub[:, None])
             alpha = tl.math.exp2(m_i - m_sub)
         else:
-            if PRESCALE:
-                m_ij = tl.maximum(m_i, tl.max(qk, 1))
-            elif NEG_SCALE:
-                # the maximum of the scaled scores, from the unscaled ones
-                m_ij = tl.maximum(m_i, tl.min(qk, 1) * qk_scale)
-            else:
-                m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-            if LAZY:
-                m_ij = tl.where(m_ij > m_i + LAZY_TAU, m_ij, m_i)
-            if PRESCALE:
-                p = tl.math.exp2(qk - m_ij[:, None])
-            else:
-                # one FMA per score
-                p = tl.math.exp2(qk * qk_scale - m_ij[:, None])
-            alpha = tl.math.exp2(m_i - m_ij)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        if LAZY:
-            # alpha is exactly 1 on rows whose maximum stayed
-            if tl.min(alpha, 0) < 1.0:
-                acc = acc * alpha[:, None]
-        else:
-            acc = acc * alpha[:, None]
+            p, alpha, m_ij = _unmasked_probs(qk, m_i, qk_scale, NEG_SCALE, PRESCALE, LAZY,
+                                             LAZY_TAU)
+        acc, l_i = _rescale(acc, l_i, p, alpha, LAZY)
         v = _load_kv(v_ptrs, start_n, b, kvh, n_ok, d_ok, MASKED, EVEN_D, KV_TMA,
                      BLOCK_N, BLOCK_D)
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)
@@ -351,13 +332,14 @@ def _attn_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, b, kvh, offs_m, offs_n, offs_d
 
 
 @triton.jit
-def _full_update(acc, l_i, m_i, qk, v, qk_scale, NEG_SCALE: tl.constexpr,
-                 PRESCALE: tl.constexpr, LAZY: tl.constexpr, LAZY_TAU: tl.constexpr,
-                 PRECISION: tl.constexpr):
-    """The online-softmax update of an unmasked block's scores ``qk`` and values ``v``."""
+def _unmasked_probs(qk, m_i, qk_scale, NEG_SCALE: tl.constexpr, PRESCALE: tl.constexpr,
+                    LAZY: tl.constexpr, LAZY_TAU: tl.constexpr):
+    """An unmasked block's probabilities ``p`` (unnormalised), the running maximum's
+    rescale ``alpha`` and the new maximum."""
     if PRESCALE:
         m_ij = tl.maximum(m_i, tl.max(qk, 1))
     elif NEG_SCALE:
+        # the maximum of the scaled scores, from the unscaled ones
         m_ij = tl.maximum(m_i, tl.min(qk, 1) * qk_scale)
     else:
         m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
@@ -366,14 +348,31 @@ def _full_update(acc, l_i, m_i, qk, v, qk_scale, NEG_SCALE: tl.constexpr,
     if PRESCALE:
         p = tl.math.exp2(qk - m_ij[:, None])
     else:
+        # one FMA per score
         p = tl.math.exp2(qk * qk_scale - m_ij[:, None])
-    alpha = tl.math.exp2(m_i - m_ij)
+    return p, tl.math.exp2(m_i - m_ij), m_ij
+
+
+@triton.jit
+def _rescale(acc, l_i, p, alpha, LAZY: tl.constexpr):
+    """The row sums and the accumulator moved to the new running maximum."""
     l_i = l_i * alpha + tl.sum(p, 1)
     if LAZY:
+        # alpha is exactly 1 on rows whose maximum stayed
         if tl.min(alpha, 0) < 1.0:
             acc = acc * alpha[:, None]
     else:
         acc = acc * alpha[:, None]
+    return acc, l_i
+
+
+@triton.jit
+def _full_update(acc, l_i, m_i, qk, v, qk_scale, NEG_SCALE: tl.constexpr,
+                 PRESCALE: tl.constexpr, LAZY: tl.constexpr, LAZY_TAU: tl.constexpr,
+                 PRECISION: tl.constexpr):
+    """The online-softmax update of an unmasked block's scores ``qk`` and values ``v``."""
+    p, alpha, m_ij = _unmasked_probs(qk, m_i, qk_scale, NEG_SCALE, PRESCALE, LAZY, LAZY_TAU)
+    acc, l_i = _rescale(acc, l_i, p, alpha, LAZY)
     acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)
     return acc, l_i, m_ij
 
