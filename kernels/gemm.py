@@ -57,6 +57,7 @@ from opspec.kernels.tiling import vector_aligned as _is_aligned
 __all__ = [
     "GemmConfig",
     "gemm_reference",
+    "gemm_tile",
     "gemm_triton",
     "gemv_triton",
     "gemm_configs",
@@ -227,6 +228,58 @@ def gemm_reference(a: torch.Tensor, b: torch.Tensor, trans_a: bool, trans_b: boo
 
 
 @triton.jit
+def gemm_tile(a_ptr, b_ptr, c_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk,
+              stride_bn, stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, USE_INT64: tl.constexpr,
+              INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    """Output tile (pid_m, pid_n) of ``c = a @ b`` through pointers, fp32 accumulation
+    (shared by the GEMM and bmm pointer kernels). UPCAST: the operands are widened to
+    float32 before the dot (the interpreter's bfloat16 tl.dot is wrong)."""
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    # Wrap out-of-range rows/columns onto valid ones: loads stay in bounds without a
+    # mask; those rows/columns are dropped by the store mask.
+    offs_am = offs_m % M
+    offs_bn = offs_n % N
+    if USE_INT64:
+        offs_am = offs_am.to(tl.int64)
+        offs_bn = offs_bn.to(tl.int64)
+        offs_k = offs_k.to(tl.int64)
+    a_ptrs = a_ptr + offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    # Full K blocks without masks (a mask on K defeats the cp.async pipeline), then
+    # one masked tail block when K % BLOCK_K != 0.
+    for _ in range(0, K // BLOCK_K):
+        a = tl.load(a_ptrs)
+        b = tl.load(b_ptrs)
+        if UPCAST:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    if not EVEN_K:
+        k_left = K % BLOCK_K
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        if UPCAST:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+
+    c = acc.to(c_ptr.dtype.element_ty)
+    if USE_INT64:
+        offs_m = offs_m.to(tl.int64)
+        offs_n = offs_n.to(tl.int64)
+    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    c_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    tl.store(c_ptrs, c, mask=c_mask)
+
+
+@triton.jit
 def _gemm_kernel(
     a_ptr,
     b_ptr,
@@ -253,42 +306,9 @@ def _gemm_kernel(
     pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N),
                                 GROUP_M)
 
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    # Wrap out-of-range rows/columns onto valid ones: loads stay in bounds without a
-    # mask; those rows/columns are dropped by the store mask.
-    offs_am = offs_m % M
-    offs_bn = offs_n % N
-    if USE_INT64:
-        offs_am = offs_am.to(tl.int64)
-        offs_bn = offs_bn.to(tl.int64)
-        offs_k = offs_k.to(tl.int64)
-    a_ptrs = a_ptr + offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak
-    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn
-
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    # Full K blocks without masks (a mask on K defeats the cp.async pipeline), then
-    # one masked tail block when K % BLOCK_K != 0.
-    for _ in range(0, K // BLOCK_K):
-        a = tl.load(a_ptrs)
-        b = tl.load(b_ptrs)
-        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
-    if not EVEN_K:
-        k_left = K % BLOCK_K
-        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
-        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
-        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
-
-    c = acc.to(c_ptr.dtype.element_ty)
-    if USE_INT64:
-        offs_m = offs_m.to(tl.int64)
-        offs_n = offs_n.to(tl.int64)
-    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
-    c_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    tl.store(c_ptrs, c, mask=c_mask)
+    gemm_tile(a_ptr, b_ptr, c_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk,
+              stride_bn, stride_cm, stride_cn, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, USE_INT64,
+              INPUT_PRECISION, False)
 
 
 @triton.jit
