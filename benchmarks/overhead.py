@@ -2,14 +2,22 @@
 
 For tiny tensors (so the kernel itself costs nothing), the per-call wall time of:
 
-- `opspec`: the op, `op(x)` — generated checks, kernel lookup, launch, output checks;
-- `launcher`: allocating the output and calling the Triton launcher directly;
-- `custom_op`: the same launcher behind a `torch.library.custom_op`, called eagerly;
+- `opspec`: the op, `op(x)` -- generated checks, kernel lookup, launch, output checks;
+- `launcher`: allocating the output and calling the Triton launcher directly,
+  `kernel[grid](*args, **kwargs)`, with the very kernel, grid and arguments the op's call
+  launches (recorded from one call through `opspec.kernels.launch.recording`), so no
+  argument handling or configuration choice is timed; on a CPU, where no Triton kernel
+  runs, the torch reference kernel the op selects;
+- `entry`: allocating the output and calling the kernel entry the op's dispatch selects
+  (`entry.forward(x, out)`: the kernel library's own argument handling and configuration
+  choice, then opspec's launch path, `opspec.kernels.launch`);
+- `custom_op`: that entry behind a `torch.library.custom_op`, called eagerly;
 - `torch`: the torch function the op follows.
 
-Each variant runs `--calls` times per round; rounds are interleaved and the median round is
-reported, with the device synchronised at the end of each round. Run:
-`python -m opspec.benchmarks.overhead` is not available (benchmarks are not packaged), so
+`opspec - launcher` is the overhead over a bare Triton launch; `opspec - entry` is what the
+op's checks and dispatch add to the kernel entry. Each variant runs `--calls` times per
+round; rounds are interleaved and the median round is reported, with the device
+synchronised at the end of each round. Run (benchmarks are not packaged):
 `python benchmarks/overhead.py [--device cuda] [--json PATH]`.
 """
 
@@ -40,9 +48,9 @@ def _time(fn, calls: int, device: torch.device) -> float:
 
 
 def variants(device: torch.device):
-    """The four variants per op. `launcher` calls the very kernel entry the op's dispatch
-    selects for this call (Triton on CUDA; on a CPU without Triton's interpreter, the
-    torch reference), so the difference is opspec's own cost."""
+    """The five variants per op (see the module docstring). `entry` calls the very kernel
+    entry the op's dispatch selects for this call (Triton on CUDA; on a CPU without
+    Triton's interpreter, the torch reference); `launcher` replays its Triton launches."""
     from opspec.kernels.gemm_impl import GemmCall
     from opspec.kernels.silu_and_mul_impl import SiluAndMulCall
     from opspec.ops import GemmFwdOp, SiluAndMulFwdOp
@@ -80,17 +88,38 @@ def variants(device: torch.device):
     return {
         "SiluAndMulFwdOp": {
             "opspec": lambda: silu(x),
-            "launcher": silu_launcher,
+            "launcher": _bare(silu_launcher, (x.shape[0], x.shape[1] // 2), x),
+            "entry": silu_launcher,
             "custom_op": lambda: silu_custom(x),
             "torch": lambda: F.silu(x[:, :8]) * x[:, 8:],
         },
         "GemmFwdOp": {
             "opspec": lambda: gemm(a, b),
-            "launcher": gemm_launcher,
+            "launcher": _bare(gemm_launcher, (a.shape[0], b.shape[1]), a),
+            "entry": gemm_launcher,
             "custom_op": lambda: gemm_custom(a, b),
             "torch": lambda: torch.matmul(a, b),
         },
     }, {"SiluAndMulFwdOp": type(silu_entry).__name__, "GemmFwdOp": type(gemm_entry).__name__}
+
+
+def _bare(entry_call, out_shape, like: torch.Tensor):
+    """The Triton launches `entry_call` makes, replayed as bare `kernel[grid](...)` calls
+    after allocating an output like the op's; `entry_call` itself where it launches none
+    (a torch reference kernel)."""
+    from opspec.kernels.launch import recording
+
+    entry_call()  # compile first, so the recorded call is a plain launch
+    with recording() as launches:
+        entry_call()
+    if not launches:
+        return entry_call
+
+    def bare():
+        torch.empty(out_shape, dtype=like.dtype, device=like.device)
+        for kernel, grid, args, kwargs in launches:
+            kernel[grid](*args, **kwargs)
+    return bare
 
 
 def main(argv=None) -> int:
@@ -114,7 +143,8 @@ def main(argv=None) -> int:
         med = {k: statistics.median(v) for k, v in samples.items()}
         results[op] = med
         print(f"{op} on {device} ({kernels[op]}): " + ", ".join(f"{k} {v:.2f} us" for k, v in med.items())
-              + f"; opspec - launcher = {med['opspec'] - med['launcher']:+.2f} us")
+              + f"; opspec - launcher = {med['opspec'] - med['launcher']:+.2f} us"
+              + f", opspec - entry = {med['opspec'] - med['entry']:+.2f} us")
     meta = {"device": str(device), "torch": torch.__version__,
             "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
             "calls": args.calls, "rounds": args.rounds}

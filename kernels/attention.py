@@ -51,6 +51,8 @@ from typing import NamedTuple
 import torch
 import triton
 import triton.language as tl
+
+from opspec.kernels.launch import launch
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 __all__ = [
@@ -633,7 +635,7 @@ def _launch(q, k, v, out, cu_q, cu_k, strides, S_q, S_kv, batch, H, H_kv, grid_m
         grid = (n_m * group, batch * H_kv)
     else:
         grid = (n_m, batch * H)
-    _attn_fwd_kernel[grid](
+    launch(_attn_fwd_kernel, grid,
         q, k_arg, v_arg, out, cu_q, cu_k, *strides,
         S_q, S_kv, H, group, D, sc * _LOG2E, batch, n_m,
         VARLEN=varlen, CAUSAL=bool(causal), BOTTOM_RIGHT=bottom_right,

@@ -59,6 +59,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from opspec.kernels.launch import launch
 from opspec.kernels.devices import TRITON_INTERPRETED
 from opspec.kernels.gemm import gemm_tile
 from opspec.kernels.tiling import H200_SMS as _NUM_SMS
@@ -251,7 +252,7 @@ def bmm_triton(input: torch.Tensor, mat2: torch.Tensor, out: torch.Tensor,
     use_int64 = max(_matrix_extent(input), _matrix_extent(mat2), _matrix_extent(out)) > _INT32_LIMIT
     grid = (B * triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n),)
     upcast = TRITON_INTERPRETED and input.dtype == torch.bfloat16
-    _bmm_kernel[grid](
+    launch(_bmm_kernel, grid,
         input, mat2, out, M, N, K,
         input.stride(0), input.stride(1), input.stride(2),
         mat2.stride(0), mat2.stride(1), mat2.stride(2),
@@ -435,7 +436,7 @@ def bmm_tma(input: torch.Tensor, mat2: torch.Tensor, out: torch.Tensor,
     c_desc = TensorDescriptor(out, list(shc), list(stc), [1, bn, bm] if tc else [1, bm, bn])
     programs = min(B * triton.cdiv(M, bm) * triton.cdiv(N, bn), _num_sms(input.device))
     upcast = TRITON_INTERPRETED and input.dtype == torch.bfloat16
-    _bmm_tma_kernel[(programs,)](
+    launch(_bmm_tma_kernel, (programs,),
         a_desc, b_desc, c_desc, B, M, N, K,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m,
         TRANS_A=ta, TRANS_B=tb, TRANS_C=tc, PROGRAMS=programs,

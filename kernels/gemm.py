@@ -47,9 +47,9 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from opspec.kernels.launch import launch
 from opspec.kernels.tiling import H200_SMS as _NUM_SMS
 from opspec.kernels.tiling import clip_tiles as _clip
-from opspec.kernels.tiling import element_extent as _extent
 from opspec.kernels.tiling import grouped_tile
 from opspec.kernels.tiling import sm_count as _num_sms
 from opspec.kernels.tiling import vector_aligned as _is_aligned
@@ -402,8 +402,15 @@ def _check(
 
 
 def _launch(kernel, grid, a, b, out, M, N, K, sa, sb, cfg: GemmConfig, extra: dict) -> None:
-    use_int64 = max(_extent(a), _extent(b), _extent(out)) > _INT32_LIMIT
-    kernel[grid](
+    so = out.stride()
+    # The largest element offsets of a, b and out (tiling.element_extent, from the sizes
+    # in hand rather than re-read from the tensors).
+    use_int64 = max((M - 1) * abs(sa[0]) + (K - 1) * abs(sa[1]),
+                    (K - 1) * abs(sb[0]) + (N - 1) * abs(sb[1]),
+                    (M - 1) * abs(so[0]) + (N - 1) * abs(so[1])) + 4096 > _INT32_LIMIT
+    launch(
+        kernel,
+        grid,
         a,
         b,
         out,
@@ -414,8 +421,8 @@ def _launch(kernel, grid, a, b, out, M, N, K, sa, sb, cfg: GemmConfig, extra: di
         sa[1],
         sb[0],
         sb[1],
-        out.stride(0),
-        out.stride(1),
+        so[0],
+        so[1],
         BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.block_n,
         BLOCK_K=cfg.block_k,
@@ -475,20 +482,35 @@ def gemv_triton(
     reduction over K; ``b`` is read once in its stored layout.  ``config`` overrides
     :func:`gemv_config_for` (its ``block_m`` must be >= M; ``group_m`` is unused).
     """
-    M, N, K, sa, sb = _check(a, b, trans_a, trans_b, out)
+    M, N, K, _, _ = _check(a, b, trans_a, trans_b, out)
     if M > GEMV_MAX_M:
         raise ValueError(f"gemv_triton handles M <= {GEMV_MAX_M}, got M = {M}; use gemm_triton")
+    if config is not None and config.block_m < M:
+        raise ValueError(f"config.block_m = {config.block_m} < M = {M}")
+    return gemv_launch(a, b, out, M, N, K, trans_a, trans_b, config)
+
+
+def gemv_launch(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, M: int, N: int, K: int,
+                trans_a: bool, trans_b: bool, config: GemmConfig | None = None) -> torch.Tensor:
+    """:func:`gemv_triton` without its argument checks, for callers that guarantee them
+    (the GEMM kernel interface's contract does: 2-D ``a``/``b``/``out`` of one supported
+    dtype, ``op(a)`` ``[M, K]``, ``op(b)`` ``[K, N]``, ``out`` ``[M, N]``, ``M <= 16``). A
+    decode step's GEMM is a few microseconds of GPU time, so the host time of these
+    re-checks (each a tensor attribute read) was most of its latency."""
     if M == 0 or N == 0:
         return out
     if K == 0:
         return out.zero_()
+    sa = a.stride()
+    sb = b.stride()
+    if trans_a:
+        sa = (sa[1], sa[0])
+    if trans_b:
+        sb = (sb[1], sb[0])
     if config is None:
         config = gemv_config_for(M, N, K, a.dtype, _is_aligned(a) and _is_aligned(b))
-    cfg = config
-    if cfg.block_m < M:
-        raise ValueError(f"config.block_m = {cfg.block_m} < M = {M}")
-    grid = (triton.cdiv(N, cfg.block_n),)
-    _launch(_gemv_kernel, grid, a, b, out, M, N, K, sa, sb, cfg, {})
+    grid = (triton.cdiv(N, config.block_n),)
+    _launch(_gemv_kernel, grid, a, b, out, M, N, K, sa, sb, config, {})
     return out
 
 
@@ -639,14 +661,14 @@ def gemm_tma(
     tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
     if tma_persistent(cfg):
         programs = min(tiles, _num_sms(a.device))
-        _gemm_tma_persistent_kernel[(programs,)](
+        launch(_gemm_tma_persistent_kernel, (programs,),
             a_desc, b_desc, c_desc, M, N, K, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
             GROUP_M=cfg.group_m, TRANS_A=trans_a, TRANS_B=trans_b, PROGRAMS=programs,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         return out
     grid = (tiles,)
-    _gemm_tma_kernel[grid](a_desc, b_desc, c_desc, M, N, K, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
-                           GROUP_M=cfg.group_m, TRANS_A=trans_a, TRANS_B=trans_b,
-                           STAGES=cfg.num_stages, num_warps=cfg.num_warps,
-                           num_stages=cfg.num_stages)
+    launch(_gemm_tma_kernel, grid, a_desc, b_desc, c_desc, M, N, K,
+           BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m, TRANS_A=trans_a,
+           TRANS_B=trans_b, STAGES=cfg.num_stages, num_warps=cfg.num_warps,
+           num_stages=cfg.num_stages)
     return out

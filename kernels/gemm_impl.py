@@ -13,7 +13,7 @@ from typing import ClassVar
 import torch
 
 from opspec.kernels.devices import REFERENCE_DEVICES, TRITON_DEVICES
-from opspec.kernels.gemm import GEMV_MAX_M, gemm_reference, gemm_triton, gemv_triton
+from opspec.kernels.gemm import GEMV_MAX_M, gemm_reference, gemm_triton, gemv_launch
 from opspec.ops.dispatch import CallSpec, Kernel, KernelInterface
 
 
@@ -58,7 +58,8 @@ class GemvTritonKernel(Kernel, GemmFwdInterface):
     preferred_over = frozenset({"gemm_triton"})
 
     def forward(self, a, b, out):
-        return gemv_triton(a, b, self.call.trans_a, self.call.trans_b, out)
+        c = self.call  # the interface's contract holds: no re-checks (see gemv_launch)
+        return gemv_launch(a, b, out, c.M, c.N, c.K, c.trans_a, c.trans_b)
 
 
 class GemmReferenceKernel(Kernel, GemmFwdInterface):

@@ -70,6 +70,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from opspec.kernels.launch import launch
 from opspec.kernels.tiling import clip_tiles as _clip
 from opspec.kernels.tiling import element_extent as _extent
 from opspec.kernels.tiling import grouped_tile
@@ -327,7 +328,7 @@ def grouped_gemm_triton(a: torch.Tensor, b: torch.Tensor, batch_sizes: torch.Ten
     b_group = b[0] if G else b
     use_int64 = max(_extent(a), _extent(b_group), _extent(out)) > _INT32_LIMIT
     grid = ((triton.cdiv(M, cfg.block_m) + G) * triton.cdiv(N, cfg.block_n),)
-    _grouped_gemm_kernel[grid](
+    launch(_grouped_gemm_kernel, grid,
         a, b, out, batch_sizes,
         M, N, K, G,
         sa[0], sa[1], sb[0], sb[1], sb[2], out.stride(0), out.stride(1), batch_sizes.stride(0),
@@ -497,7 +498,7 @@ def grouped_gemm_tma(a: torch.Tensor, b: torch.Tensor, batch_sizes: torch.Tensor
     # (only caps the programs: each walks the real tiles, counted on the device)
     bound = (triton.cdiv(M, bm) + G) * triton.cdiv(N, bn)
     programs = max(1, min(bound, _num_sms(a.device)))
-    _grouped_gemm_tma_kernel[(programs,)](
+    launch(_grouped_gemm_tma_kernel, (programs,),
         a_desc, b_desc, out, batch_sizes, M, N, K, G, out.stride(0), out.stride(1),
         batch_sizes.stride(0),
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, BLOCK_G=max(16, triton.next_power_of_2(G)),

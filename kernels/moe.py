@@ -56,6 +56,7 @@ import torch
 import triton
 import triton.language as tl
 
+from opspec.kernels.launch import launch
 from opspec.kernels.tiling import element_extent as _extent
 from opspec.kernels.tiling import grouped_tile
 
@@ -541,13 +542,13 @@ def _launch_tma(x, w, metadata, out, kind, metadata_kind, alignment, silu, cfg) 
         x_desc = TensorDescriptor.from_tensor(x, [1, bm, bk])
         y_desc = TensorDescriptor.from_tensor(out, [1, bm, bn])
         grid = (triton.cdiv(max_m, bm) * triton.cdiv(n_out, bn), E)
-        _moe_masked_tma_kernel[grid](x_desc, w_desc, metadata, y_desc, max_m, n_out, K, **opts)
+        launch(_moe_masked_tma_kernel, grid, x_desc, w_desc, metadata, y_desc, max_m, n_out, K, **opts)
         return
     M = x.shape[0]
     x_desc = TensorDescriptor.from_tensor(x, [bm, bk])
     y_desc = TensorDescriptor.from_tensor(out, [bm, bn])
     grid = (triton.cdiv(M, bm) * triton.cdiv(n_out, bn),)
-    _moe_contiguous_tma_kernel[grid](
+    launch(_moe_contiguous_tma_kernel, grid,
         x_desc, w_desc, metadata, y_desc, M, n_out, K, E, max(alignment, 1),
         BLOCK_E=triton.next_power_of_2(E), LOG_E=triton.next_power_of_2(E).bit_length() - 1,
         GROUP_M=cfg.group_m, PER_ROW=metadata_kind == "per_row", **opts)
@@ -597,7 +598,7 @@ def moe_grouped_gemm_triton(x: torch.Tensor, w: torch.Tensor, metadata: torch.Te
                   num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if kind == "masked":
         grid = (triton.cdiv(max_m, cfg.block_m) * triton.cdiv(n_out, cfg.block_n), E)
-        _moe_masked_kernel[grid](
+        launch(_moe_masked_kernel, grid,
             x, w, metadata, out, max_m, n_out, K,
             x.stride(0), x.stride(1), x.stride(2), w.stride(0), w.stride(1), w.stride(2),
             out.stride(0), out.stride(1), out.stride(2), **common)
@@ -607,13 +608,13 @@ def moe_grouped_gemm_triton(x: torch.Tensor, w: torch.Tensor, metadata: torch.Te
         # Tight packing with expert ends: expert-aligned tiles (at most one partial tile
         # per expert, plus one for the rows past the last end).
         tiles = triton.cdiv(M, cfg.block_m) + E + 1
-        _moe_segments_kernel[(tiles * triton.cdiv(n_out, cfg.block_n),)](
+        launch(_moe_segments_kernel, (tiles * triton.cdiv(n_out, cfg.block_n),),
             x, w, metadata, out, M, n_out, K, E,
             x.stride(0), x.stride(1), w.stride(0), w.stride(1), w.stride(2),
             out.stride(0), out.stride(1), BLOCK_E=triton.next_power_of_2(E), **common)
         return out
     grid = (triton.cdiv(M, cfg.block_m) * triton.cdiv(n_out, cfg.block_n),)
-    _moe_contiguous_kernel[grid](
+    launch(_moe_contiguous_kernel, grid,
         x, w, metadata, out, M, n_out, K, E, max(alignment, 1),
         x.stride(0), x.stride(1), w.stride(0), w.stride(1), w.stride(2),
         out.stride(0), out.stride(1),

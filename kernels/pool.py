@@ -62,6 +62,8 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from opspec.kernels.launch import launch
+
 __all__ = [
     "Pool2dGeometry",
     "pool2d_geometry",
@@ -658,7 +660,7 @@ def _launch_global(x4: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeom
     # the input (their offsets must not wrap either)
     bound = (N + p.block_r + 1) * abs(sn) + (C + p.block_r + 1) * abs(sc) \
         + (hr + p.block_w + 1) * abs(sh) + (wr + p.block_w + 1) * abs(sw) + P + p.block_r
-    _pool2d_global_kernel[(triton.cdiv(P, p.block_r),)](
+    launch(_pool2d_global_kernel, (triton.cdiv(P, p.block_r),),
         x4, out, P, C, L, wr, sn, sc, sh, sw, divisor,
         IS_MAX=(mode == "max"), MERGE_NC=merge_nc,
         FLAT=(hr == 1 or (wr == W and sh == W * sw)),
@@ -686,7 +688,7 @@ def _launch_rows(x4: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeomet
         + (g.stride[1] * (W_out + p.block_w) + g.dilation[1] * g.kernel[1] + g.padding[1]
            + 1) * abs(sw)
     out_bound = (N * C + 1) * H_out * W_out + (p.block_r + 1) * W_out + p.block_w
-    _pool2d_rows_kernel[(N * C * n_row_blocks * n_col_blocks,)](
+    launch(_pool2d_rows_kernel, (N * C * n_row_blocks * n_col_blocks,),
         x4, out, C, H, W, H_out, W_out, n_col_blocks, n_row_blocks,
         sn, sc, sh, sw, g.stride[1], g.padding[0], g.padding[1],
         float(divisor_override) if divisor_override is not None else 1.0,
@@ -744,7 +746,7 @@ def pool2d_triton(x: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeomet
         grid = (N * C * n_row_blocks * n_col_blocks,)
     else:
         grid = (triton.cdiv(R, p.block_r) * n_col_blocks,)
-    _pool2d_kernel[grid](
+    launch(_pool2d_kernel, grid,
         x4, out,
         R, C, H, W, H_out, W_out, n_col_blocks, n_row_blocks,
         x4.stride(0), x4.stride(1), x4.stride(2), x4.stride(3),

@@ -37,6 +37,8 @@ import torch
 import triton
 import triton.language as tl
 
+from opspec.kernels.launch import launch
+
 __all__ = [
     "rotary_embedding_reference",
     "rotary_embedding_triton",
@@ -249,7 +251,7 @@ def rotary_embedding_triton(positions: torch.Tensor, query: torch.Tensor, key: t
     (sp,), sc = positions.stride(), cos_sin_cache.stride()
     use_int64 = max(_max_offset((T, H, rotary_dim), sq), _max_offset((T, H_kv, rotary_dim), sk),
                     (T - 1) * abs(sp)) + _MAX_TILE > _INT32_LIMIT
-    _rope_kernel[(T, n_q_blocks + n_k_blocks)](
+    launch(_rope_kernel, (T, n_q_blocks + n_k_blocks),
         positions, query, key, cos_sin_cache,
         H, H_kv, n_q_blocks, half, max_position,
         sp, sq[0], sq[1], sq[2], sk[0], sk[1], sk[2], sc[0], sc[1],

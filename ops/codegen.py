@@ -372,11 +372,14 @@ class BranchGenerator:
                     self.fail(d, "'the out tensor'", "'another tensor'")
                 continue
             if ins:
-                if not need_storage:
-                    need_storage = True
-                    w("_ins = (" + ", ".join(_tv(t) for t in ins) + ("," if len(ins) == 1 else "")
-                      + ")")
-                w(f"if {ov}.numel() and _shares_storage({ov}, _ins):")
+                if len(ins) <= 3:  # inline: this runs on every call
+                    shares = " or ".join(f"_is_alias_of({ov}, {_tv(t)})" for t in ins)
+                else:
+                    if not need_storage:
+                        need_storage = True
+                        w("_ins = (" + ", ".join(_tv(t) for t in ins) + ")")
+                    shares = f"_shares_storage({ov}, _ins)"
+                w(f"if {ov}.numel() and ({shares}):")
                 with w.indent():
                     self.fail(d, "'a tensor that shares no storage with the inputs'",
                               "'a tensor sharing storage with an input'")

@@ -107,7 +107,7 @@ def _namespace() -> dict[str, Any]:
                "_EvaluationError": EvaluationError,
                "_check_failed": _check_failed, "_evaluation_failed": _evaluation_failed,
                "_DTYPES": DTYPES_BY_NAME, "_numel": _numel, "_default_device": _default_device,
-               "_shares_storage": _shares_storage})
+               "_shares_storage": _shares_storage, "_is_alias_of": _is_alias_of})
     return ns
 
 
@@ -365,7 +365,7 @@ class Op:
             if not empty:
                 result = self.forward(*args)
                 code.finish(self, result, *args, None, ind, device)
-                self._opspec_last = (br, ind, args, None, result, device, ())
+                self._opspec_last = (br, ind, args, None, device, ())
                 return result
         return self._run_call(args, kwargs)
 
@@ -468,7 +468,9 @@ class Op:
                 # silently wrong (reference §7).
                 raise SignatureError(f"{type(self).__name__}: sub-op calls of {stray} are not held "
                                      "through delegate_for; hold every sub-op with delegate_for")
-        self._opspec_last = (br, ind, inputs, out, result, device, subcalls)
+        # Not the result: an op must not keep its last output alive (the record's output
+        # entries come from the spec's output types, which the finish checks just matched).
+        self._opspec_last = (br, ind, inputs, out, device, subcalls)
         if stack:
             stack[-1].append((self, self._opspec_last))
         return result
@@ -500,7 +502,7 @@ class Op:
             raise NoCallError(f"{type(self).__name__} has completed no call yet")
         return self._record(*self._opspec_last)
 
-    def _record(self, br, ind, inputs, out, result, device, subcalls) -> SignatureCall:
+    def _record(self, br, ind, inputs, out, device, subcalls) -> SignatureCall:
         info = type(self)._opspec_info
         spec = info.spec
         tensors: dict[str, TensorRecord] = {}
@@ -517,12 +519,9 @@ class Op:
             if t is not None:
                 tensors[name] = TensorRecord(tuple(int(d) for d in t.shape), DTYPE_NAMES[t.dtype])
                 traffic[name] = (1, 0)
-        seq = () if not info.outputs else ((result,) if len(info.outputs) == 1 else result)
-        for name, r in zip(info.outputs, seq):
-            if r is None:
-                continue
+        for name, shape, dtype in br.code.outputs(self, ind):
             decl = spec.outputs[name]
-            tensors[name] = TensorRecord(tuple(int(d) for d in r.shape), DTYPE_NAMES[r.dtype])
+            tensors[name] = TensorRecord(tuple(int(d) for d in shape), dtype)
             if decl.alias is not None and decl.alias in br.written:
                 continue  # the aliased input's write is already counted
             traffic[name] = (0, 1)
@@ -621,7 +620,13 @@ def _shares_storage(o: torch.Tensor, inputs: tuple) -> bool:
     """Whether `o` shares storage with one of `inputs`. Storages are compared, not data
     pointers: every meta tensor's data pointer is 0, so pointer equality called a new meta
     output "sharing storage" with any meta input (a check-only call on meta tensors)."""
-    return any(torch._C._is_alias_of(o, t) for t in inputs)
+    for t in inputs:  # a loop, not any(<generator>): this runs on every call
+        if _is_alias_of(o, t):
+            return True
+    return False
+
+
+_is_alias_of = torch._C._is_alias_of
 
 
 def _same(a: Any, b: Any) -> bool:
