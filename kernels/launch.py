@@ -46,6 +46,9 @@ _ENABLED = (_JITFunction is not None and not TRITON_INTERPRETED
             and os.environ.get("OPSPEC_TRITON_LAUNCH", "fast") != "triton")
 _driver: Any = None  # Triton's active driver, read once it is needed (it initializes CUDA)
 _recorded: list | None = None  # set by `recording`
+# (id(kernel), device, specialization, options) -> (kernel, its compiled kernel). Not an
+# attribute of the JITFunction: Triton 3.6 did not keep one set there.
+_compiled: dict[tuple, tuple[Any, Any]] = {}
 
 
 @contextlib.contextmanager
@@ -60,6 +63,12 @@ def recording() -> Iterator[list[tuple[Any, tuple, tuple, dict]]]:
         _recorded = saved
 
 
+def _hooked(hook: Any) -> bool:
+    """Whether a Triton launch hook is set: None or an empty ``HookChain`` (Triton 3.6 keeps
+    a chain of hooks, empty by default) is none."""
+    return bool(getattr(hook, "calls", hook))
+
+
 def fast_launch_enabled() -> bool:
     """Whether ``launch`` may bypass ``JITFunction.run`` in this process."""
     return _ENABLED
@@ -72,8 +81,8 @@ def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> Any
     if _recorded is not None:
         _recorded.append((kernel, grid, args, kwargs))
     if not _ENABLED or type(kernel) is not _JITFunction or kernel.pre_run_hooks \
-            or _knobs.runtime.launch_enter_hook is not None \
-            or _knobs.runtime.launch_exit_hook is not None:
+            or _hooked(_knobs.runtime.launch_enter_hook) \
+            or _hooked(_knobs.runtime.launch_exit_hook):
         return kernel[grid](*args, **kwargs)
     global _driver
     drv = _driver
@@ -84,20 +93,18 @@ def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> Any
     if caches is None:  # first launch on this device: Triton builds its binder
         return kernel[grid](*args, **kwargs)
     bound, specialization, options = caches[4](*args, **kwargs)
-    key = (device, tuple(specialization), tuple(options.items()))
-    compiled_by_key = kernel.__dict__.get("_opspec_compiled")
-    if compiled_by_key is None:
-        compiled_by_key = kernel.__dict__.setdefault("_opspec_compiled", {})
+    key = (id(kernel), device, tuple(specialization), tuple(options.items()))
     try:
-        compiled = compiled_by_key.get(key)
+        held = _compiled.get(key)
     except TypeError:  # an unhashable specialization (a tuple argument): Triton's path
         return kernel[grid](*args, **kwargs)
-    if compiled is None:
+    if held is None or held[0] is not kernel:
         compiled = kernel[grid](*args, **kwargs)
         if hasattr(compiled, "result"):  # Triton's asynchronous compile mode
             compiled = compiled.result()
-        compiled_by_key[key] = compiled
+        _compiled[key] = (kernel, compiled)  # the kernel too: its id stays its own
         return compiled
+    compiled = held[1]
     n = len(grid)
     compiled.run(grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1,
                  drv.get_current_stream(device), compiled.function, compiled.packed_metadata,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from opspec.kernels.activation_impl import (
-    ActivationCall, ActivationFwdInterface, ActivationReferenceKernel, ActivationTritonKernel,
+    ActivationFwdInterface, ActivationReferenceKernel, ActivationTritonKernel,
 )
 from opspec.ops.op import DTYPE_NAMES, Op
 
@@ -30,8 +30,9 @@ class _ActivationOp(Op):
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         out = input if self.inplace else torch.empty_like(input)
-        call = ActivationCall(self._activation(), DTYPE_NAMES[input.dtype], device=input.device)
-        return self.kernel_for("activation", call).forward(input, out)
+        kernel = self.kernel_for_values("activation", input.device,
+                                        self._activation(), DTYPE_NAMES[input.dtype])
+        return kernel.forward(input, out)
 
 
 class ReluFwdOp(_ActivationOp):

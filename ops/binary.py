@@ -6,7 +6,7 @@ import torch
 
 from opspec.kernels.binary import broadcast_shape
 from opspec.kernels.binary_impl import (
-    BinaryCall, BinaryFwdInterface, BinaryReferenceKernel, BinaryTritonKernel,
+    BinaryFwdInterface, BinaryReferenceKernel, BinaryTritonKernel,
 )
 from opspec.ops.op import DTYPE_NAMES, Op
 
@@ -36,9 +36,9 @@ class AddFwdOp(Op):
 
     def forward(self, input: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
         out = _output(input, other)
-        call = BinaryCall("add", DTYPE_NAMES[input.dtype], DTYPE_NAMES[other.dtype],
-                          DTYPE_NAMES[out.dtype], device=input.device)
-        return self.kernel_for("binary", call).forward(input, other, out, self.alpha)
+        kernel = self.kernel_for_values("binary", input.device, "add", DTYPE_NAMES[input.dtype],
+                                        DTYPE_NAMES[other.dtype], DTYPE_NAMES[out.dtype])
+        return kernel.forward(input, other, out, self.alpha)
 
 
 class MulFwdOp(Op):
@@ -53,6 +53,6 @@ class MulFwdOp(Op):
 
     def forward(self, input: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
         out = _output(input, other)
-        call = BinaryCall("mul", DTYPE_NAMES[input.dtype], DTYPE_NAMES[other.dtype],
-                          DTYPE_NAMES[out.dtype], device=input.device)
-        return self.kernel_for("binary", call).forward(input, other, out, 1)
+        kernel = self.kernel_for_values("binary", input.device, "mul", DTYPE_NAMES[input.dtype],
+                                        DTYPE_NAMES[other.dtype], DTYPE_NAMES[out.dtype])
+        return kernel.forward(input, other, out, 1)

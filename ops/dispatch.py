@@ -300,6 +300,27 @@ class DispatchTable:
         except (KeyError, TypeError):  # TypeError: an unhashable field; the miss path names it
             return self._miss(interface, call)
 
+    def kernel_for_values(self, interface: str, device: torch.device, *values: Any) -> Kernel:
+        """`kernel_for(interface, request(*values, device=device))`, with `request` the
+        interface's call spec class, whose fields `values` are in declaration order. A hit
+        is one dict lookup on the values themselves: no call spec is built (building and
+        hashing one was about a third of an eager call's dispatch time on tiny inputs).
+        `device` must be a device, not None (None means the current CUDA device, which a
+        key of values could not follow: use `kernel_for`)."""
+        key = (interface, device, values)
+        try:
+            return self._entries_by_values[key]
+        except KeyError:
+            pass
+        except TypeError:  # an unhashable value: kernel_for's miss path names it
+            return self.kernel_for(interface, self._request(interface)(*values, device=device))
+        if device is None:
+            raise KernelContractError(f"{self.op_name}: kernel_for_values({interface!r}) needs "
+                                      "a device; use kernel_for for a call spec without one")
+        kernel = self.kernel_for(interface, self._request(interface)(*values, device=device))
+        self._entries_by_values[key] = kernel
+        return kernel
+
     def _on_current_device(self, interface: str, call: CallSpec) -> Kernel:
         """`kernel_for` of a call spec without device, on the current CUDA device.
 
@@ -335,6 +356,7 @@ class DispatchTable:
             # Keys: (interface, call); and (interface, call, index) for a call spec without
             # device on CUDA device `index` (see _on_current_device).
             self._entries_by_call: dict[tuple, Kernel] = {}
+            self._entries_by_values: dict[tuple, Kernel] = {}  # see kernel_for_values
             self._built_entries: dict[str, dict[tuple[type, Hashable], Kernel]] = {
                 name: {} for name in self.interfaces}
             self._build_devices: dict[int, torch.device | None] = {}

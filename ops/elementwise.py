@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 
 from opspec.kernels.gelu_and_mul_impl import (
-    GeluAndMulCall, GeluAndMulFwdInterface, GeluAndMulReferenceKernel, GeluAndMulTritonKernel,
+    GeluAndMulFwdInterface, GeluAndMulReferenceKernel, GeluAndMulTritonKernel,
 )
 from opspec.kernels.silu_and_mul_impl import (
-    SiluAndMulCall, SiluAndMulFwdInterface, SiluAndMulReferenceKernel, SiluAndMulTritonKernel,
+    SiluAndMulFwdInterface, SiluAndMulReferenceKernel, SiluAndMulTritonKernel,
 )
 from opspec.ops.op import DTYPE_NAMES, Op
 
@@ -27,8 +27,9 @@ class SiluAndMulFwdOp(Op):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = torch.empty((x.shape[0], x.shape[1] // 2), dtype=x.dtype, device=x.device)
-        call = SiluAndMulCall(DTYPE_NAMES[x.dtype], device=x.device)
-        return self.kernel_for("silu_and_mul", call).forward(x, out)
+        kernel = self.kernel_for_values("silu_and_mul", x.device,
+                                        DTYPE_NAMES[x.dtype])
+        return kernel.forward(x, out)
 
 
 class GeluAndMulFwdOp(Op):
@@ -45,5 +46,6 @@ class GeluAndMulFwdOp(Op):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = torch.empty((x.shape[0], x.shape[1] // 2), dtype=x.dtype, device=x.device)
-        call = GeluAndMulCall(DTYPE_NAMES[x.dtype], self.approximate, device=x.device)
-        return self.kernel_for("gelu_and_mul", call).forward(x, out)
+        kernel = self.kernel_for_values("gelu_and_mul", x.device,
+                                        DTYPE_NAMES[x.dtype], self.approximate)
+        return kernel.forward(x, out)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from opspec.kernels.gemm_impl import (
-    GemmCall, GemmFwdInterface, GemmReferenceKernel, GemmTritonKernel, GemvTritonKernel,
+    GemmFwdInterface, GemmReferenceKernel, GemmTritonKernel, GemvTritonKernel,
 )
 from opspec.ops.op import DTYPE_NAMES, Op
 
@@ -29,6 +29,6 @@ class GemmFwdOp(Op):
         M, K = (a.shape[1], a.shape[0]) if self.trans_a else (a.shape[0], a.shape[1])
         N = b.shape[0] if self.trans_b else b.shape[1]
         out = torch.empty((M, N), dtype=a.dtype, device=a.device)
-        call = GemmCall(M, N, K, DTYPE_NAMES[a.dtype], self.trans_a, self.trans_b,
-                        device=a.device)
-        return self.kernel_for("gemm", call).forward(a, b, out)
+        kernel = self.kernel_for_values("gemm", a.device,
+                                        M, N, K, DTYPE_NAMES[a.dtype], self.trans_a, self.trans_b)
+        return kernel.forward(a, b, out)

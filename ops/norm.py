@@ -7,9 +7,9 @@ import torch
 
 from opspec.kernels.norm import DEFAULT_RMS_EPS
 from opspec.kernels.norm_impl import (
-    FusedAddRMSNormCall, FusedAddRMSNormFwdInterface, FusedAddRMSNormReferenceKernel,
+    FusedAddRMSNormFwdInterface, FusedAddRMSNormReferenceKernel,
     FusedAddRMSNormTritonKernel, LayerNormFwdInterface, LayerNormReferenceKernel,
-    LayerNormTritonKernel, NormCall, RMSNormFwdInterface, RMSNormReferenceKernel,
+    LayerNormTritonKernel, RMSNormFwdInterface, RMSNormReferenceKernel,
     RMSNormTritonKernel,
 )
 from opspec.ops.op import DTYPE_NAMES, Op
@@ -38,8 +38,9 @@ class RMSNormFwdOp(Op):
 
     def forward(self, input: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
         out = torch.empty_like(input, memory_format=torch.contiguous_format)
-        call = NormCall(DTYPE_NAMES[input.dtype], self._shape, self._eps, device=input.device)
-        return self.kernel_for("rms_norm", call).forward(input, weight, out)
+        kernel = self.kernel_for_values("rms_norm", input.device,
+                                        DTYPE_NAMES[input.dtype], self._shape, self._eps)
+        return kernel.forward(input, weight, out)
 
 
 class LayerNormFwdOp(Op):
@@ -62,8 +63,9 @@ class LayerNormFwdOp(Op):
     def forward(self, input: torch.Tensor, weight: torch.Tensor | None = None,
                 bias: torch.Tensor | None = None) -> torch.Tensor:
         out = torch.empty_like(input, memory_format=torch.contiguous_format)
-        call = NormCall(DTYPE_NAMES[input.dtype], self._shape, self._eps, device=input.device)
-        return self.kernel_for("layer_norm", call).forward(input, weight, bias, out)
+        kernel = self.kernel_for_values("layer_norm", input.device,
+                                        DTYPE_NAMES[input.dtype], self._shape, self._eps)
+        return kernel.forward(input, weight, bias, out)
 
 
 class FusedAddRMSNormFwdOp(Op):
@@ -83,6 +85,6 @@ class FusedAddRMSNormFwdOp(Op):
 
     def forward(self, input: torch.Tensor, residual: torch.Tensor,
                 weight: torch.Tensor) -> None:
-        call = FusedAddRMSNormCall(DTYPE_NAMES[input.dtype], input.shape[-1], self._eps,
-                                   device=input.device)
-        self.kernel_for("fused_add_rms_norm", call).forward(input, residual, weight)
+        kernel = self.kernel_for_values("fused_add_rms_norm", input.device,
+                                        DTYPE_NAMES[input.dtype], input.shape[-1], self._eps)
+        kernel.forward(input, residual, weight)

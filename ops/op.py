@@ -585,6 +585,15 @@ class Op:
             raise OpNotAvailableError(f"{type(self).__name__} declares no kernel interfaces")
         return self._opspec_dispatch.kernel_for(interface, call)
 
+    def kernel_for_values(self, interface: str, device: Any, *values: Any) -> Any:
+        """`kernel_for(interface, Call(*values, device=device))` for the interface's call
+        spec class `Call`, without building the call spec when the entry is known (the
+        eager hot path; see DispatchTable.kernel_for_values)."""
+        if self._opspec_dispatch is None:
+            from opspec.ops.errors import OpNotAvailableError
+            raise OpNotAvailableError(f"{type(self).__name__} declares no kernel interfaces")
+        return self._opspec_dispatch.kernel_for_values(interface, device, *values)
+
     def key_for(self, interface: str, call: Any, **facts: Any) -> str:
         return self._opspec_dispatch.key_for(interface, call, **facts)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from opspec.kernels.rope_impl import (
-    RotaryEmbeddingCall, RotaryEmbeddingFwdInterface, RotaryEmbeddingReferenceKernel,
+    RotaryEmbeddingFwdInterface, RotaryEmbeddingReferenceKernel,
     RotaryEmbeddingTritonKernel,
 )
 from opspec.ops.op import DTYPE_NAMES, Op
@@ -36,7 +36,8 @@ class RotaryEmbeddingFwdOp(Op):
 
     def forward(self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
                 cos_sin_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        call = RotaryEmbeddingCall(DTYPE_NAMES[query.dtype], DTYPE_NAMES[cos_sin_cache.dtype],
-                                   self.head_size, self.is_neox, device=query.device)
-        self.kernel_for("rotary_embedding", call).forward(positions, query, key, cos_sin_cache)
+        kernel = self.kernel_for_values("rotary_embedding", query.device,
+                                        DTYPE_NAMES[query.dtype], DTYPE_NAMES[cos_sin_cache.dtype],
+                                        self.head_size, self.is_neox)
+        kernel.forward(positions, query, key, cos_sin_cache)
         return query, key

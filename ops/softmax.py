@@ -7,7 +7,7 @@ from typing import ClassVar
 import torch
 
 from opspec.kernels.softmax_impl import (
-    SoftmaxCall, SoftmaxFwdInterface, SoftmaxReferenceKernel, SoftmaxTritonKernel,
+    SoftmaxFwdInterface, SoftmaxReferenceKernel, SoftmaxTritonKernel,
 )
 from opspec.ops.op import DTYPE_NAMES, DTYPES_BY_NAME, Op
 
@@ -33,9 +33,9 @@ class _SoftmaxOp(Op):
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         out_dtype = input.dtype if self._out_dtype is None else self._out_dtype
         out = torch.empty(input.shape, dtype=out_dtype, device=input.device)
-        call = SoftmaxCall(DTYPE_NAMES[input.dtype], DTYPE_NAMES[out_dtype], self._log,
-                           device=input.device)
-        return self.kernel_for("softmax", call).forward(input, self.dim, out)
+        kernel = self.kernel_for_values("softmax", input.device,
+                                        DTYPE_NAMES[input.dtype], DTYPE_NAMES[out_dtype], self._log)
+        return kernel.forward(input, self.dim, out)
 
 
 class SoftmaxFwdOp(_SoftmaxOp):

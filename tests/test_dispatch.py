@@ -672,6 +672,31 @@ def test_hits_read_no_device_facts(monkeypatch):
     assert reads == [CPU]
 
 
+def test_kernel_for_values_is_kernel_for_without_a_call_spec_on_hits(monkeypatch):
+    t = table({"small": kernel("Small", applies="M <= 16", preferred_over=frozenset({"ref"})),
+               "ref": kernel("Ref", general=True)})
+    k = t.kernel_for_values("gemm", CPU, 8, 8, 8, torch.float16)
+    assert k is t.kernel_for("gemm", call()) and type(k).__name__ == "Small"
+    big = t.kernel_for_values("gemm", CPU, 32, 8, 8, torch.float16)
+    assert type(big).__name__ == "Ref" and big.call == call(M=32)
+    built = []
+    monkeypatch.setattr(GemmCall, "__init__", lambda *a, **kw: built.append(a))
+    assert t.kernel_for_values("gemm", CPU, 8, 8, 8, torch.float16) is k  # a hit builds nothing
+    assert built == []
+    monkeypatch.undo()
+    with raises(KernelContractError, "kernel_for_values('gemm') needs a device"):
+        t.kernel_for_values("gemm", None, 8, 8, 8, torch.float16)
+    t.reset()  # a failed selecting call: value keys go with the entries
+    assert t._entries_by_values == {}
+    assert t.kernel_for_values("gemm", CPU, 8, 8, 8, torch.float16) is not k
+
+
+def test_kernel_for_values_with_an_unhashable_value_names_it():
+    t = table({"s": kernel("S", ShapeFwdInterface)}, {"shape": ShapeFwdInterface})
+    with raises(KernelContractError, "shape"):
+        t.kernel_for_values("shape", CPU, [2, 3])
+
+
 def test_missing_device_is_filled_with_the_current_cuda_device(monkeypatch):
     monkeypatch.setattr(dispatch, "_cuda_available", lambda: True)
     monkeypatch.setattr(dispatch, "_current_cuda_index", lambda: 0)

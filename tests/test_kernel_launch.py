@@ -91,10 +91,16 @@ def test_hooks_and_other_kernel_objects_take_triton_path(fake):
     assert len(k.slow_runs) == 2
     knobs.runtime.launch_enter_hook = lambda *a: None  # a profiler
     L.launch(k, (1,), "x", 32, BLOCK=128)
+    chain = types.SimpleNamespace(calls=[])  # Triton 3.6's HookChain, empty: no hook
+    knobs.runtime.launch_enter_hook = chain
+    L.launch(k, (1,), "x", 32, BLOCK=128)
+    assert len(k.slow_runs) == 3
+    chain.calls.append(lambda *a: None)  # the chain holds a hook
+    L.launch(k, (1,), "x", 32, BLOCK=128)
     knobs.runtime.launch_enter_hook = None
     k.pre_run_hooks.append(lambda *a, **kw: None)
     L.launch(k, (1,), "x", 32, BLOCK=128)
-    assert len(k.slow_runs) == 4
+    assert len(k.slow_runs) == 5
 
     class Autotuned(FakeJIT):  # not a plain JITFunction
         pass
