@@ -81,6 +81,10 @@ class BmmConfig(NamedTuple):
     group_m: int
     num_warps: int
     num_stages: int
+    # TMA kernel only: the tile is stored in this many column strips (1 or 2). Two halve
+    # the store buffer in shared memory and let the first strip's store run while the
+    # second is converted, for problems bound by writing C (attention scores, K = 128).
+    store_split: int = 1
 
 
 # --- the table: every tuning constant ------------------------------------------------
@@ -367,7 +371,7 @@ def _bmm_tma_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, TRANS_A: tl.constexpr, TRANS_B: tl.constexpr,
     TRANS_C: tl.constexpr, PROGRAMS: tl.constexpr,
-    INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, STORE_SPLIT: tl.constexpr,
 ):
     num_m = tl.cdiv(M, BLOCK_M)
     num_n = tl.cdiv(N, BLOCK_N)
@@ -399,6 +403,11 @@ def _bmm_tma_kernel(
         c = acc.to(c_desc.dtype)
         if TRANS_C:
             c_desc.store([batch, off_n, off_m], c.T.reshape(1, BLOCK_N, BLOCK_M))
+        elif STORE_SPLIT == 2:
+            halves = tl.permute(tl.reshape(c, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+            c0, c1 = tl.split(halves)
+            c_desc.store([batch, off_m, off_n], c0.reshape(1, BLOCK_M, BLOCK_N // 2))
+            c_desc.store([batch, off_m, off_n + BLOCK_N // 2], c1.reshape(1, BLOCK_M, BLOCK_N // 2))
         else:
             c_desc.store([batch, off_m, off_n], c.reshape(1, BLOCK_M, BLOCK_N))
 
@@ -433,7 +442,8 @@ def bmm_tma(input: torch.Tensor, mat2: torch.Tensor, out: torch.Tensor,
     (ta, sha, sta), (tb, shb, stb), (tc, shc, stc) = layouts
     a_desc = TensorDescriptor(input, list(sha), list(sta), [1, bk, bm] if ta else [1, bm, bk])
     b_desc = TensorDescriptor(mat2, list(shb), list(stb), [1, bn, bk] if tb else [1, bk, bn])
-    c_desc = TensorDescriptor(out, list(shc), list(stc), [1, bn, bm] if tc else [1, bm, bn])
+    split = 2 if cfg.store_split == 2 and not tc else 1  # a transposed C is stored whole
+    c_desc = TensorDescriptor(out, list(shc), list(stc), [1, bn, bm] if tc else [1, bm, bn // split])
     programs = min(B * triton.cdiv(M, bm) * triton.cdiv(N, bn), _num_sms(input.device))
     upcast = TRITON_INTERPRETED and input.dtype == torch.bfloat16
     launch(_bmm_tma_kernel, (programs,),
@@ -441,6 +451,6 @@ def bmm_tma(input: torch.Tensor, mat2: torch.Tensor, out: torch.Tensor,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m,
         TRANS_A=ta, TRANS_B=tb, TRANS_C=tc, PROGRAMS=programs,
         INPUT_PRECISION="ieee" if upcast else precision if input.dtype == torch.float32 else "tf32",
-        UPCAST=upcast, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        UPCAST=upcast, STORE_SPLIT=split, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out

@@ -162,18 +162,18 @@ def test_launcher_rejects_bad_arguments():
 
 def test_config_choice():
     # MoE and attention prefill: the largest tiles that fill the waves
-    assert bmm_config_for(8, 1024, 14336, 4096) == (128, 256, 64, 8, 8, 3)
-    assert bmm_config_for(256, 2048, 2048, 128) == (128, 256, 64, 8, 8, 3)
+    assert bmm_config_for(8, 1024, 14336, 4096)[:6] == (128, 256, 64, 8, 8, 3)
+    assert bmm_config_for(256, 2048, 2048, 128)[:6] == (128, 256, 64, 8, 8, 3)
     # PV (N = 128): the 128-wide tile, clipped
     assert bmm_config_for(256, 2048, 128, 2048).block_n == 128
     # decode attention (M = 4): 16-row tiles streaming mat2, 128 columns a program
     # (one K step: 2 stages, so that more programs share an SM)
-    assert bmm_config_for(512, 4, 4096, 128) == (16, 128, 128, 1, 4, 2)
-    assert bmm_config_for(512, 4, 128, 4096) == (16, 128, 128, 1, 4, 4)
+    assert bmm_config_for(512, 4, 4096, 128)[:6] == (16, 128, 128, 1, 4, 2)
+    assert bmm_config_for(512, 4, 128, 4096)[:6] == (16, 128, 128, 1, 4, 4)
     assert bmm_config_for(1, 4, 256, 128).block_n == 64
     # float32: 3xTF32 on tensor cores, or the ieee (FMA) configuration
-    assert bmm_config_for(32, 4096, 4096, 128, torch.float32) == (128, 128, 32, 8, 8, 3)
-    assert bmm_config_for(32, 4096, 4096, 128, torch.float32, "ieee") == (64, 64, 32, 8, 4, 3)
+    assert bmm_config_for(32, 4096, 4096, 128, torch.float32)[:6] == (128, 128, 32, 8, 8, 3)
+    assert bmm_config_for(32, 4096, 4096, 128, torch.float32, "ieee")[:6] == (64, 64, 32, 8, 4, 3)
     assert len(bmm_configs()) == len(set(bmm_configs()))
 
 
@@ -217,13 +217,25 @@ def test_tma_persistent_walk(monkeypatch):
     _close(out, _want(a, b), torch.float16)
 
 
+@pytest.mark.parametrize("tc", [False, True], ids=["c", "c-transposed"])
+def test_tma_split_store(monkeypatch, tc):
+    """The tile stored in two column strips (store_split = 2), tails in M and N, two
+    programs walking several tiles; a transposed C is stored whole."""
+    monkeypatch.setattr(bmm_mod, "_num_sms", lambda device: 2)
+    a = _padded(2, 40, 50, torch.float16)
+    b = _padded(2, 50, 72, torch.float16, seed=1)
+    out = _padded(2, 40, 72, torch.float16, tc, seed=2).fill_(float("nan"))
+    bmm_tma(a, b, out, BmmConfig(16, 32, 32, 1, 4, 2, store_split=2))
+    _close(out, _want(a, b), torch.float16)
+
+
 def test_tma_decode_rows(monkeypatch):
     """The table's decode tile (16 rows, zero-filled past M = 4; N tail), three programs."""
     monkeypatch.setattr(bmm_mod, "_num_sms", lambda device: 3)
     a = _randn(5, 4, 128, dtype=torch.float16)
     b = _padded(5, 128, 200, torch.float16, True, seed=1)
     out = torch.empty(5, 4, 200, dtype=torch.float16)
-    assert bmm_tma_config_for(5, 4, 200, 128) == (16, 128, 128, 1, 4, 5)
+    assert bmm_tma_config_for(5, 4, 200, 128)[:6] == (16, 128, 128, 1, 4, 5)
     bmm_tma(a, b, out)
     _close(out, _want(a, b), torch.float16)
     # one query row, one key: length-1 axes
@@ -259,12 +271,12 @@ def test_tma_layouts_and_refusals():
 
 def test_tma_table_and_routing(monkeypatch):
     # attention scores (K = 128: two K steps), values (N = 128), experts: every H200 row
-    assert bmm_tma_config_for(256, 2048, 2048, 128) == (128, 256, 64, 16, 8, 3)
-    assert bmm_tma_config_for(32, 4096, 4096, 128) == (128, 256, 64, 16, 8, 3)
-    assert bmm_tma_config_for(256, 2048, 128, 2048) == (256, 128, 64, 16, 8, 3)
+    assert bmm_tma_config_for(256, 2048, 2048, 128)[:6] == (128, 256, 64, 16, 8, 3)
+    assert bmm_tma_config_for(32, 4096, 4096, 128)[:6] == (128, 256, 64, 16, 8, 3)
+    assert bmm_tma_config_for(256, 2048, 128, 2048)[:6] == (256, 128, 64, 16, 8, 3)
     assert bmm_tma_config_for(8, 1024, 14336, 4096)[:3] == (128, 256, 64)
     assert bmm_tma_config_for(64, 256, 7168, 2048)[:3] == (128, 256, 64)
-    assert bmm_tma_config_for(512, 4, 4096, 128) == (16, 128, 128, 1, 4, 5)
+    assert bmm_tma_config_for(512, 4, 4096, 128)[:6] == (16, 128, 128, 1, 4, 5)
     # 2 x 3 tiles of 128x256 fill 6 of 132 SMs: 128x128; 16 < M <= 128: the pointer kernel
     assert bmm_tma_config_for(1, 256, 768, 4096)[:3] == (128, 128, 64)
     assert bmm_tma_config_for(64, 64, 4096, 128) is None
@@ -274,7 +286,7 @@ def test_tma_table_and_routing(monkeypatch):
     monkeypatch.setattr(bmm_mod, "bmm_tma", lambda a, b, out, cfg, p: calls.append(cfg) or out)
     a, b = torch.zeros(2, 4, 16, dtype=torch.float16), torch.zeros(2, 16, 8, dtype=torch.float16)
     bmm_triton(a, b, torch.empty(2, 4, 8, dtype=torch.float16))
-    assert calls == [(16, 16, 16, 1, 4, 5)]
+    assert [c[:6] for c in calls] == [(16, 16, 16, 1, 4, 5)]
     a = torch.ones(1, 40, 16, dtype=torch.float16)
     out = torch.empty(1, 40, 8, dtype=torch.float16)
     bmm_triton(a, b[:1].fill_(1), out)                        # M = 40: the pointer kernel
@@ -482,7 +494,8 @@ def tma(B, M, N, Kd, dt="bf16", ta=False, tb=False, tc=False):
     types = dict(a_desc=desc(ta, bm, bk), b_desc=desc(tb, bk, bn), c_desc=desc(tc, bm, bn))
     ints = dict(B=B, M=M, N=N, K=Kd)
     cexpr = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m, TRANS_A=ta,
-                 TRANS_B=tb, TRANS_C=tc, PROGRAMS=132, INPUT_PRECISION="tf32", UPCAST=False)
+                 TRANS_B=tb, TRANS_C=tc, PROGRAMS=132, INPUT_PRECISION="tf32", UPCAST=False,
+                 STORE_SPLIT=1)
     sig, attrs = {}, {}
     for i, name in enumerate(fn.arg_names):
         if name in cexpr:
