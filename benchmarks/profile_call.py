@@ -14,19 +14,21 @@ import time
 import torch
 
 
-def _launch_pieces(x, out) -> dict:
-    """The Triton launch of the same kernel split up (Triton's own runtime internals: named
-    per Triton 3.x, skipped where this Triton lays them out otherwise)."""
+def _launch_pieces(entry, x, out) -> dict:
+    """The Triton launch the entry makes, split up: the launch as Triton does it, as
+    opspec.kernels.launch does it, and the pieces (Triton's own runtime internals, named per
+    Triton 3.x; skipped where this Triton lays them out otherwise)."""
     import triton
-    from opspec.kernels import silu_and_mul as K
+    from opspec.kernels.launch import launch, recording
 
-    kern = K._silu_and_mul_kernel
-    M, N = out.shape
-    block, warps = K.silu_and_mul_block(M, N)
-    args = (x, out, N, triton.cdiv(N, block), x.stride(0), x.stride(1), out.stride(0), out.stride(1))
-    kw = dict(BLOCK=block, USE_INT64=False, num_warps=warps)
-    grid = (M * triton.cdiv(N, block),)
-    pieces = {"kernel[grid](...) (Triton launch)": lambda: kern[grid](*args, **kw)}
+    with recording() as launches:
+        entry.forward(x, out)
+    if not launches:
+        print("(the entry launched no Triton kernel through opspec.kernels.launch)")
+        return {}
+    kern, grid, args, kw = launches[0]
+    pieces = {"kernel[grid](...) (Triton launch)": lambda: kern[grid](*args, **kw),
+              "opspec.kernels.launch.launch(...)": lambda: launch(kern, grid, *args, **kw)}
     try:
         drv = triton.runtime.driver.active
         device = drv.get_current_device()
@@ -35,15 +37,14 @@ def _launch_pieces(x, out) -> dict:
         bound, _, _ = binder(*args, **kw)
         vals = tuple(bound.values())
         stream = drv.get_current_stream(device)
-        meta = compiled.launch_metadata(grid, stream, *vals)
+        g = tuple(grid) + (1,) * (3 - len(grid))
         pieces.update({
             "driver get_current_device + stream": lambda: drv.get_current_stream(drv.get_current_device()),
             "binder (argument specialization)": lambda: binder(*args, **kw),
             "compiled.run (the C launcher alone)": lambda: compiled.run(
-                grid[0], 1, 1, stream, compiled.function, compiled.packed_metadata, meta,
-                None, None, *vals),
+                *g, stream, compiled.function, compiled.packed_metadata, None, None, None, *vals),
         })
-    except Exception as exc:  # a Triton without these internals: the full launch only
+    except Exception as exc:  # a Triton without these internals: the two launches only
         print(f"(Triton launch internals not split: {type(exc).__name__}: {exc})")
     return pieces
 
@@ -80,7 +81,7 @@ def main(argv=None) -> int:
         "x.device": lambda: x.device,
     }
     if dev.type == "cuda":
-        pieces.update(_launch_pieces(x, out))
+        pieces.update(_launch_pieces(entry, x, out))
     for name, fn in pieces.items():
         for _ in range(50):
             fn()

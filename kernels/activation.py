@@ -11,11 +11,11 @@ bandwidth (about 4.2 TB/s measured for a copy). The layout of the work:
 * **flat** (the fast path): when ``x`` and ``out`` cover their storage densely with the
   same strides (contiguous, or any permutation of a contiguous layout, as
   ``torch.empty_like`` preserves it; in place ``out`` is ``x``), the elements are processed
-  in memory order as one 1-D array: program ``pid`` takes ``BLOCK`` consecutive elements.
-  ``BLOCK`` is 2048 with 4 warps, 16 elements per thread (two 16-byte vectors in
-  fp16/bf16, four in fp32), so each thread has several independent loads in flight; it is
-  halved (down to 256) while the grid would have fewer than ``4 * 132`` programs, so that
-  decode-sized tensors still spread over the SMs.
+  in memory order as one 1-D array cut into tiles of ``BLOCK`` elements. How the work is
+  cut (``BLOCK``, warps, a persistent grid, cache hints) is a :class:`StreamConfig` read
+  from :data:`ACTIVATION_TABLE` by element size and count (see the table block). Full
+  tiles are never masked (a tile that may run past ``n`` takes a masked copy of the code),
+  so the 16-byte vectors survive any ``n``.
 * **strided**: otherwise the dimensions are merged where both tensors allow; when two
   remain (a column slice ``x[:, a:b]``, a transposed slice, a broadcast), a 2-D kernel
   reads and writes through the strides, a tile of ``BLOCK_R x BLOCK_C`` per program.
@@ -31,30 +31,113 @@ divisible by 16 keeps the loads vectorised although it is a run-time argument.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from opspec.kernels.launch import launch
+from opspec.kernels.tiling import sm_count
+
 __all__ = [
     "ACTIVATIONS",
-    "activation_flat_block",
+    "ACTIVATION_TABLE",
+    "StreamConfig",
+    "activation_config",
     "activation_reference",
     "activation_triton",
     "gelu_erf_fp32",
     "merge_dims",
+    "pick_config",
+    "stream_grid",
 ]
 
 #: The activations, by name, and the constexpr code the kernels switch on.
 ACTIVATIONS = {"relu": 0, "silu": 1, "gelu": 2, "gelu_tanh": 3}
 
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
-# Enough programs to give every SM of an H200 (132) a few resident programs.
-_TARGET_PROGRAMS = 4 * 132
-_FLAT_BLOCK = 2048
-_MIN_BLOCK = 256
 _TILE = 2048          # elements per program of the strided kernel
 _INT32_LIMIT = 2**31 - 1
+
+
+class StreamConfig(NamedTuple):
+    """How a streaming elementwise kernel cuts its work. Shared by the activation, binary
+    (kernels/binary.py) and gated (kernels/silu_and_mul.py) kernels; each family has its
+    own table of them."""
+
+    #: Elements one program handles per tile (a power of two). The 2-D kernels (binary
+    #: with a broadcast, gated) split it into rows x columns.
+    block: int
+    num_warps: int
+    #: 0: one program per tile, the grid exactly covers the work. k > 0: a persistent grid
+    #: of k programs per SM (no more than there are tiles), each looping over tiles.
+    persist: int = 0
+    #: Loads of streamed operands (every element read once) hint 'evict_first'.
+    evict_first: bool = False
+    #: Loads of a broadcast operand that other programs read again (a bias, a mask, a norm
+    #: weight) hint 'evict_last'. Only the binary kernels have such operands.
+    evict_last: bool = False
+
+
+def _cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` on the host. Triton's own ``cdiv`` is a ConstexprFunction in recent
+    Tritons, about 4 us a call from Python, and a launch plan made several."""
+    return -(-a // b)
+
+
+def _pow2(n: int) -> int:
+    """The smallest power of two >= ``n`` (1 for ``n <= 1``), on the host."""
+    return 1 << (n - 1).bit_length() if n > 1 else 1
+
+
+def pick_config(table, n: int, elem_bytes: int) -> StreamConfig:
+    """The configuration of the first row ``(element bytes, largest n, config)`` of
+    ``table`` that fits ``n`` elements of ``elem_bytes`` bytes (element bytes 0 fits any
+    size, largest n ``None`` any count)."""
+    for eb, max_n, cfg in table:
+        if (eb == 0 or eb == elem_bytes) and (max_n is None or n <= max_n):
+            return cfg
+    raise LookupError(f"no configuration for {n} elements of {elem_bytes} bytes")
+
+
+def stream_grid(cfg: StreamConfig, n_tiles: int, device: torch.device) -> tuple[int, bool]:
+    """``(programs, persistent)`` for ``n_tiles`` tiles: every tile its program, or with
+    ``cfg.persist`` a grid of ``persist`` programs per SM when that is fewer."""
+    if cfg.persist > 0:
+        programs = cfg.persist * sm_count(device)
+        if programs < n_tiles:
+            return programs, True
+    return n_tiles, False
+
+
+# ---- the configuration table (one row per element size and size class) -------------------
+# Set from benchmarks/elementwise_sweep.py on an H200: each sweep row prints the best
+# variant; it goes into the row below that the sweep row falls under (element bytes, n).
+# Rows: (element bytes, largest element count or None, StreamConfig); the first fit wins.
+#
+# Why these defaults (opspec bench on an H200, L2 flushed, before this table existed):
+# * Two 16-byte vectors in flight per thread, 4 warps: 2048 elements of 2 bytes, 1024 of
+#   4. The old kernel took 2048 elements on 4 warps for every dtype, four vectors a thread
+#   in fp32, and its fp32 rows were the ones 3-5 % behind eager and torch.compile (Relu
+#   [2048, 16384] 71.4 us against 68.0 / 68.7, Silu [4096, 18944] 157.0 against 150.7 /
+#   150.5, Gelu [16384, 4096] 133.9 against 130.1 / 130.1), whose kernels keep one (eager)
+#   or two (compile, 1024 elements on 4 warps) vectors a thread. With two vectors in 16-bit it matched them
+#   within 1 % and beat compile where the math is heavier (Silu bf16 115 us against 117).
+# * Decode sizes: one vector a thread, still 4 warps. The old rule shrank the block to
+#   256 elements on 1 warp to reach 528 programs, and Gelu [32, 6400] fp16 took 4.7 us
+#   against compile's 4.3 with 200 programs of 1024 on 4 warps: at this size every program
+#   is resident at once, so smaller programs only add block launches. Below 2**19
+#   elements the 2048 block would leave fewer than 256 programs for 132 SMs.
+# * No persistent grid and no cache hints: nothing measured says they help; the sweep
+#   times both.
+ACTIVATION_TABLE = (
+    (2, 1 << 19, StreamConfig(1024, 4)),
+    (2, None, StreamConfig(2048, 4)),
+    (4, None, StreamConfig(1024, 4)),
+)
+# ------------------------------------------------------------------------------------------
 
 
 def activation_reference(x: torch.Tensor, act: str) -> torch.Tensor:
@@ -131,33 +214,56 @@ def _activate(x, ACT: tl.constexpr):
 
 
 @triton.jit
+def _activation_flat_tile(x_ptr, out_ptr, start, n, ACT: tl.constexpr, BLOCK: tl.constexpr,
+                          MASKED: tl.constexpr, LOAD_POLICY: tl.constexpr):
+    offs = start + tl.arange(0, BLOCK)
+    if MASKED:
+        mask = offs < n
+        x = tl.load(x_ptr + offs, mask=mask, eviction_policy=LOAD_POLICY)
+        tl.store(out_ptr + offs, _activate(x, ACT).to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        x = tl.load(x_ptr + offs, eviction_policy=LOAD_POLICY)
+        tl.store(out_ptr + offs, _activate(x, ACT).to(out_ptr.dtype.element_ty))
+
+
+@triton.jit
+def _activation_flat_step(x_ptr, out_ptr, t, n, ACT: tl.constexpr, BLOCK: tl.constexpr,
+                          USE_INT64: tl.constexpr, EVEN: tl.constexpr,
+                          LOAD_POLICY: tl.constexpr):
+    """Tile ``t``: unmasked unless it runs past ``n``. A mask that Triton cannot prove
+    constant over 8 elements (``n`` not a multiple of 16) splits every access into 2-byte
+    ones, so only the last tile takes the masked code."""
+    if USE_INT64:
+        start = tl.cast(t, tl.int64) * BLOCK
+    else:
+        start = t * BLOCK
+    if EVEN:
+        _activation_flat_tile(x_ptr, out_ptr, start, n, ACT, BLOCK, False, LOAD_POLICY)
+    elif start + BLOCK <= n:
+        _activation_flat_tile(x_ptr, out_ptr, start, n, ACT, BLOCK, False, LOAD_POLICY)
+    else:
+        _activation_flat_tile(x_ptr, out_ptr, start, n, ACT, BLOCK, True, LOAD_POLICY)
+
+
+@triton.jit
 def _activation_flat_kernel(
     x_ptr,
     out_ptr,
     n,
+    n_tiles,
     ACT: tl.constexpr,
     BLOCK: tl.constexpr,
     USE_INT64: tl.constexpr,
-    EVEN: tl.constexpr,
+    EVEN: tl.constexpr,          # n is a multiple of BLOCK: no tile is masked
+    PERSIST: tl.constexpr,       # fewer programs than tiles: each loops over tiles
+    LOAD_POLICY: tl.constexpr,   # '' or 'evict_first'
 ):
     pid = tl.program_id(0)
-    if USE_INT64:
-        start = pid.to(tl.int64) * BLOCK
+    if PERSIST:
+        for t in tl.range(pid, n_tiles, tl.num_programs(0)):
+            _activation_flat_step(x_ptr, out_ptr, t, n, ACT, BLOCK, USE_INT64, EVEN, LOAD_POLICY)
     else:
-        start = pid * BLOCK
-    offs = start + tl.arange(0, BLOCK)
-    if EVEN:
-        # n is a multiple of BLOCK: no bounds predicate on the 16-byte loads and stores.
-        # The bandwidth-bound rows were 1-5% behind torch's unpredicated vectorized
-        # kernel on an H200 (Relu [2048, 16384] fp32 71.4 vs 68.0 us).
-        x = tl.load(x_ptr + offs)
-        y = _activate(x, ACT)
-        tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty))
-    else:
-        mask = offs < n
-        x = tl.load(x_ptr + offs, mask=mask)
-        y = _activate(x, ACT)
-        tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+        _activation_flat_step(x_ptr, out_ptr, pid, n, ACT, BLOCK, USE_INT64, EVEN, LOAD_POLICY)
 
 
 @triton.jit
@@ -189,14 +295,10 @@ def _activation_2d_kernel(
              y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def activation_flat_block(n: int) -> tuple[int, int]:
-    """The ``(BLOCK, num_warps)`` of the flat kernel for ``n`` elements: 2048 elements on
-    4 warps, halved (down to 256) while the grid would hold fewer than ``4 * 132``
-    programs; the warps follow so that a thread keeps at least 8 elements."""
-    block = _FLAT_BLOCK
-    while block > _MIN_BLOCK and triton.cdiv(n, block) < _TARGET_PROGRAMS:
-        block //= 2
-    return block, max(1, min(4, block // 256))
+def activation_config(n: int, elem_bytes: int) -> StreamConfig:
+    """The flat kernel's configuration for ``n`` elements of ``elem_bytes`` bytes (the
+    row of :data:`ACTIVATION_TABLE` they fall under)."""
+    return pick_config(ACTIVATION_TABLE, n, elem_bytes)
 
 
 def _is_dense(t: torch.Tensor) -> bool:
@@ -230,22 +332,25 @@ def merge_dims(shape, *strides) -> tuple[list[int], list[list[int]]]:
     return sizes, [[d[k] for d in strs] for k in range(len(strides))]
 
 
-def _launch_flat(x: torch.Tensor, out: torch.Tensor, code: int) -> None:
+def _launch_flat(x: torch.Tensor, out: torch.Tensor, code: int,
+                 config: StreamConfig | None = None) -> None:
     n = x.numel()
-    block, num_warps = activation_flat_block(n)
-    _activation_flat_kernel[(triton.cdiv(n, block),)](
-        x, out, n, ACT=code, BLOCK=block, USE_INT64=n + block > _INT32_LIMIT,
-        EVEN=n % block == 0, num_warps=num_warps,
-    )
+    cfg = config or pick_config(ACTIVATION_TABLE, n, x.element_size())
+    n_tiles = _cdiv(n, cfg.block)
+    grid, persist = stream_grid(cfg, n_tiles, x.device)
+    launch(_activation_flat_kernel, (grid,), x, out, n, n_tiles,
+           ACT=code, BLOCK=cfg.block, USE_INT64=n + cfg.block > _INT32_LIMIT,
+           EVEN=n % cfg.block == 0, PERSIST=persist,
+           LOAD_POLICY="evict_first" if cfg.evict_first else "", num_warps=cfg.num_warps)
 
 
 def _launch_2d(x: torch.Tensor, out: torch.Tensor, R: int, C: int, sx, so, code: int) -> None:
     # Columns are the unit-stride axis when there is one: put it last.
     if sx[1] != 1 and sx[0] == 1:
         R, C, sx, so = C, R, (sx[1], sx[0]), (so[1], so[0])
-    block_c = min(triton.next_power_of_2(C), _TILE)
-    block_r = min(triton.next_power_of_2(R), max(1, _TILE // block_c))
-    n_row_blocks, n_col_blocks = triton.cdiv(R, block_r), triton.cdiv(C, block_c)
+    block_c = min(_pow2(C), _TILE)
+    block_r = min(_pow2(R), max(1, _TILE // block_c))
+    n_row_blocks, n_col_blocks = _cdiv(R, block_r), _cdiv(C, block_c)
     # The furthest element a (masked-off) lane can address, rows and columns both padded.
     pad_r, pad_c = n_row_blocks * block_r, n_col_blocks * block_c
     reach = max((pad_r - 1) * abs(sx[0]) + (pad_c - 1) * abs(sx[1]),
@@ -257,14 +362,16 @@ def _launch_2d(x: torch.Tensor, out: torch.Tensor, R: int, C: int, sx, so, code:
     )
 
 
-def activation_triton(x: torch.Tensor, out: torch.Tensor, act: str) -> torch.Tensor:
+def activation_triton(x: torch.Tensor, out: torch.Tensor, act: str,
+                      config: StreamConfig | None = None) -> torch.Tensor:
     """Write ``act(x)`` into ``out`` and return ``out``.
 
     ``x`` and ``out`` have the same shape and dtype (fp16, bf16 or fp32), any strides.
     ``out`` may be ``x`` itself (in place; refused for a tensor whose elements share memory,
     as torch refuses it); otherwise the two must not overlap. The math is done in fp32.
     Nothing is launched for an empty tensor. No allocation except on the copy fallback
-    described in the module docstring.
+    described in the module docstring. ``config`` overrides :data:`ACTIVATION_TABLE` for
+    the flat kernel (the sweep's variants); the strided kernel ignores it.
     """
     code = ACTIVATIONS.get(act)
     if code is None:
@@ -284,7 +391,7 @@ def activation_triton(x: torch.Tensor, out: torch.Tensor, act: str) -> torch.Ten
     # is_contiguous first: it is a flag read, and the common case
     if ((x.is_contiguous() and (inplace or out.is_contiguous()))
             or (x.stride() == out.stride() and _is_dense(x))):
-        _launch_flat(x, out, code)
+        _launch_flat(x, out, code, config)
         return out
     sizes, (sx, so) = merge_dims(x.shape, x.stride(), out.stride())
     if len(sizes) == 1:
@@ -294,6 +401,6 @@ def activation_triton(x: torch.Tensor, out: torch.Tensor, act: str) -> torch.Ten
     else:
         # More than two dimensions that cannot be merged: compute on a contiguous copy.
         tmp = x.contiguous()
-        _launch_flat(tmp, tmp, code)
+        _launch_flat(tmp, tmp, code, config)
         out.copy_(tmp)
     return out

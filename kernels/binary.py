@@ -30,12 +30,15 @@ and broadcast in registers.  Up to :data:`MAX_OUTER` row axes are handled by one
 more (which needs more than five axes that cannot merge) are split in Python over the
 leading axis.
 
-The tile holds about ``8192 / max element size`` elements (16 bytes per thread and
-operand twice over with 8 warps), so the whole problem streams through HBM once: read
-``a`` and ``b`` (the broadcast operand only once when it fits in L2) and write ``out``.
-Tile sizes are picked in plain Python from the shape, nothing is autotuned at call time,
-and the launches of a call layout (shapes, strides, element sizes) are planned once and
-cached.
+A same-shape call (one flat axis, unit strides, or a 0-d operand) takes a 1-D kernel
+instead: tiles of consecutive elements, no row arithmetic, and no mask on a tile that lies
+inside the output (only the last one may be masked).
+
+How the work is cut (elements a program, warps, a persistent grid, cache hints) is a
+:class:`~opspec.kernels.activation.StreamConfig` read from :data:`BINARY_TABLE` by the
+largest element size and the element count (see the table block). Nothing is autotuned
+at call time, and the launches of a call layout (shapes, strides, element sizes) are
+planned once and cached.
 """
 
 from __future__ import annotations
@@ -50,12 +53,17 @@ import torch
 import triton
 import triton.language as tl
 
+from opspec.kernels.activation import StreamConfig, _cdiv, _pow2, pick_config, stream_grid
+from opspec.kernels.launch import launch
+
 __all__ = [
     "BINARY_OPS",
+    "BINARY_TABLE",
     "COMPUTE_DTYPES",
     "MAX_OUTER",
     "SUPPORTED_DTYPES",
     "binary_blocks",
+    "binary_config",
     "binary_reference",
     "binary_triton",
     "broadcast_geometry",
@@ -74,10 +82,41 @@ SUPPORTED_DTYPES = (
 MAX_OUTER = 4
 
 _INT32_LIMIT = 2**31 - 1
-# Enough programs to give each of an H200's 132 SMs a few.
-_TARGET_PROGRAMS = 4 * 132
-_MIN_TILE = 512
 _MIN_BLOCK_C = 128
+
+# ---- the configuration table (one row per element size) -----------------------------------
+# Set from benchmarks/elementwise_sweep.py on an H200: each sweep row prints its best
+# variant, which goes into the row below for its largest element size (and, where a row
+# needs it, a new row with a largest element count in front of it). Rows: (element
+# bytes, largest output element count or None, StreamConfig); the first fit wins. The
+# element size is the largest of a, b and out; `block` is elements a program (a 2-D
+# tile is split into rows x columns by binary_blocks).
+#
+# Why these defaults (opspec bench on an H200, L2 flushed, before this table existed):
+# * One 16-byte vector per operand and thread on 4 warps (1024 elements of 2 bytes), the
+#   shape of both torch's eager kernel (128 threads, one vector each) and torch.compile's
+#   (1024 elements, 4 warps). The old tile was 8192 bytes on 8 warps, two vectors per
+#   operand, always masked, and it was 1.5-3 % behind both on every same-shape row (Add
+#   [4096, 4096] bf16 29.9 us against 29.1; Mul [4096, 14336] 87.0 against 85.7; fp32
+#   [14336, 4096] 168.1 against 165.0) and 3-6 % behind compile on the broadcast rows
+#   (mask [4, 32, 1024, 1024] 138.0 against 130.9; [8192, 4096] * [8192, 1] fp32 70.2
+#   against 67.9). Two loads (a and b) are in flight per thread either way.
+# * fp32: 1024 elements too (two vectors per operand), compile's choice, which matched or
+#   beat eager's one vector on the fp32 rows (165.3 vs 165.0, 82.6 vs 126 mixed); 8-byte
+#   elements the same 4 KB per operand, 1-byte ones one vector.
+# * The same at decode sizes: the old tile shrank to 512 elements on 2 warps (or 256 on
+#   1) to reach 528 programs, and was 0.2 us behind compile on Add [32, 4608] + [4608]
+#   (4.5 against 4.3) and Mul [7168] * [64, 7168] (5.0 against 4.8): every program is
+#   resident at once at these sizes, so smaller programs buy nothing but block launches.
+# * evict_last on a broadcast operand (a bias, a mask, a norm weight: re-read by other
+#   programs), as torch.compile marks such loads; the streamed ones get no hint.
+BINARY_TABLE = (
+    (1, None, StreamConfig(2048, 4, evict_last=True)),
+    (2, None, StreamConfig(1024, 4, evict_last=True)),
+    (4, None, StreamConfig(1024, 4, evict_last=True)),
+    (8, None, StreamConfig(512, 4, evict_last=True)),
+)
+# ------------------------------------------------------------------------------------------
 
 COMPUTE_DTYPES = {
     torch.float16: torch.float32,
@@ -179,70 +218,186 @@ def _geometry(shape, a_shape, a_stride, b_shape, b_stride) -> list[tuple[int, in
     return [tuple(d) for d in reversed(merged)]
 
 
-def binary_blocks(R: int, N: int, max_elem_bytes: int) -> tuple[int, int, int]:
-    """`(BLOCK_R, BLOCK_C, num_warps)` for `R` rows of `N` columns.
+def binary_config(numel: int, max_elem_bytes: int) -> StreamConfig:
+    """The configuration of a call whose output has ``numel`` elements and whose largest
+    element (of a, b and out) has ``max_elem_bytes`` bytes: its row of
+    :data:`BINARY_TABLE`."""
+    return pick_config(BINARY_TABLE, numel, max_elem_bytes)
 
-    The tile holds `8192 // max_elem_bytes` elements (4096 for 2-byte dtypes: 16 per
-    thread with 8 warps). With one row, the columns take the whole tile. With several,
-    `BLOCK_C` is the power of two (at least 128) that pads a row least, ties going to the
-    larger (7168 -> 1024, 14336 -> 2048), and the rows fill the rest of the tile. While the
-    grid would hold fewer than 4 programs per SM the tile is halved, down to 512 elements,
-    so that decode-sized calls still spread over the SMs.
+
+def binary_blocks(R: int, N: int, cfg: StreamConfig) -> tuple[int, int, int]:
+    """`(BLOCK_R, BLOCK_C, num_warps)` of the 2-D kernel for `R` rows of `N` columns.
+
+    The tile holds `cfg.block` elements. With one row, the columns take the whole tile.
+    With several, `BLOCK_C` is the power of two (at least 128, at most the tile) that pads
+    a row least, ties going to the larger (with 2048-element tiles: 7168 -> 1024, 14336 ->
+    2048, 4608 -> 512), and the rows fill the rest of the tile. A tile clipped to a small problem keeps the elements per thread of
+    `cfg` (fewer warps).
     """
-    tile = max(1024, 8192 // max(1, max_elem_bytes))
-    top = min(triton.next_power_of_2(max(N, 1)), tile)
+    tile = cfg.block
+    top = min(_pow2(max(N, 1)), tile)
     if R <= 1:
         block_c = top
     else:
-        block_c, best = top, triton.cdiv(N, top) * top
+        block_c, best = top, _cdiv(N, top) * top
         c = top // 2
         while c >= _MIN_BLOCK_C:
-            padded = triton.cdiv(N, c) * c
+            padded = _cdiv(N, c) * c
             if padded < best:
                 block_c, best = c, padded
             c //= 2
-    block_r = max(1, min(tile // block_c, triton.next_power_of_2(max(R, 1))))
-
-    def programs() -> int:
-        return triton.cdiv(R, block_r) * triton.cdiv(N, block_c)
-
-    while block_r * block_c > _MIN_TILE and programs() < _TARGET_PROGRAMS:
-        if block_r > 1:
-            block_r //= 2
-        else:
-            block_c //= 2
-    num_warps = max(1, min(8, (block_r * block_c) // 256))
+    block_r = max(1, min(tile // block_c, _pow2(max(R, 1))))
+    num_warps = max(1, cfg.num_warps * (block_r * block_c) // tile)
     return block_r, block_c, num_warps
 
 
-# -- the kernel ------------------------------------------------------------------------------
+# -- the kernels -----------------------------------------------------------------------------
 
 @triton.jit
-def _binary_kernel(
-    a_ptr, b_ptr, out_ptr, alpha,
-    R, N, n_col_blocks,
-    O1, O2, O3,                      # sizes of row axes 1..3 (axis 0's is implied by R)
-    a_s0, a_s1, a_s2, a_s3, a_sn,    # a's strides: row axes 0..3, then the column axis
-    b_s0, b_s1, b_s2, b_s3, b_sn,
+def _combine(x, y, alpha, a_ptr, b_ptr, out_ptr, OP: tl.constexpr, ALPHA: tl.constexpr,
+             COMPUTE: tl.constexpr):
+    """`x + alpha * y` (OP 0) or `x * y` (OP 1) of loaded operands, in the compute dtype."""
+    # Each operand is first converted to the result dtype, as torch's TensorIterator does
+    # (exact for every operand but a wider 0-d one), then to the compute dtype.
+    # A float64 operand reaches a 16-bit result through float32, as torch's conversion
+    # does (c10's Half and BFloat16 are built from a float); the direct float64 -> bfloat16
+    # cast lost the operand altogether in Triton's interpreter (bf16[N] + f64[] gave a).
+    if a_ptr.dtype.element_ty != out_ptr.dtype.element_ty:
+        if a_ptr.dtype.element_ty == tl.float64 and out_ptr.dtype.element_ty.primitive_bitwidth == 16:
+            x = x.to(tl.float32)
+        x = x.to(out_ptr.dtype.element_ty)
+    if b_ptr.dtype.element_ty != out_ptr.dtype.element_ty:
+        if b_ptr.dtype.element_ty == tl.float64 and out_ptr.dtype.element_ty.primitive_bitwidth == 16:
+            y = y.to(tl.float32)
+        y = y.to(out_ptr.dtype.element_ty)
+    x = x.to(COMPUTE)
+    y = y.to(COMPUTE)
+    if OP == 0:
+        # tl.cast, not .to: Triton turns an integer argument equal to 1 into a constant.
+        if ALPHA == 1:
+            y = y * tl.cast(alpha, COMPUTE)
+        elif ALPHA == 2:
+            y = y * alpha
+        elif ALPHA == 3:
+            y = y * tl.cast(tl.cast(alpha, tl.int64), tl.float64, bitcast=True)
+        r = x + y
+    else:
+        r = x * y
+    return r
+
+
+@triton.jit
+def _binary_flat_tile(a_ptr, b_ptr, out_ptr, alpha, start, n,
+                      OP: tl.constexpr, ALPHA: tl.constexpr, COMPUTE: tl.constexpr,
+                      A_SCALAR: tl.constexpr, B_SCALAR: tl.constexpr, BLOCK: tl.constexpr,
+                      MASKED: tl.constexpr, A_POLICY: tl.constexpr, B_POLICY: tl.constexpr):
+    offs = start + tl.arange(0, BLOCK)
+    if MASKED:
+        mask = offs < n
+        other = 0
+    else:
+        mask = None
+        other = None
+    if A_SCALAR:
+        x = tl.load(a_ptr, eviction_policy=A_POLICY)
+    else:
+        x = tl.load(a_ptr + offs, mask=mask, other=other, eviction_policy=A_POLICY)
+    if B_SCALAR:
+        y = tl.load(b_ptr, eviction_policy=B_POLICY)
+    else:
+        y = tl.load(b_ptr + offs, mask=mask, other=other, eviction_policy=B_POLICY)
+    r = _combine(x, y, alpha, a_ptr, b_ptr, out_ptr, OP, ALPHA, COMPUTE)
+    if A_SCALAR and B_SCALAR:  # a one-element output
+        r = tl.broadcast_to(r, (BLOCK,))
+    tl.store(out_ptr + offs, r.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _binary_flat_step(a_ptr, b_ptr, out_ptr, alpha, t, n,
+                      OP: tl.constexpr, ALPHA: tl.constexpr, COMPUTE: tl.constexpr,
+                      A_SCALAR: tl.constexpr, B_SCALAR: tl.constexpr, BLOCK: tl.constexpr,
+                      USE_INT64: tl.constexpr, EVEN: tl.constexpr,
+                      A_POLICY: tl.constexpr, B_POLICY: tl.constexpr):
+    if USE_INT64:
+        start = tl.cast(t, tl.int64) * BLOCK
+    else:
+        start = t * BLOCK
+    if EVEN:
+        _binary_flat_tile(a_ptr, b_ptr, out_ptr, alpha, start, n, OP, ALPHA, COMPUTE,
+                          A_SCALAR, B_SCALAR, BLOCK, False, A_POLICY, B_POLICY)
+    elif start + BLOCK <= n:
+        _binary_flat_tile(a_ptr, b_ptr, out_ptr, alpha, start, n, OP, ALPHA, COMPUTE,
+                          A_SCALAR, B_SCALAR, BLOCK, False, A_POLICY, B_POLICY)
+    else:
+        _binary_flat_tile(a_ptr, b_ptr, out_ptr, alpha, start, n, OP, ALPHA, COMPUTE,
+                          A_SCALAR, B_SCALAR, BLOCK, True, A_POLICY, B_POLICY)
+
+
+@triton.jit
+def _binary_flat_kernel(
+    a_ptr, b_ptr, out_ptr, alpha, n, n_tiles,
     OP: tl.constexpr,                # 0: a + alpha * b, 1: a * b
     ALPHA: tl.constexpr,             # how alpha is passed (see _NO_ALPHA ...)
     COMPUTE: tl.constexpr,           # the compute dtype
-    OUTER: tl.constexpr,             # number of row axes, 0..4
-    A_BCAST_C: tl.constexpr,         # a_sn == 0: a is constant along each row
-    B_BCAST_C: tl.constexpr,
-    BLOCK_R: tl.constexpr,
-    BLOCK_C: tl.constexpr,
+    A_SCALAR: tl.constexpr,          # a is one element, read by every program
+    B_SCALAR: tl.constexpr,
+    BLOCK: tl.constexpr,
     USE_INT64: tl.constexpr,
+    EVEN: tl.constexpr,              # n is a multiple of BLOCK: no tile is masked
+    PERSIST: tl.constexpr,           # fewer programs than tiles: each loops over tiles
+    A_POLICY: tl.constexpr,          # a's eviction hint ('', 'evict_first', 'evict_last')
+    B_POLICY: tl.constexpr,
 ):
+    """Same-shape operands in memory order (or a 0-d one): tiles of BLOCK elements, only
+    a tile that runs past n masked (a mask Triton cannot prove constant over a vector,
+    n not a multiple of 16, turns every access into single elements)."""
     pid = tl.program_id(0)
-    pid_r = pid // n_col_blocks
-    pid_c = pid % n_col_blocks
+    if PERSIST:
+        for t in tl.range(pid, n_tiles, tl.num_programs(0)):
+            _binary_flat_step(a_ptr, b_ptr, out_ptr, alpha, t, n, OP, ALPHA, COMPUTE,
+                              A_SCALAR, B_SCALAR, BLOCK, USE_INT64, EVEN, A_POLICY, B_POLICY)
+    else:
+        _binary_flat_step(a_ptr, b_ptr, out_ptr, alpha, pid, n, OP, ALPHA, COMPUTE,
+                          A_SCALAR, B_SCALAR, BLOCK, USE_INT64, EVEN, A_POLICY, B_POLICY)
+
+
+@triton.jit
+def _binary_tile(
+    a_ptr, b_ptr, out_ptr, alpha, t,
+    R, N, n_col_blocks, O1, O2, O3,
+    a_s0, a_s1, a_s2, a_s3, a_sn, b_s0, b_s1, b_s2, b_s3, b_sn,
+    OP: tl.constexpr, ALPHA: tl.constexpr, COMPUTE: tl.constexpr, OUTER: tl.constexpr,
+    A_BCAST_C: tl.constexpr, B_BCAST_C: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, USE_INT64: tl.constexpr,
+    MASK_R: tl.constexpr, MASK_C: tl.constexpr,
+    A_POLICY: tl.constexpr, B_POLICY: tl.constexpr,
+):
+    pid_r = t // n_col_blocks
+    pid_c = t % n_col_blocks
     rows = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
     cols = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
     if USE_INT64:
         rows = rows.to(tl.int64)
         cols = cols.to(tl.int64)
-    mask = (rows < R)[:, None] & (cols < N)[None, :]
+    # Only the axes that the tiles do not divide are masked; a row mask is constant along
+    # a row, so the column vectors stay 16 bytes wide.
+    if MASK_R:
+        row_mask = rows < R
+        row_other = 0
+        if MASK_C:
+            mask = row_mask[:, None] & (cols < N)[None, :]
+        else:
+            mask = row_mask[:, None]
+        other = 0
+    else:
+        row_mask = None
+        row_other = None
+        if MASK_C:
+            mask = (cols < N)[None, :]
+            other = 0
+        else:
+            mask = None
+            other = None
 
     # Row offsets of each input: one div/mod per row axis and row, none per element.
     rem = rows
@@ -270,43 +425,58 @@ def _binary_kernel(
     # An operand broadcast along the columns is loaded once per row and broadcast in
     # registers; the others load a [BLOCK_R, BLOCK_C] tile (16-byte vectors at unit stride).
     if A_BCAST_C:
-        x = tl.load(a_ptr + a_row, mask=rows < R, other=0)[:, None]
+        x = tl.load(a_ptr + a_row, mask=row_mask, other=row_other,
+                    eviction_policy=A_POLICY)[:, None]
     else:
-        x = tl.load(a_ptr + (a_row[:, None] + cols[None, :] * a_sn), mask=mask, other=0)
+        x = tl.load(a_ptr + (a_row[:, None] + cols[None, :] * a_sn), mask=mask, other=other,
+                    eviction_policy=A_POLICY)
     if B_BCAST_C:
-        y = tl.load(b_ptr + b_row, mask=rows < R, other=0)[:, None]
+        y = tl.load(b_ptr + b_row, mask=row_mask, other=row_other,
+                    eviction_policy=B_POLICY)[:, None]
     else:
-        y = tl.load(b_ptr + (b_row[:, None] + cols[None, :] * b_sn), mask=mask, other=0)
-    # Each operand is first converted to the result dtype, as torch's TensorIterator does
-    # (exact for every operand but a wider 0-d one), then to the compute dtype.
-    # A float64 operand reaches a 16-bit result through float32, as torch's conversion
-    # does (c10's Half and BFloat16 are built from a float); the direct float64 -> bfloat16
-    # cast lost the operand altogether in Triton's interpreter (bf16[N] + f64[] gave a).
-    if a_ptr.dtype.element_ty != out_ptr.dtype.element_ty:
-        if a_ptr.dtype.element_ty == tl.float64 and out_ptr.dtype.element_ty.primitive_bitwidth == 16:
-            x = x.to(tl.float32)
-        x = x.to(out_ptr.dtype.element_ty)
-    if b_ptr.dtype.element_ty != out_ptr.dtype.element_ty:
-        if b_ptr.dtype.element_ty == tl.float64 and out_ptr.dtype.element_ty.primitive_bitwidth == 16:
-            y = y.to(tl.float32)
-        y = y.to(out_ptr.dtype.element_ty)
-    x = x.to(COMPUTE)
-    y = y.to(COMPUTE)
-    if OP == 0:
-        # tl.cast, not .to: Triton turns an integer argument equal to 1 into a constant.
-        if ALPHA == 1:
-            y = y * tl.cast(alpha, COMPUTE)
-        elif ALPHA == 2:
-            y = y * alpha
-        elif ALPHA == 3:
-            y = y * tl.cast(tl.cast(alpha, tl.int64), tl.float64, bitcast=True)
-        r = x + y
-    else:
-        r = x * y
-    if A_BCAST_C and B_BCAST_C:  # a single column (a one-element output)
+        y = tl.load(b_ptr + (b_row[:, None] + cols[None, :] * b_sn), mask=mask, other=other,
+                    eviction_policy=B_POLICY)
+    r = _combine(x, y, alpha, a_ptr, b_ptr, out_ptr, OP, ALPHA, COMPUTE)
+    if A_BCAST_C and B_BCAST_C:  # a single column
         r = tl.broadcast_to(r, (BLOCK_R, BLOCK_C))
     out_off = rows[:, None] * N + cols[None, :]
     tl.store(out_ptr + out_off, r.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _binary_kernel(
+    a_ptr, b_ptr, out_ptr, alpha,
+    R, N, n_col_blocks, n_tiles,
+    O1, O2, O3,                      # sizes of row axes 1..3 (axis 0's is implied by R)
+    a_s0, a_s1, a_s2, a_s3, a_sn,    # a's strides: row axes 0..3, then the column axis
+    b_s0, b_s1, b_s2, b_s3, b_sn,
+    OP: tl.constexpr,                # 0: a + alpha * b, 1: a * b
+    ALPHA: tl.constexpr,             # how alpha is passed (see _NO_ALPHA ...)
+    COMPUTE: tl.constexpr,           # the compute dtype
+    OUTER: tl.constexpr,             # number of row axes, 0..4
+    A_BCAST_C: tl.constexpr,         # a_sn == 0: a is constant along each row
+    B_BCAST_C: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    USE_INT64: tl.constexpr,
+    MASK_R: tl.constexpr,            # R % BLOCK_R != 0
+    MASK_C: tl.constexpr,            # N % BLOCK_C != 0
+    PERSIST: tl.constexpr,           # fewer programs than tiles: each loops over tiles
+    A_POLICY: tl.constexpr,          # a's eviction hint ('', 'evict_first', 'evict_last')
+    B_POLICY: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    if PERSIST:
+        for t in tl.range(pid, n_tiles, tl.num_programs(0)):
+            _binary_tile(a_ptr, b_ptr, out_ptr, alpha, t, R, N, n_col_blocks, O1, O2, O3,
+                         a_s0, a_s1, a_s2, a_s3, a_sn, b_s0, b_s1, b_s2, b_s3, b_sn,
+                         OP, ALPHA, COMPUTE, OUTER, A_BCAST_C, B_BCAST_C, BLOCK_R, BLOCK_C,
+                         USE_INT64, MASK_R, MASK_C, A_POLICY, B_POLICY)
+    else:
+        _binary_tile(a_ptr, b_ptr, out_ptr, alpha, pid, R, N, n_col_blocks, O1, O2, O3,
+                     a_s0, a_s1, a_s2, a_s3, a_sn, b_s0, b_s1, b_s2, b_s3, b_sn,
+                     OP, ALPHA, COMPUTE, OUTER, A_BCAST_C, B_BCAST_C, BLOCK_R, BLOCK_C,
+                     USE_INT64, MASK_R, MASK_C, A_POLICY, B_POLICY)
 
 
 def _alpha_arg(op: str, alpha: int | float, ct: torch.dtype) -> tuple[int, int | float]:
@@ -336,67 +506,92 @@ def _max_offset(geometry: Sequence[tuple[int, int, int]], which: int) -> int:
 
 @dataclass(frozen=True)
 class _Launch:
-    """One kernel launch: element offsets of its base in a, b and out, the grid, the
-    run-time arguments after `alpha` and the constexprs that depend on the shape."""
+    """One kernel launch: element offsets of its base in a, b and out, the kernel, the
+    run-time arguments after `alpha`, the constexprs that depend on the layout, and what
+    the grid is made of (`n_tiles` tiles, laid out by `config`)."""
 
     a_off: int
     b_off: int
     out_off: int
-    grid: int
-    args: tuple[int, ...]   # R, N, n_col_blocks, O1..O3, a strides (5), b strides (5)
-    outer: int
-    a_bcast_c: bool
-    b_bcast_c: bool
-    block_r: int
-    block_c: int
-    use_int64: bool
+    kernel: object
+    n_tiles: int
+    args: tuple[int, ...]
+    constexprs: dict
     num_warps: int
+    config: StreamConfig
+
+
+def _policy(reused: bool, cfg: StreamConfig) -> str:
+    if reused:
+        return "evict_last" if cfg.evict_last else ""
+    return "evict_first" if cfg.evict_first else ""
 
 
 def _launch_of(geometry: Sequence[tuple[int, int, int]], offs: tuple[int, int, int],
-               max_elem_bytes: int) -> _Launch:
+               cfg: StreamConfig) -> _Launch:
     numel = math.prod(d[0] for d in geometry)
-    if geometry:
-        N, a_sn, b_sn = geometry[-1]
-        outer = list(geometry[:-1])
-    else:  # a single element
-        N, a_sn, b_sn, outer = 1, 0, 0, []
+    # an operand with a zero stride is broadcast: other programs read its elements again
+    a_reused = not geometry or any(d[1] == 0 for d in geometry)
+    b_reused = not geometry or any(d[2] == 0 for d in geometry)
+    policies = dict(A_POLICY=_policy(a_reused, cfg), B_POLICY=_policy(b_reused, cfg))
+    if len(geometry) <= 1 and all(st in (0, 1) for d in geometry for st in d[1:]):
+        # same-shape contiguous operands (or a 0-d one): the 1-D kernel
+        n = numel
+        block = min(cfg.block, _pow2(n))
+        num_warps = max(1, cfg.num_warps * block // cfg.block)
+        n_tiles = _cdiv(n, block)
+        a_scalar = not geometry or geometry[0][1] == 0
+        b_scalar = not geometry or geometry[0][2] == 0
+        return _Launch(*offs, kernel=_binary_flat_kernel, n_tiles=n_tiles, args=(n, n_tiles),
+                       constexprs=dict(A_SCALAR=a_scalar, B_SCALAR=b_scalar, BLOCK=block,
+                                       USE_INT64=n + block > _INT32_LIMIT,
+                                       EVEN=n % block == 0, **policies),
+                       num_warps=num_warps, config=cfg)
+    N, a_sn, b_sn = geometry[-1]
+    outer = list(geometry[:-1])
     R = numel // N
     pad = MAX_OUTER - len(outer)
     O = [d[0] for d in outer] + [1] * pad
     sa = [d[1] for d in outer] + [0] * pad
     sb = [d[2] for d in outer] + [0] * pad
-    block_r, block_c, num_warps = binary_blocks(R, N, max_elem_bytes)
-    n_col_blocks = triton.cdiv(N, block_c)
-    use_int64 = (numel + block_r * block_c > _INT32_LIMIT
-                 or _max_offset(geometry, 1) + block_c * abs(a_sn) > _INT32_LIMIT
-                 or _max_offset(geometry, 2) + block_c * abs(b_sn) > _INT32_LIMIT)
-    return _Launch(*offs, grid=triton.cdiv(R, block_r) * n_col_blocks,
-                   args=(R, N, n_col_blocks, O[1], O[2], O[3], *sa, a_sn, *sb, b_sn),
-                   outer=len(outer), a_bcast_c=a_sn == 0, b_bcast_c=b_sn == 0,
-                   block_r=block_r, block_c=block_c, use_int64=use_int64, num_warps=num_warps)
+    block_r, block_c, num_warps = binary_blocks(R, N, cfg)
+    n_col_blocks = _cdiv(N, block_c)
+    n_tiles = _cdiv(R, block_r) * n_col_blocks
+    # the furthest element a (masked-off) lane can form, rows and columns both padded
+    pad_r, pad_c = _cdiv(R, block_r) * block_r, n_col_blocks * block_c
+    use_int64 = (pad_r * N + block_c > _INT32_LIMIT
+                 or _max_offset(geometry, 1) + pad_c * abs(a_sn) > _INT32_LIMIT
+                 or _max_offset(geometry, 2) + pad_c * abs(b_sn) > _INT32_LIMIT)
+    return _Launch(*offs, kernel=_binary_kernel, n_tiles=n_tiles,
+                   args=(R, N, n_col_blocks, n_tiles, O[1], O[2], O[3], *sa, a_sn, *sb, b_sn),
+                   constexprs=dict(OUTER=len(outer), A_BCAST_C=a_sn == 0, B_BCAST_C=b_sn == 0,
+                                   BLOCK_R=block_r, BLOCK_C=block_c, USE_INT64=use_int64,
+                                   MASK_R=R % block_r != 0, MASK_C=N % block_c != 0,
+                                   **policies),
+                   num_warps=num_warps, config=cfg)
 
 
-def _split(geometry, offs: tuple[int, int, int], max_elem_bytes: int, into: list) -> None:
+def _split(geometry, offs: tuple[int, int, int], cfg: StreamConfig, into: list) -> None:
     if len(geometry) - 1 <= MAX_OUTER:
-        into.append(_launch_of(geometry, offs, max_elem_bytes))
+        into.append(_launch_of(geometry, offs, cfg))
         return
     # More row axes than one launch takes: one launch per index of the leading axis.
     (n, sa, sb), rest = geometry[0], geometry[1:]
     step = math.prod(d[0] for d in rest)
     for i in range(n):
-        _split(rest, (offs[0] + i * sa, offs[1] + i * sb, offs[2] + i * step),
-               max_elem_bytes, into)
+        _split(rest, (offs[0] + i * sa, offs[1] + i * sb, offs[2] + i * step), cfg, into)
 
 
 @functools.lru_cache(maxsize=4096)
 def _plan(shape: tuple[int, ...], a_shape: tuple[int, ...], a_stride: tuple[int, ...],
-          b_shape: tuple[int, ...], b_stride: tuple[int, ...], max_elem_bytes: int
-          ) -> tuple[_Launch, ...]:
-    """The launches of one call layout (cached: a model repeats its layouts every step)."""
+          b_shape: tuple[int, ...], b_stride: tuple[int, ...], max_elem_bytes: int,
+          config: StreamConfig | None = None) -> tuple[_Launch, ...]:
+    """The launches of one call layout (cached: a model repeats its layouts every step),
+    laid out by `config` or else by the call's row of BINARY_TABLE."""
     geometry = _geometry(shape, a_shape, a_stride, b_shape, b_stride)
+    cfg = config or binary_config(math.prod(shape), max_elem_bytes)
     launches: list[_Launch] = []
-    _split(geometry, (0, 0, 0), max_elem_bytes, launches)
+    _split(geometry, (0, 0, 0), cfg, launches)
     return tuple(launches)
 
 
@@ -407,14 +602,14 @@ def _offset_view(t: torch.Tensor, elements: int) -> torch.Tensor:
 
 
 def binary_triton(op: str, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
-                  alpha: int | float = 1) -> torch.Tensor:
+                  alpha: int | float = 1, config: StreamConfig | None = None) -> torch.Tensor:
     """Write `a + alpha * b` (op 'add') or `a * b` (op 'mul') into `out` and return it.
 
     `a` and `b` broadcast to `out.shape` and may have any strides and any of the
     supported dtypes (one category: both floating or both integer); `out` is contiguous,
     of the promoted dtype. The math runs in the compute dtype of `out` (see the module
     docstring); `alpha` must be 1 for 'mul'. Nothing is launched when `out` is empty. No
-    allocation, no host sync.
+    allocation, no host sync. `config` overrides BINARY_TABLE (the sweep's variants).
     """
     if op not in BINARY_OPS:
         raise ValueError(f"op must be one of {BINARY_OPS}, got {op!r}")
@@ -443,15 +638,13 @@ def binary_triton(op: str, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
     ct = compute_dtype(out.dtype)
     alpha_mode, alpha_arg = _alpha_arg(op, alpha, ct)
     max_elem_bytes = max(a.element_size(), b.element_size(), out.element_size())
-    plan = _plan(shape, tuple(a.shape), a.stride(), tuple(b.shape), b.stride(), max_elem_bytes)
+    plan = _plan(shape, tuple(a.shape), a.stride(), tuple(b.shape), b.stride(), max_elem_bytes,
+                 config)
     op_code, compute = BINARY_OPS.index(op), _TL_DTYPES[ct]
     for L in plan:
-        _binary_kernel[(L.grid,)](
-            _offset_view(a, L.a_off), _offset_view(b, L.b_off), _offset_view(out, L.out_off),
-            alpha_arg, *L.args,
-            OP=op_code, ALPHA=alpha_mode, COMPUTE=compute, OUTER=L.outer,
-            A_BCAST_C=L.a_bcast_c, B_BCAST_C=L.b_bcast_c,
-            BLOCK_R=L.block_r, BLOCK_C=L.block_c, USE_INT64=L.use_int64,
-            num_warps=L.num_warps,
-        )
+        grid, persist = stream_grid(L.config, L.n_tiles, out.device)
+        launch(L.kernel, (grid,),
+               _offset_view(a, L.a_off), _offset_view(b, L.b_off), _offset_view(out, L.out_off),
+               alpha_arg, *L.args, OP=op_code, ALPHA=alpha_mode, COMPUTE=compute,
+               PERSIST=persist, **L.constexprs, num_warps=L.num_warps)
     return out

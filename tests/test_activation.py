@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from opspec.kernels.activation import (
-    ACTIVATIONS, activation_flat_block, activation_reference, activation_triton, merge_dims,
+    ACTIVATION_TABLE, ACTIVATIONS, StreamConfig, activation_config, activation_reference,
+    activation_triton, merge_dims, pick_config, stream_grid,
 )
 from opspec.kernels.devices import TRITON_INTERPRETED
 from opspec.ops import GeluFwdOp, ReluFwdOp, SiluFwdOp
@@ -258,11 +259,192 @@ def test_rejects_bad_arguments():
 
 
 def test_block_choice():
-    # large tensors: 2048 elements on 4 warps (16 per thread)
-    assert activation_flat_block(8192 * 14336) == (2048, 4)
-    # decode: the block shrinks so that the grid still has a few programs per SM
-    assert activation_flat_block(32 * 14336) == (512, 2)
-    assert activation_flat_block(1) == (256, 1)
+    # large tensors: two 16-byte vectors per thread on 4 warps
+    assert activation_config(8192 * 14336, 2) == StreamConfig(2048, 4)
+    assert activation_config(2048 * 16384, 4) == StreamConfig(1024, 4)
+    # decode: one vector per thread, still 4 warps
+    assert activation_config(32 * 6400, 2) == StreamConfig(1024, 4)
+    assert activation_config(1, 2) == StreamConfig(1024, 4)
+    for eb, max_n, cfg in ACTIVATION_TABLE:
+        assert eb in (0, 2, 4) and (max_n is None or max_n > 0)
+        assert cfg.block & (cfg.block - 1) == 0 and cfg.num_warps in (1, 2, 4, 8, 16)
+    for eb in (2, 4):                      # every size of every dtype has a row
+        assert pick_config(ACTIVATION_TABLE, 2**40, eb)
+
+
+def test_pick_config_and_stream_grid():
+    table = ((2, 100, StreamConfig(64, 1)), (0, None, StreamConfig(128, 2)))
+    assert pick_config(table, 100, 2) == StreamConfig(64, 1)
+    assert pick_config(table, 101, 2) == StreamConfig(128, 2)
+    assert pick_config(table, 5, 4) == StreamConfig(128, 2)
+    with pytest.raises(LookupError):
+        pick_config(table[:1], 101, 2)
+    cpu = torch.device("cpu")              # off CUDA the SM count is the H200's, 132
+    assert stream_grid(StreamConfig(64, 1), 1000, cpu) == (1000, False)
+    assert stream_grid(StreamConfig(64, 1, persist=2), 1000, cpu) == (264, True)
+    # no more programs than tiles: then one program per tile, no loop
+    assert stream_grid(StreamConfig(64, 1, persist=2), 200, cpu) == (200, False)
+
+
+# Layouts of the flat kernel besides the table's, through the real launcher: a small
+# block, a persistent grid with the evict_first hint, and the table itself. The SM count
+# is 2 in these tests (`few_sms`), so that a persistent grid (1 or 3 programs per SM)
+# loops over many tiles at interpreter sizes.
+VARIANTS = [None, StreamConfig(128, 1), StreamConfig(64, 2, persist=1, evict_first=True),
+            StreamConfig(128, 4, persist=3, evict_first=True)]
+VARIANT_IDS = ["table", "block128", "persist1", "persist3"]
+
+
+@pytest.fixture
+def few_sms(monkeypatch):
+    import opspec.kernels.activation as A
+    monkeypatch.setattr(A, "sm_count", lambda device: 2)
+
+
+@pytest.mark.usefixtures("few_sms")
+@pytest.mark.parametrize("config", VARIANTS, ids=VARIANT_IDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_variants_match_reference(dtype, config):
+    # odd lengths (the masked last tile, n not a multiple of 16), exact multiples, one
+    for n in (1, 7, 1000, 2048, 2500):
+        x = _x(n, dtype=dtype, seed=n)
+        for act in ACTS:
+            out = torch.empty_like(x)
+            assert activation_triton(x, out, act, config) is out
+            _check(out, x, act)
+
+
+@pytest.mark.usefixtures("few_sms")
+@pytest.mark.parametrize("config", VARIANTS, ids=VARIANT_IDS)
+def test_variants_in_place_dense_strided_empty(config):
+    x = _x(50, 61, dtype=torch.bfloat16, seed=21)
+    want = activation_reference(x, "silu")
+    activation_triton(x, x, "silu", config)                 # in place, flat
+    torch.testing.assert_close(x, want, **TOL[torch.bfloat16])
+    t = _x(61, 50, seed=22).t()                             # dense, transposed: flat
+    out = torch.empty_like(t)
+    activation_triton(t, out, "gelu", config)
+    _check(out, t, "gelu")
+    s = _x(30, 70, dtype=torch.float16, seed=23)[:, 3:66]   # strided: the 2-D kernel
+    outs = torch.empty_like(s)
+    activation_triton(s, outs, "relu", config)
+    _check(outs, s, "relu")
+    e = torch.empty(0, 3, device=DEV)
+    assert activation_triton(e, torch.empty_like(e), "silu", config).shape == (0, 3)
+
+
+@pytest.mark.usefixtures("few_sms")
+def test_variants_int64_offsets(monkeypatch):
+    import opspec.kernels.activation as A
+    monkeypatch.setattr(A, "_INT32_LIMIT", 100)
+    x = _x(3001, seed=24)
+    for config in VARIANTS:
+        out = torch.empty_like(x)
+        activation_triton(x, out, "gelu_tanh", config)
+        _check(out, x, "gelu_tanh")
+
+
+_COMPILE_SCRIPT = r"""
+import json, re, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+import opspec.kernels.activation as A
+import opspec.kernels.silu_and_mul as S
+from opspec.kernels.activation import StreamConfig
+
+HINT = re.compile(r"\.L1::evict_\w+|\.L2::cache_hint")
+
+def compile_(fn, ptr, ints, cexpr, warps):
+    # specialised as the launcher does: pointers 16-divisible, an int equal to 1 a
+    # constant, a multiple of 16 divisible
+    sig, attrs = {}, {}
+    for i, name in enumerate(fn.arg_names):
+        if name in cexpr:
+            sig[name] = "constexpr"
+        elif name.endswith("_ptr"):
+            sig[name], attrs[(i,)] = ptr, [["tt.divisibility", 16]]
+        elif ints[name] == 1:
+            sig[name], cexpr[name] = "constexpr", 1
+        else:
+            sig[name] = "i32"
+            if ints[name] % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    ptx = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=cexpr, attrs=attrs),
+                         target=GPUTarget("cuda", 90, 32), options={"num_warps": warps}).asm["ptx"]
+    lds = re.findall(r"ld\.global[.\w:]*", ptx)
+    return {"ld": sorted(set(HINT.sub("", x) for x in lds)), "n_ld": len(lds),
+            "hints": sorted(set(re.findall(r"L1::evict_\w+", " ".join(lds)))),
+            "st": sorted(set(re.findall(r"st\.global[.\w:]*", ptx))), "local": ptx.count(".local")}
+
+def flat(n, eb, act, config=None, persist=False):
+    cfg = config or A.activation_config(n, eb)
+    tiles = triton.cdiv(n, cfg.block)
+    cexpr = dict(ACT=A.ACTIVATIONS[act], BLOCK=cfg.block, USE_INT64=False, EVEN=n % cfg.block == 0,
+                 PERSIST=persist, LOAD_POLICY="evict_first" if cfg.evict_first else "")
+    return compile_(A._activation_flat_kernel, {2: "*bf16", 4: "*fp32"}[eb],
+                    dict(n=n, n_tiles=tiles), cexpr, cfg.num_warps)
+
+def gated(M, N, eb, act, config=None, persist=False):
+    cfg = config or S.gated_config(M, N, eb)
+    bm, bn, warps = S.gated_blocks(M, N, cfg)
+    ncb = triton.cdiv(N, bn)
+    ints = dict(M=M, N=N, n_col_blocks=ncb, n_tiles=triton.cdiv(M, bm) * ncb,
+                stride_xm=2 * N, stride_xn=1, stride_om=N, stride_on=1)
+    cexpr = dict(ACT=A.ACTIVATIONS[act], BLOCK_M=bm, BLOCK_N=bn, MASK_M=M % bm != 0,
+                 MASK_N=N % bn != 0, USE_INT64=False, PERSIST=persist,
+                 LOAD_POLICY="evict_first" if cfg.evict_first else "")
+    return compile_(S._gated_kernel, {2: "*bf16", 4: "*fp32"}[eb], ints, cexpr, warps)
+
+P = StreamConfig(2048, 4, persist=8, evict_first=True)
+out = {
+    "silu-bf16": flat(8192 * 14336, 2, "silu"),
+    "relu-fp32": flat(2048 * 16384, 4, "relu"),
+    "gelu-decode": flat(32 * 6400, 2, "gelu"),
+    "silu-odd": flat(4097 * 4095, 2, "silu"),
+    "silu-persist": flat(8192 * 14336, 2, "silu", P, True),
+    "gated-silu": gated(8192, 2048, 2, "silu"),
+    "gated-gelu-18944": gated(4096, 18944, 2, "gelu"),
+    "gated-tanh-fp32": gated(4096, 18944, 4, "gelu_tanh"),
+    "gated-odd-rows": gated(1000, 24, 2, "silu"),
+    "gated-persist": gated(8192, 2048, 2, "gelu",
+                           StreamConfig(1024, 4, persist=8, evict_first=True), True),
+}
+json.dump(out, sys.stdout)
+"""
+
+
+def test_flat_and_gated_kernels_build_for_sm90_with_16_byte_accesses():
+    """The flat activation kernel and the gated kernel (SiluAndMul, GeluAndMul) compile
+    for sm_90 (ptxas included) as their launchers plan the table's rows, with no local
+    memory and 16-byte vectors only: two per thread for a 2048-element bf16 block on 4
+    warps, one each of gate and up in the gated kernel; a length that is not a multiple of
+    16 keeps the vectors on full tiles (only the last tile's code is element-wise); a
+    persistent grid and the evict_first hint build too. Compiled in a fresh process:
+    under the interpreter, triton.language is patched."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], capture_output=True,
+                         text=True, env=env, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    built = json.loads(res.stdout)
+    v4 = ["ld.global.v4.b32"], ["st.global.v4.b32"]
+    for name, k in built.items():
+        assert k["local"] == 0, (name, k)
+        if name not in ("silu-odd", "gated-odd-rows"):
+            assert (k["ld"], k["st"]) == v4, (name, k)
+    assert built["silu-bf16"]["n_ld"] == 2 and built["relu-fp32"]["n_ld"] == 2
+    assert built["gelu-decode"]["n_ld"] == 1 and built["gated-silu"]["n_ld"] == 2
+    assert set(built["silu-odd"]["ld"]) == {"ld.global.v4.b32", "ld.global.b16"}
+    # rows of 24: a row mask, the columns (24 of 32) masked too: element-wise
+    assert built["gated-odd-rows"]["ld"]
+    assert built["silu-persist"]["hints"] == ["L1::evict_first"]
+    assert built["gated-persist"]["hints"] == ["L1::evict_first"]
+    assert built["silu-bf16"]["hints"] == [] and built["gated-silu"]["hints"] == []
 
 
 def test_merge_dims():

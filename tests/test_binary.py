@@ -17,8 +17,10 @@ import pytest
 import torch
 
 import opspec.kernels.binary as KB
+from opspec.kernels.activation import StreamConfig
 from opspec.kernels.binary import (
-    binary_blocks, binary_reference, binary_triton, broadcast_geometry,
+    BINARY_TABLE, binary_blocks, binary_config, binary_reference, binary_triton,
+    broadcast_geometry,
 )
 from opspec.kernels.binary_impl import BinaryCall, BinaryReferenceKernel
 from opspec.kernels.devices import TRITON_INTERPRETED
@@ -92,20 +94,45 @@ def test_geometry_collapses_what_stays_affine():
 
 
 def test_tiles_follow_the_shape():
-    # one row: the whole tile along the columns (4096 elements of 2 bytes, 8 warps)
-    assert binary_blocks(1, 4096 * 4096, 2) == (1, 4096, 8)
+    cfg = binary_config(4096 * 4096, 2)
+    assert cfg.block == 1024 and cfg.num_warps == 4
+    # one row: the whole tile along the columns
+    assert binary_blocks(1, 4096 * 4096, cfg) == (1, 1024, 4)
     # rows whose length is a multiple of a power of two: no padded columns
-    assert binary_blocks(4096, 7168, 2) == (4, 1024, 8)
-    assert binary_blocks(4096, 14336, 2) == (2, 2048, 8)
-    assert binary_blocks(4096, 4608, 2) == (8, 512, 8)
-    # 4-byte elements: half the elements per tile
-    assert binary_blocks(1, 1 << 26, 4) == (1, 2048, 8)
-    # decode: the tile shrinks until there are enough programs (or 512 elements)
-    r, c, w = binary_blocks(1, 32 * 4096, 2)
-    assert (r, c, w) == (1, 512, 2) and math.ceil(32 * 4096 / c) == 256
+    assert binary_blocks(4096, 7168, cfg) == (1, 1024, 4)
+    assert binary_blocks(4096, 14336, cfg) == (1, 1024, 4)
+    assert binary_blocks(4096, 4608, cfg) == (2, 512, 4)
+    # 4-byte elements: the same 1024 elements; 8-byte ones 512
+    assert binary_config(1 << 26, 4).block == 1024 and binary_config(1 << 26, 8).block == 512
     # an odd row length: the fewest padded columns
-    assert binary_blocks(4096, 1000, 2) == (4, 1024, 8)
-    assert binary_blocks(4096, 4097, 2) == (32, 128, 8)
+    assert binary_blocks(4096, 1000, cfg) == (1, 1024, 4)
+    assert binary_blocks(4096, 4097, cfg) == (8, 128, 4)
+    # a tile clipped to a small problem keeps the elements per thread (fewer warps)
+    assert binary_blocks(2, 100, cfg) == (2, 128, 1)
+    # a larger tile spreads over the rows
+    assert binary_blocks(4096, 4608, StreamConfig(4096, 8)) == (8, 512, 8)
+    for eb in (1, 2, 4, 8):                # every element size has a row for every count
+        assert binary_config(2**40, eb)
+    for eb, max_n, c in BINARY_TABLE:
+        assert c.block & (c.block - 1) == 0 and c.num_warps in (1, 2, 4, 8, 16)
+
+
+def test_plans_pick_the_flat_kernel_for_same_shape_calls():
+    flat, tiled = KB._binary_flat_kernel, KB._binary_kernel
+    (L,) = KB._plan((64, 48), (64, 48), (48, 1), (64, 48), (48, 1), 2)
+    assert L.kernel is flat and L.constexprs["EVEN"] is True and L.constexprs["BLOCK"] == 1024
+    (L,) = KB._plan((63, 48), (63, 48), (48, 1), (63, 48), (48, 1), 2)
+    assert L.kernel is flat and L.constexprs["EVEN"] is False
+    (L,) = KB._plan((1000,), (1000,), (1,), (), (), 4)               # a 0-d operand
+    assert L.kernel is flat and L.constexprs["B_SCALAR"] and not L.constexprs["A_SCALAR"]
+    (L,) = KB._plan((64, 48), (64, 48), (48, 1), (48,), (1,), 2)     # a bias: 2-D, reused b
+    assert L.kernel is tiled and L.constexprs["B_POLICY"] == "evict_last"
+    assert L.constexprs["A_POLICY"] == ""
+    (L,) = KB._plan((64, 48), (64, 48), (48, 1), (48,), (1,), 2,
+                    StreamConfig(1024, 4, evict_first=True))
+    assert L.constexprs["A_POLICY"] == "evict_first" and L.constexprs["B_POLICY"] == ""
+    (L,) = KB._plan((48, 64), (64, 48), (1, 64), (48, 64), (64, 1), 2)  # transposed a
+    assert L.kernel is tiled
 
 
 # ============================================================================ the kernel
@@ -199,7 +226,7 @@ def test_triton_int64_offsets(monkeypatch):
     a, b = _t((6, 50), BF16, 1), _t((6, 1), BF16, 2)
     _close(_triton("add", a, b, -1), torch.add(a, b, alpha=-1))
     _close(_triton("mul", a.t(), _t((50, 6), BF16, 3)), a.t() * _t((50, 6), BF16, 3))
-    assert any(p.use_int64 for p in KB._plan(
+    assert any(p.constexprs["USE_INT64"] for p in KB._plan(
         (6, 50), (6, 50), (50, 1), (6, 1), (1, 1), 2))
     KB._plan.cache_clear()
 
@@ -229,6 +256,72 @@ def test_reference_kernel_writes_out():
     _close(out, torch.add(a, b, alpha=2))
 
 
+# Layouts besides the table's, through the real launcher: small tiles (several rows a
+# program, masked tails), a persistent grid with both cache hints, and the table itself.
+# The SM count is 2 in these tests (`few_sms`), so that a persistent grid (1 or 3
+# programs per SM) loops over many tiles at interpreter sizes.
+VARIANTS = [None, StreamConfig(128, 1), StreamConfig(64, 2, persist=1, evict_first=True,
+                                                     evict_last=True),
+            StreamConfig(128, 4, persist=3, evict_last=True)]
+VARIANT_IDS = ["table", "tile128", "persist1", "persist3"]
+
+
+@pytest.fixture
+def few_sms(monkeypatch):
+    import opspec.kernels.activation as A
+    monkeypatch.setattr(A, "sm_count", lambda device: 2)
+
+
+@pytest.mark.usefixtures("few_sms")
+@pytest.mark.parametrize("config", VARIANTS, ids=VARIANT_IDS)
+@pytest.mark.parametrize("dtype", FLOATS + [F64, torch.int8, torch.int64], ids=str)
+def test_variants_match_reference(dtype, config):
+    shapes = [((2500,), (2500,)), ((2048,), (2048,)), ((7,), ()), ((), ()),
+              ((37, 45), (45,)), ((45,), (37, 45)), ((40, 64), (40, 1)),
+              ((2, 3, 5, 17), (2, 1, 5, 17))]
+    for i, (sa, sb) in enumerate(shapes):
+        a, b = _t(sa, dtype, 2 * i), _t(sb, dtype, 2 * i + 1)
+        for op, alpha in (("add", 1), ("add", 3), ("mul", 1)):
+            out = torch.empty(torch.broadcast_shapes(a.shape, b.shape), dtype=dtype, device=DEV)
+            assert binary_triton(op, a, b, out, alpha, config) is out
+            _close(out, binary_reference(op, a, b, alpha, dtype))
+
+
+@pytest.mark.usefixtures("few_sms")
+@pytest.mark.parametrize("config", VARIANTS, ids=VARIANT_IDS)
+def test_variants_strided_mixed_empty(config):
+    a = _t((60, 50), F32, 1).t()                       # transposed operand
+    b = _t((50, 120), BF16, 2)[:, ::2]                 # every other column
+    out = torch.empty(50, 60, dtype=F32, device=DEV)
+    binary_triton("add", a, b, out, -0.5, config)
+    _close(out, torch.add(a, b, alpha=-0.5))
+    deep = _t((2, 1, 3, 1, 2, 1, 3), F16, 3)           # more row axes than one launch takes
+    other = _t((1, 2, 1, 3, 1, 2, 1), F16, 4)
+    out = torch.empty(torch.broadcast_shapes(deep.shape, other.shape), dtype=F16, device=DEV)
+    binary_triton("mul", deep, other, out, 1, config)
+    _close(out, deep * other)
+    e = torch.empty(0, 4, dtype=F16, device=DEV)
+    assert binary_triton("add", e, _t((4,), F16), torch.empty(0, 4, dtype=F16, device=DEV),
+                         1, config).shape == (0, 4)
+
+
+@pytest.mark.usefixtures("few_sms")
+def test_variants_int64_offsets(monkeypatch):
+    monkeypatch.setattr(KB, "_INT32_LIMIT", 100)
+    KB._plan.cache_clear()
+    try:
+        for config in VARIANTS:
+            for sa, sb in (((3001,), (3001,)), ((37, 45), (45,))):
+                a, b = _t(sa, F32, 5), _t(sb, F32, 6)
+                out = torch.empty(torch.broadcast_shapes(a.shape, b.shape), device=DEV)
+                binary_triton("add", a, b, out, 2.0, config)
+                _close(out, torch.add(a, b, alpha=2.0))
+                (L,) = KB._plan(tuple(out.shape), sa, a.stride(), sb, b.stride(), 4, config)
+                assert L.constexprs["USE_INT64"]
+    finally:
+        KB._plan.cache_clear()
+
+
 # ============================================================================ sm_90 build
 
 _COMPILE_SCRIPT = r"""
@@ -238,9 +331,12 @@ import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 import opspec.kernels.binary as K
+from opspec.kernels.activation import StreamConfig
 
-NAMES = ["R", "N", "n_col_blocks", "O1", "O2", "O3", "a_s0", "a_s1", "a_s2", "a_s3", "a_sn",
-         "b_s0", "b_s1", "b_s2", "b_s3", "b_sn"]
+FLAT = ["n", "n_tiles"]
+TILED = ["R", "N", "n_col_blocks", "n_tiles", "O1", "O2", "O3", "a_s0", "a_s1", "a_s2", "a_s3",
+         "a_sn", "b_s0", "b_s1", "b_s2", "b_s3", "b_sn"]
+HINT = re.compile(r"\.L1::evict_\w+|\.L2::cache_hint")
 
 def contiguous(shape):
     st, acc = [], 1
@@ -249,14 +345,14 @@ def contiguous(shape):
         acc *= n
     return tuple(reversed(st))
 
-def build(shape, a, b, ptrs, alpha, consts, eb, a_stride=None):
+def build(shape, a, b, ptrs, alpha, consts, eb, a_stride=None, config=None, persist=False):
     # The launch the op plans for this layout, specialised as the launcher does: pointers
     # and multiples of 16 are 16-divisible, an integer equal to 1 is a constant.
-    (L,) = K._plan(shape, a, a_stride or contiguous(a), b, contiguous(b), eb)
-    fn = K._binary_kernel
-    args = dict(zip(NAMES, L.args), a_ptr=ptrs[0], b_ptr=ptrs[1], out_ptr=ptrs[2], alpha=alpha)
-    cexpr = dict(consts, OUTER=L.outer, A_BCAST_C=L.a_bcast_c, B_BCAST_C=L.b_bcast_c,
-                 BLOCK_R=L.block_r, BLOCK_C=L.block_c, USE_INT64=L.use_int64)
+    (L,) = K._plan(shape, a, a_stride or contiguous(a), b, contiguous(b), eb, config)
+    fn = L.kernel
+    names = FLAT if fn is K._binary_flat_kernel else TILED
+    args = dict(zip(names, L.args), a_ptr=ptrs[0], b_ptr=ptrs[1], out_ptr=ptrs[2], alpha=alpha)
+    cexpr = dict(consts, PERSIST=persist, **L.constexprs)
     sig, attrs = {}, {}
     for i, name in enumerate(fn.arg_names):
         v = args.get(name)
@@ -275,19 +371,27 @@ def build(shape, a, b, ptrs, alpha, consts, eb, a_stride=None):
     src = ASTSource(fn=fn, signature=sig, constexprs=cexpr, attrs=attrs)
     ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                          options={"num_warps": L.num_warps}).asm["ptx"]
-    return {"ld": re.findall(r"ld\.global[.\w:]*", ptx),
+    lds = re.findall(r"ld\.global[.\w:]*", ptx)
+    return {"kernel": fn.fn.__name__, "ld": [HINT.sub("", x) for x in lds],
+            "hints": sorted(set(re.findall(r"L1::evict_\w+", " ".join(lds)))),
             "st": re.findall(r"st\.global[.\w:]*", ptx), "local": ptx.count(".local")}
 
 B, F, D, I8, I64 = "*bf16", "*fp32", "*fp64", "*i8", "*i64"
 ADD = dict(OP=0, ALPHA=0, COMPUTE=tl.float32)
 MUL = dict(OP=1, ALPHA=0, COMPUTE=tl.float32)
+HINTS = StreamConfig(1024, 4, evict_first=True, evict_last=True)
 out = {
     "flat": build((8192, 8192), (8192, 8192), (8192, 8192), (B, B, B), 0, ADD, 2),
+    "flat-odd": build((4097, 4095), (4097, 4095), (4097, 4095), (B, B, B), 0, ADD, 2),
+    "flat-persist": build((8192, 8192), (8192, 8192), (8192, 8192), (B, B, B), 0, ADD, 2,
+                          config=HINTS._replace(persist=8), persist=True),
     "bias": build((4096, 4608), (4096, 4608), (4608,), (B, B, B), 0, ADD, 2),
     "mixed": build((4096, 8192), (4096, 8192), (4096, 8192), (F, B, F), 0, ADD, 4),
     "col-bcast": build((8192, 4096), (8192, 4096), (8192, 1), (F, F, F), 0, MUL, 4),
     "mask": build((4, 32, 1024, 1024), (4, 32, 1024, 1024), (4, 1, 1024, 1024), (B, B, B), 0,
                   ADD, 2),
+    "mask-persist": build((4, 32, 1024, 1024), (4, 32, 1024, 1024), (4, 1, 1024, 1024),
+                          (B, B, B), 0, ADD, 2, config=HINTS._replace(persist=8), persist=True),
     "alpha-fp32": build((14336, 4096), (14336, 4096), (14336, 4096), (F, F, F), "fp32",
                         dict(OP=0, ALPHA=2, COMPUTE=tl.float32), 4),
     "alpha-fp64": build((1024, 1024), (1024, 1024), (1024,), (D, D, D), "i64",
@@ -302,16 +406,20 @@ out = {
 K._INT32_LIMIT = 1000
 K._plan.cache_clear()
 out["int64-offsets"] = build((4096, 4608), (4096, 4608), (4608,), (B, B, B), 0, ADD, 2)
+out["int64-flat"] = build((4096, 4608), (4096, 4608), (4096, 4608), (B, B, B), 0, ADD, 2,
+                          config=HINTS._replace(persist=8), persist=True)
 json.dump(out, sys.stdout)
 """
 
 
 def test_kernel_builds_for_sm90_with_16_byte_accesses():
-    """The kernel compiles for sm_90 (ptxas included) as the op plans each layout, with no
-    local memory; contiguous aligned tiles load and store 16-byte vectors only, 16 bf16
-    elements per thread and operand; an operand constant along the columns is one scalar
-    load per row. Compiled in a fresh process: under the interpreter, triton.language is
-    patched."""
+    """The kernels compile for sm_90 (ptxas included) as the op plans each layout, with no
+    local memory; contiguous aligned tiles load and store 16-byte vectors only, one per
+    operand and thread in bf16 (1024 elements on 4 warps); an operand constant along the
+    columns is one scalar load per row; full tiles stay 16-byte vectors when the length is
+    odd (only the last tile's code is masked); a broadcast operand's loads carry
+    evict_last, streamed ones evict_first where the configuration asks. Compiled in a
+    fresh process: under the interpreter, triton.language is patched."""
     import json
     import os
     import subprocess
@@ -319,20 +427,30 @@ def test_kernel_builds_for_sm90_with_16_byte_accesses():
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     res = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], capture_output=True,
-                         text=True, env=env, timeout=600)
+                         text=True, env=env, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     built = json.loads(res.stdout)
     for name, k in built.items():
         assert k["ld"] and k["st"] and k["local"] == 0, (name, k)
     v4 = "ld.global.v4.b32", "st.global.v4.b32"
-    for name in ("flat", "bias", "mixed", "mask", "alpha-fp32", "alpha-int8", "int64-offsets"):
+    for name in ("flat", "flat-persist", "bias", "mixed", "mask", "mask-persist", "alpha-fp32",
+                 "alpha-int8", "int64-offsets", "int64-flat"):
         assert set(built[name]["ld"]) == {v4[0]} and set(built[name]["st"]) == {v4[1]}, built[name]
-    # bf16 with 8 warps and 4096-element tiles: two 16-byte vectors per operand and thread
-    assert len(built["flat"]["ld"]) == 4 and len(built["flat"]["st"]) == 2
+    assert built["flat"]["kernel"] == "_binary_flat_kernel"
+    assert built["mask"]["kernel"] == "_binary_kernel"
+    # bf16 with 4 warps and 1024-element tiles: one 16-byte vector per operand and thread
+    assert len(built["flat"]["ld"]) == 2 and len(built["flat"]["st"]) == 1
+    # an odd length: full tiles in vectors, the last tile's masked code element by element
+    assert {v4[0], "ld.global.b16"} <= set(built["flat-odd"]["ld"])
+    assert v4[1] in built["flat-odd"]["st"]
     assert sorted(built["col-bcast"]["ld"]) == ["ld.global.b32", v4[0], v4[0]]
     assert "ld.global.v2.b64" in built["int64-scalar"]["ld"]
     # a transposed operand: element loads (uncoalesced), the other operand still vectors
     assert "ld.global.b16" in built["transposed"]["ld"] and v4[0] in built["transposed"]["ld"]
+    # hints: the table marks broadcast operands evict_last; the HINTS config both kinds
+    assert built["flat"]["hints"] == [] and built["bias"]["hints"] == ["L1::evict_last"]
+    assert built["mask-persist"]["hints"] == ["L1::evict_first", "L1::evict_last"]
+    assert built["flat-persist"]["hints"] == ["L1::evict_first"]
 
 
 # ============================================================================ the ops

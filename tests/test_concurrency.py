@@ -52,7 +52,7 @@ def _serial_interpreter(monkeypatch):
         return run
 
     for module, names in ((silu_and_mul_impl, ("silu_and_mul_triton",)),
-                          (gemm_impl, ("gemm_triton", "gemv_triton"))):
+                          (gemm_impl, ("gemm_triton", "gemv_launch"))):
         for name in names:
             monkeypatch.setattr(module, name, locked(getattr(module, name)))
 

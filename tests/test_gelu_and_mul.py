@@ -105,9 +105,9 @@ def test_triton_non_contiguous(approximate):
 
 
 def test_triton_several_rows_per_program():
-    # short rows: one program covers several rows, the last ones partly masked (the tile
-    # is 256 here: the grid of 1000 rows would be too small for 1024)
-    assert gelu_and_mul_block(1000, 24)[:2] == (8, 32)
+    # short rows: one program covers several rows, the last ones partly masked (the
+    # table's decode tile of 512 outputs: 16 rows of 32 columns, 24 of them used)
+    assert gelu_and_mul_block(1000, 24)[:2] == (16, 32)
     x = _x(1000, 48, torch.float16, seed=4)
     out = torch.empty(1000, 24, dtype=torch.float16, device=DEV)
     gelu_and_mul_triton(x, out, "none")
@@ -117,8 +117,8 @@ def test_triton_several_rows_per_program():
 def test_triton_int64_offsets(monkeypatch):
     # Inputs past 2**31 elements do not fit here: lower the limit so that the int64 path
     # runs on a small input and must give the same result.
-    import opspec.kernels.gelu_and_mul as G
-    monkeypatch.setattr(G, "_INT32_LIMIT", 100)
+    import opspec.kernels.silu_and_mul as S      # the gated kernel's launcher
+    monkeypatch.setattr(S, "_INT32_LIMIT", 100)
     x = _x(9, 2 * 40, seed=11)
     out = torch.empty(9, 40, device=DEV)
     gelu_and_mul_triton(x, out, "tanh")
@@ -199,8 +199,12 @@ def test_block_choice():
     # short rows are stacked until the tile is full
     assert gelu_and_mul_block(8192, 256) == (4, 256, 4)
     assert gelu_and_mul_block(1_000_000, 3) == (256, 4, 4)
-    assert gelu_and_mul_block(100_000, 3) == (128, 4, 2)     # 782 programs, not 391
-    # decode: the tile shrinks so that the grid still has a few programs per SM
+    assert gelu_and_mul_block(100_000, 3) == (128, 4, 2)     # the decode tile: 512 on 2 warps
+    # a row length 1024 does not divide: 512 columns, two rows a program
+    assert gelu_and_mul_block(4096, 18944) == (2, 512, 4)
+    # fp32: the same tiles
+    assert gelu_and_mul_block(4096, 14336, 4) == (1, 1024, 4)
+    # decode: the table's small tile
     assert gelu_and_mul_block(32, 14336) == (1, 512, 2)
     assert gelu_and_mul_block(1, 1) == (1, 1, 1)
 

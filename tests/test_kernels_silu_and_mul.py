@@ -27,7 +27,11 @@ if type(_tl.cdiv).__name__ != "InterpretedFunction":
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+from opspec.kernels.activation import StreamConfig  # noqa: E402
 from opspec.kernels.silu_and_mul import (  # noqa: E402
+    GATED_TABLE,
+    gated_blocks,
+    gated_config,
     silu_and_mul_block,
     silu_and_mul_reference,
     silu_and_mul_triton,
@@ -135,11 +139,79 @@ def test_triton_rejects_bad_arguments():
 
 
 def test_block_choice():
-    # Large prefill shapes: the 2048 cap, 8 warps (8 elements per thread per operand).
-    assert silu_and_mul_block(4096, 14336) == (2048, 8)
-    # Decode: the block shrinks so the grid still has several programs per SM.
-    block, warps = silu_and_mul_block(1, 14336)
-    assert block == 256 and warps == 1
-    # Never larger than the row needs.
-    assert silu_and_mul_block(10_000, 100)[0] == 128
+    # Large prefill shapes: GATED_TABLE's 1024 outputs on 4 warps (one 16-byte vector of
+    # gate and one of up per thread in 16-bit).
+    assert silu_and_mul_block(4096, 14336) == (1024, 4)
+    assert gated_blocks(4096, 14336, gated_config(4096, 14336, 2)) == (1, 1024, 4)
+    # A row length that 1024 does not divide: the power of two that pads least, rows stacked.
+    assert gated_blocks(4096, 18944, gated_config(4096, 18944, 2)) == (2, 512, 4)
+    # Decode: the table's small tile, 512 outputs on 2 warps.
+    assert silu_and_mul_block(1, 14336) == (512, 2)
+    # Short rows are stacked, never more rows than there are.
+    assert gated_blocks(10_000, 100, gated_config(10_000, 100, 2)) == (8, 128, 4)
+    assert gated_blocks(3, 100, StreamConfig(1024, 4)) == (4, 128, 2)
     assert silu_and_mul_block(1, 1)[0] == 1
+
+
+# A few layouts of the gated kernel besides the table's, through the real launcher: small
+# tiles (many programs, several rows a tile), a persistent grid with the cache hints, and
+# the table itself. The SM count is 2 in these tests (`few_sms`), so that a persistent
+# grid (1 or 3 programs per SM) loops over many tiles at interpreter sizes.
+VARIANTS = [None, StreamConfig(64, 2), StreamConfig(64, 2, persist=1, evict_first=True),
+            StreamConfig(128, 4, persist=3, evict_first=True, evict_last=True)]
+VARIANT_IDS = ["table", "tile64", "persist1", "persist3"]
+
+
+@pytest.fixture
+def few_sms(monkeypatch):
+    import opspec.kernels.activation as A
+    monkeypatch.setattr(A, "sm_count", lambda device: 2)
+
+
+@pytest.mark.usefixtures("few_sms")
+@pytest.mark.parametrize("config", VARIANTS, ids=VARIANT_IDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_variants_match_reference(dtype, config):
+    # exact tiles (no mask), a masked row tail, a masked column tail, both, one element
+    for m, n in ((64, 32), (37, 32), (16, 50), (9, 333), (1, 1), (150, 16)):
+        x = _x(m, 2 * n, dtype, seed=m + n)
+        out = torch.empty(m, n, dtype=dtype)
+        assert silu_and_mul_triton(x, out, config) is out
+        torch.testing.assert_close(out, silu_and_mul_reference(x), **TOL[dtype], msg=(m, n))
+
+
+@pytest.mark.usefixtures("few_sms")
+@pytest.mark.parametrize("config", VARIANTS, ids=VARIANT_IDS)
+def test_variants_strided_and_empty(config):
+    big = _x(40, 130, torch.bfloat16, seed=5)
+    x = big[::2, 1:1 + 2 * 63]                        # row stride 260, an odd row length
+    out_big = torch.full((20, 70), 7.0, dtype=torch.bfloat16)
+    out = out_big[:, 3:66]
+    silu_and_mul_triton(x, out, config)
+    torch.testing.assert_close(out, silu_and_mul_reference(x), **TOL[torch.bfloat16])
+    assert torch.all(out_big[:, :3] == 7.0) and torch.all(out_big[:, 66:] == 7.0)
+    xt = _x(24, 300, torch.float32, seed=6).t()       # column stride 300
+    outt = torch.empty(300, 12)
+    silu_and_mul_triton(xt, outt, config)
+    torch.testing.assert_close(outt, silu_and_mul_reference(xt), **TOL[torch.float32])
+    e = torch.empty(0, 8, dtype=torch.float16)
+    assert silu_and_mul_triton(e, torch.empty(0, 4, dtype=torch.float16), config).shape == (0, 4)
+
+
+@pytest.mark.usefixtures("few_sms")
+def test_variants_int64_offsets(monkeypatch):
+    # Past 2**31 elements does not fit here: lower the limit so that the int64 path runs.
+    import opspec.kernels.silu_and_mul as S
+    monkeypatch.setattr(S, "_INT32_LIMIT", 100)
+    for config in VARIANTS:
+        x = _x(33, 2 * 40, torch.float16, seed=7)
+        out = torch.empty(33, 40, dtype=torch.float16)
+        silu_and_mul_triton(x, out, config)
+        torch.testing.assert_close(out, silu_and_mul_reference(x), **TOL[torch.float16])
+
+
+def test_table_rows_are_well_formed():
+    for eb, max_n, cfg in GATED_TABLE:
+        assert eb in (0, 2, 4) and (max_n is None or max_n > 0)
+        assert cfg.block & (cfg.block - 1) == 0 and cfg.num_warps in (1, 2, 4, 8, 16)
+    assert GATED_TABLE[-1][1] is None          # every size has a row
