@@ -291,15 +291,17 @@ def bmm_triton(input: torch.Tensor, mat2: torch.Tensor, out: torch.Tensor,
 # (96 KB a stage) would not fit two stages and the store buffer, so K = 128 runs as two
 # K steps of 64.
 _TMA_BIG = BmmConfig(128, 256, 64, 16, 8, 3)
-# N <= 128 (attention PV, N = head dim): the same tile stood on end, two warpgroups of
-# 128x128 (same shared memory; the 128x128 pointer tile ran this row at 0.94x cuBLAS).
-_TMA_TALL = BmmConfig(256, 128, 64, 16, 8, 3)
+# N <= 128 (attention PV, N = head dim): 128x128 tiles with 128-wide K steps (64 KB a
+# stage), 1.00x cuBLAS in the H200 sweep (benchmarks/bmm_sweep.py) against 0.955x for the
+# 256x128x64 tile stood on end that this table had.
+_TMA_TALL = BmmConfig(128, 128, 128, 8, 8, 3)
 _TMA_128 = BmmConfig(128, 128, 64, 8, 4, 5)     # too few big tiles to fill the last wave
 # M <= 16 (decode attention scores): bound by reading mat2. 16-row tiles (the smallest
-# tl.dot; TMA zero-fills the rows past M) of 128 columns, a 32 KB mat2 block a K step:
-# 5 stages are four 36 KB buffers (148 KB with the store's), so three or four blocks are
-# in flight on every SM while one is used (the flattened loop prefetches across tiles).
-_TMA_DECODE = BmmConfig(16, 128, 128, 1, 4, 5)
+# tl.dot; TMA zero-fills the rows past M) of 256 columns, a 64 KB mat2 block a K step:
+# 3 stages keep two blocks in flight on every SM while one is used (the flattened loop
+# prefetches across tiles). The H200 sweep ran the decode-qk row at 0.987x cuBLAS with
+# this tile, 0.973x with 128 columns and 5 stages.
+_TMA_DECODE = BmmConfig(16, 256, 128, 1, 4, 3)
 # 128x256 tiles only when the batch's tiles fill this share of the last wave of SMs.
 _TMA_MIN_WAVE_FILL = 0.85
 # float32 stays on the pointer kernel (3xTF32, measured 0.93x cuBLAS on llama3-8b-qk-s4k);

@@ -16,6 +16,27 @@ from opspec.ops.dispatch import CallSpec, Kernel, KernelInterface
 @dataclass(frozen=True)
 class BmmCall(CallSpec):
     dtype: str
+    # The problem's sizes: selection reads them (cuBLAS serves shapes it runs faster).
+    B: int = 0
+    M: int = 0
+    N: int = 0
+    K: int = 0
+
+
+def cublas_faster(call: BmmCall) -> str | None:
+    """Why cuBLAS (torch.bmm, the reference kernel) serves a 16-bit CUDA call: the shape
+    classes where no configuration of the Triton kernels came within 5 % of it in the H200
+    sweep (benchmarks/bmm_sweep.py, 2026-11-30), else None."""
+    if call.K <= 128 and call.M >= 1024 and call.N >= 1024:
+        # attention scores (K = head dim): bound by writing C; the best Triton tiles ran
+        # [256 x 2048 x 2048 x 128] at 0.905x and [32 x 4096 x 4096 x 128] at 0.926x cuBLAS
+        return (f"a score-like product (K = {call.K} <= 128, M, N >= 1024) runs faster in "
+                "cuBLAS (the reference kernel)")
+    if 128 < call.M <= 256 and call.K >= 1024 and call.N >= 4096:
+        # a MoE expert's down projection: [64 x 256 x 7168 x 2048] at best 0.917x cuBLAS
+        return (f"M = {call.M} in (128, 256] with K = {call.K} >= 1024 and N = {call.N} >= "
+                "4096 runs faster in cuBLAS (the reference kernel)")
+    return None
 
 
 class BmmFwdInterface(KernelInterface):
@@ -42,9 +63,13 @@ class BmmTritonKernel(Kernel, BmmFwdInterface):
 
     @classmethod
     def refusal(cls, call):
-        if call.dtype == "float32" and call.device is not None and call.device.type == "cuda":
-            # 3xTF32 ran the float32 row at 0.73x of cuBLAS on the H200: torch.bmm serves.
-            return "float32 on CUDA runs faster in cuBLAS (the reference kernel)"
+        if call.device is not None and call.device.type == "cuda":
+            if call.dtype == "float32":
+                # 3xTF32 ran the float32 row at 0.73x of cuBLAS on the H200: torch.bmm serves.
+                return "float32 on CUDA runs faster in cuBLAS (the reference kernel)"
+            reason = cublas_faster(call)
+            if reason is not None:
+                return reason
         return super().refusal(call)
 
     @classmethod

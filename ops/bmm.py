@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from opspec.kernels.bmm_impl import BmmCall, BmmFwdInterface, BmmReferenceKernel, BmmTritonKernel
+from opspec.kernels.bmm_impl import BmmFwdInterface, BmmReferenceKernel, BmmTritonKernel
 from opspec.ops.op import DTYPE_NAMES, Op
 
 __all__ = ["BmmFwdOp"]
@@ -30,8 +30,8 @@ class BmmFwdOp(Op):
     def forward(self, input: torch.Tensor, mat2: torch.Tensor,
                 out: torch.Tensor | None = None) -> torch.Tensor:
         shape = (input.shape[0], input.shape[1], mat2.shape[2])
-        call = BmmCall(DTYPE_NAMES[input.dtype], device=input.device)
-        kernel = self.kernel_for("bmm", call)
+        kernel = self.kernel_for_values("bmm", input.device, DTYPE_NAMES[input.dtype],
+                                        *shape, input.shape[2])
         if out is None:
             out = torch.empty(shape, dtype=input.dtype, device=input.device)
         elif _shares_storage(out, input) or _shares_storage(out, mat2):

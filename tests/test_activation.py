@@ -259,12 +259,12 @@ def test_rejects_bad_arguments():
 
 
 def test_block_choice():
-    # large tensors: two 16-byte vectors per thread on 4 warps
-    assert activation_config(8192 * 14336, 2) == StreamConfig(2048, 4)
-    assert activation_config(2048 * 16384, 4) == StreamConfig(1024, 4)
-    # decode: one vector per thread, still 4 warps
-    assert activation_config(32 * 6400, 2) == StreamConfig(1024, 4)
-    assert activation_config(1, 2) == StreamConfig(1024, 4)
+    # large tensors: one 16-byte vector per thread on 8 warps
+    assert activation_config(8192 * 14336, 2) == StreamConfig(2048, 8)
+    assert activation_config(2048 * 16384, 4) == StreamConfig(1024, 8)
+    # decode: one vector per thread on 4 warps, the streamed load marked evict_first
+    assert activation_config(32 * 6400, 2) == StreamConfig(1024, 4, evict_first=True)
+    assert activation_config(1, 2) == StreamConfig(1024, 4, evict_first=True)
     for eb, max_n, cfg in ACTIVATION_TABLE:
         assert eb in (0, 2, 4) and (max_n is None or max_n > 0)
         assert cfg.block & (cfg.block - 1) == 0 and cfg.num_warps in (1, 2, 4, 8, 16)

@@ -27,7 +27,7 @@ from opspec.kernels.bmm import (
     bmm_tma_eligible,
     bmm_triton,
 )
-from opspec.kernels.bmm_impl import BmmCall, BmmReferenceKernel
+from opspec.kernels.bmm_impl import BmmCall, BmmReferenceKernel, cublas_faster
 from opspec.ops import BmmFwdOp
 from opspec.ops.workloads import cases
 from opspec.schema.errors import SignatureError, SignatureTypeError
@@ -235,7 +235,7 @@ def test_tma_decode_rows(monkeypatch):
     a = _randn(5, 4, 128, dtype=torch.float16)
     b = _padded(5, 128, 200, torch.float16, True, seed=1)
     out = torch.empty(5, 4, 200, dtype=torch.float16)
-    assert bmm_tma_config_for(5, 4, 200, 128)[:6] == (16, 128, 128, 1, 4, 5)
+    assert bmm_tma_config_for(5, 4, 200, 128)[:6] == (16, 256, 128, 1, 4, 3)
     bmm_tma(a, b, out)
     _close(out, _want(a, b), torch.float16)
     # one query row, one key: length-1 axes
@@ -273,10 +273,10 @@ def test_tma_table_and_routing(monkeypatch):
     # attention scores (K = 128: two K steps), values (N = 128), experts: every H200 row
     assert bmm_tma_config_for(256, 2048, 2048, 128)[:6] == (128, 256, 64, 16, 8, 3)
     assert bmm_tma_config_for(32, 4096, 4096, 128)[:6] == (128, 256, 64, 16, 8, 3)
-    assert bmm_tma_config_for(256, 2048, 128, 2048)[:6] == (256, 128, 64, 16, 8, 3)
+    assert bmm_tma_config_for(256, 2048, 128, 2048)[:6] == (128, 128, 128, 8, 8, 3)
     assert bmm_tma_config_for(8, 1024, 14336, 4096)[:3] == (128, 256, 64)
     assert bmm_tma_config_for(64, 256, 7168, 2048)[:3] == (128, 256, 64)
-    assert bmm_tma_config_for(512, 4, 4096, 128)[:6] == (16, 128, 128, 1, 4, 5)
+    assert bmm_tma_config_for(512, 4, 4096, 128)[:6] == (16, 256, 128, 1, 4, 3)
     # 2 x 3 tiles of 128x256 fill 6 of 132 SMs: 128x128; 16 < M <= 128: the pointer kernel
     assert bmm_tma_config_for(1, 256, 768, 4096)[:3] == (128, 128, 64)
     assert bmm_tma_config_for(64, 64, 4096, 128) is None
@@ -286,7 +286,7 @@ def test_tma_table_and_routing(monkeypatch):
     monkeypatch.setattr(bmm_mod, "bmm_tma", lambda a, b, out, cfg, p: calls.append(cfg) or out)
     a, b = torch.zeros(2, 4, 16, dtype=torch.float16), torch.zeros(2, 16, 8, dtype=torch.float16)
     bmm_triton(a, b, torch.empty(2, 4, 8, dtype=torch.float16))
-    assert [c[:6] for c in calls] == [(16, 16, 16, 1, 4, 5)]
+    assert [c[:6] for c in calls] == [(16, 16, 16, 1, 4, 3)]
     a = torch.ones(1, 40, 16, dtype=torch.float16)
     out = torch.empty(1, 40, 8, dtype=torch.float16)
     bmm_triton(a, b[:1].fill_(1), out)                        # M = 40: the pointer kernel
@@ -374,8 +374,15 @@ def test_roofline_and_empty_calls():
 
 def test_dispatch():
     op = BmmFwdOp()
-    cuda = BmmCall("bfloat16", device=torch.device("cuda"))
+    cuda = BmmCall("bfloat16", 8, 1024, 14336, 4096, device=torch.device("cuda"))
     assert op.key_for("bmm", cuda, arch=90) == "bmm_triton"
+    # the shape classes where cuBLAS measured faster go to torch.bmm, with the reason
+    for shape in ((256, 2048, 2048, 128), (64, 256, 7168, 2048)):
+        scores = BmmCall("bfloat16", *shape, device=torch.device("cuda"))
+        assert op.key_for("bmm", scores, arch=90) == "bmm_reference"
+        assert "runs faster in cuBLAS" in cublas_faster(scores)
+    assert cublas_faster(BmmCall("bfloat16", 256, 2048, 128, 2048)) is None  # P @ V
+    assert cublas_faster(BmmCall("bfloat16", 512, 4, 4096, 128)) is None     # decode scores
     assert op.key_for("bmm", BmmCall("float32", device=torch.device("mps"))) == "bmm_reference"
     a, b = _randn(2, 3, 4), _randn(2, 4, 5, seed=1)
     out = torch.empty(2, 3, 5)

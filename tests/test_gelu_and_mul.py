@@ -192,18 +192,19 @@ def test_triton_rejects_bad_arguments():
 
 
 def test_block_choice():
-    # long rows: 1024 columns on 4 warps, one row per program
-    assert gelu_and_mul_block(4096, 14336) == (1, 1024, 4)
-    # DeepSeek-V3 experts (N = 2048): two programs per row, as large as for long rows
-    assert gelu_and_mul_block(8192, 2048) == (1, 1024, 4)
+    # long rows: 2048 columns on 4 warps (GATED_TABLE's large tile), one row per program
+    assert gelu_and_mul_block(4096, 14336) == (1, 2048, 4)
+    # DeepSeek-V3 experts (N = 2048): one program per row, as large as for long rows
+    assert gelu_and_mul_block(8192, 2048) == (1, 2048, 4)
     # short rows are stacked until the tile is full
-    assert gelu_and_mul_block(8192, 256) == (4, 256, 4)
-    assert gelu_and_mul_block(1_000_000, 3) == (256, 4, 4)
+    assert gelu_and_mul_block(8192, 256) == (8, 256, 4)
+    assert gelu_and_mul_block(1_000_000, 3) == (512, 4, 4)
     assert gelu_and_mul_block(100_000, 3) == (128, 4, 2)     # the decode tile: 512 on 2 warps
-    # a row length 1024 does not divide: 512 columns, two rows a program
-    assert gelu_and_mul_block(4096, 18944) == (2, 512, 4)
+    # a row length 2048 does not divide: 512 columns (the power of two padding least),
+    # four rows a program
+    assert gelu_and_mul_block(4096, 18944) == (4, 512, 4)
     # fp32: the same tiles
-    assert gelu_and_mul_block(4096, 14336, 4) == (1, 1024, 4)
+    assert gelu_and_mul_block(4096, 14336, 4) == (1, 2048, 4)
     # decode: the table's small tile
     assert gelu_and_mul_block(32, 14336) == (1, 512, 2)
     assert gelu_and_mul_block(1, 1) == (1, 1, 1)

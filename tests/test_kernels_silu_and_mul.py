@@ -139,16 +139,16 @@ def test_triton_rejects_bad_arguments():
 
 
 def test_block_choice():
-    # Large prefill shapes: GATED_TABLE's 1024 outputs on 4 warps (one 16-byte vector of
-    # gate and one of up per thread in 16-bit).
-    assert silu_and_mul_block(4096, 14336) == (1024, 4)
-    assert gated_blocks(4096, 14336, gated_config(4096, 14336, 2)) == (1, 1024, 4)
-    # A row length that 1024 does not divide: the power of two that pads least, rows stacked.
-    assert gated_blocks(4096, 18944, gated_config(4096, 18944, 2)) == (2, 512, 4)
+    # Large prefill shapes: GATED_TABLE's 2048 outputs on 4 warps (two 16-byte vectors of
+    # gate and two of up per thread in 16-bit).
+    assert silu_and_mul_block(4096, 14336) == (2048, 4)
+    assert gated_blocks(4096, 14336, gated_config(4096, 14336, 2)) == (1, 2048, 4)
+    # A row length that 2048 does not divide: the power of two that pads least, rows stacked.
+    assert gated_blocks(4096, 18944, gated_config(4096, 18944, 2)) == (4, 512, 4)
     # Decode: the table's small tile, 512 outputs on 2 warps.
     assert silu_and_mul_block(1, 14336) == (512, 2)
     # Short rows are stacked, never more rows than there are.
-    assert gated_blocks(10_000, 100, gated_config(10_000, 100, 2)) == (8, 128, 4)
+    assert gated_blocks(10_000, 100, gated_config(10_000, 100, 2)) == (16, 128, 4)
     assert gated_blocks(3, 100, StreamConfig(1024, 4)) == (4, 128, 2)
     assert silu_and_mul_block(1, 1)[0] == 1
 
