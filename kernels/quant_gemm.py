@@ -19,7 +19,26 @@ Kernels (plain functions; the dispatch classes are in :mod:`opspec.kernels.quant
 * :func:`gemm_w4a16_reference` -- torch: dequantize in float32 (float64 for float64
   operands), matmul, cast back.
 * :func:`w4a16_decode_triton` -- ``M <= 16``, the GEMV regime, bound by streaming the
-  packed weight (``N * K / 2`` bytes) from HBM. It computes ``y.T``: each program owns
+  packed weight (``N * K / 2`` bytes) from HBM. Where the groups are whole 128-wide steps
+  (``DecodeConfig.tc``, the table's choice) the tensor-core kernel runs
+  (:func:`_w4a16_tc_kernel`): its tile is laid out so that each lane's registers already
+  hold the ``mma.sync.m16n8k16`` fragments -- two weight rows (A rows g and g + 8) x 16
+  bytes of a 128-wide step, and the 64 bytes of x those words multiply for token g (B
+  column g) -- so no operand passes through shared memory. Two asm blocks do the work a
+  step: one turns a lane's x words into B fragments (PRMT) and takes the sum of x per token
+  with MMAs against an all-ones A; the other dequantizes each weight word into four 16-bit
+  pairs (nibbles i and i + 4 cut out by one LOP3 into the bits of 1024.0 or 128.0, exactly
+  b + q, less 8 + b unless ``biased``) and runs two MMAs a word (float32 accumulation; the
+  K order inside an MMA is free as long as A and B agree). Then ``s * (P - (z - 8) X)`` per
+  group in float32. Up to 8 tokens ride in the MMA's N columns (M = 9..16 use a second
+  token tile). A program's warps split the rows and K (K slices: contiguous runs of steps,
+  summed in shared memory once at the end), so N / 16 small programs fill the GPU without a
+  split-K launch; scales and zero points are loaded through a small asm block so that they
+  take the tile's layout under every Triton version. Under the interpreter (no PTX) a
+  portable model of the asm blocks runs in their place; tests/test_quant_gemm_warp.py checks the
+  asm text itself against a model of one warp. Otherwise, or where the operands do not
+  allow it (a weight whose rows are not aligned 4-byte words, a device without sm_80 MMAs),
+  the MMA or FMA kernel below runs. The MMA kernel computes ``y.T``: each program owns
   ``BLOCK_N`` weight rows and a range of K (split-K when ``N`` alone gives too few
   programs for the 132 SMs; the partial sums go to a float32 ``[split, M, N]`` buffer that
   a second small kernel adds up in a fixed order, so results are deterministic). Per step
@@ -75,6 +94,7 @@ import triton
 import triton.language as tl
 
 from opspec.kernels.devices import TRITON_INTERPRETED
+from opspec.kernels.launch import launch
 from opspec.kernels.tiling import H200_SMS as _NUM_SMS
 from opspec.kernels.tiling import element_extent as _extent
 from opspec.kernels.tiling import grouped_tile
@@ -85,6 +105,8 @@ __all__ = [
     "DecodeConfig",
     "PrefillConfig",
     "decode_config_for",
+    "legacy_decode_config",
+    "tc_config_for",
     "dequantize_int4",
     "gemm_w4a16_reference",
     "pack_int4",
@@ -113,6 +135,16 @@ class DecodeConfig(NamedTuple):
     # kernel runs. For it num_stages >= 2 means register double-buffering of the weight
     # (its loads are not software-pipelined by Triton), 1 none.
     gemv: bool = False
+    # The tensor-core decode kernel (:func:`_w4a16_tc_kernel`, M <= 16, 128-wide steps
+    # inside one group; takes precedence over ``gemv``): block_k = 128; a program has
+    # ``k_slices`` warps along K times num_warps // k_slices along the rows, two rows a lane,
+    # so block_n = 16 * (num_warps // k_slices); num_stages - 1 (0..2) steps are requested
+    # ahead in registers. ``biased`` leaves the dequantized nibbles as b + q (b = 1024 or
+    # 128; fewer instructions a word, the bias removed with the zero point in float32,
+    # s * (P - (z + b) X)); else they are q - 8, and every product is exact.
+    tc: bool = False
+    k_slices: int = 1
+    biased: bool = False
 
 
 class PrefillConfig(NamedTuple):
@@ -185,6 +217,45 @@ _PREFILL_UNSWAPPED = PrefillConfig(128, 128, 64, 8, 8, 3)
 _PREFILL_MAXNREG = 128
 _PREFILL_MEDIUM = PrefillConfig(64, 128, 64, 8, 4, 3)
 _PREFILL_SMALL = PrefillConfig(32, 64, 64, 8, 4, 3)
+# Tensor-core decode kernel (DecodeConfig.tc) for every M <= 16 with 128-wide groups; set
+# _TC_MAX_M = 0 to fall back to the MMA / FMA kernels everywhere. Not yet timed on the H200
+# (benchmarks/w4a16_sweep.py times it); the figures below are from its sm_90 builds under
+# Triton 3.9 and 3.6 (the device's), within 12 % of each other. A lane's step (two weight
+# rows x 128 k) issues 2 16-byte weight loads, 9 instructions a word to dequantize
+# (float16: LOP3s into the bits of 1024.0 and one packed subtract or FMA a pair, exact
+# q - 8; bfloat16: 11, or 7 biased) and 2 MMAs a word and token tile; the x side (4
+# 16-byte loads, 16 PRMTs, 8 MMAs with an all-ones A for the zero point's sum of x), the
+# scale loads and 8 float32 FMAs for s * (P - (z - 8) X): 152-170 SASS instructions a step
+# (float16; bfloat16 biased 140-147, exact 172-181) for 64 weights a lane, 6.0-6.7 bytes
+# of weight a warp instruction against 3.1 for the FMA kernel above: about 6 TB/s of issue
+# at 4 warp instructions a clock per SM, so the HBM, not issue, should bound it. No shared
+# memory or barrier in its loop under either Triton (under 3.6 the FMA kernel's loop has 7
+# shared-memory instructions and barriers, and the MMA kernel reads the weight bytewise
+# with ~80 of them: likely why they reach 1.8 and 0.9-1.2 TB/s). Tokens ride in the MMA's 8
+# columns: M <= 8 costs what M = 1 does; M = 9..16 a second token tile (2 more MMAs a word,
+# 205-214 instructions a step, ~145 registers).
+_TC_MAX_M = DECODE_MAX_M
+# 90-94 registers a thread one step ahead (64-72 with none, ~138 with two), so about 20
+# warps an SM, each with a step of 32 bytes of weight a lane in flight besides the one it
+# computes: ~40 KB an SM, about what ~1 us of HBM latency at 4 TB/s / 132 SMs needs.
+_TC_STAGES = 2
+# Warps of a program: all along K by default (programs of 16 rows x all of K; the slices'
+# sums meet in shared memory once a program), so that N / 16 short programs give every
+# SM work without a split-K launch or a second kernel, even for N = 4096, and the last
+# wave's tail is a small part of the run. 4 slices where N / 16 x 4 warps fill the SMs
+# (_TC_WARPS_WANTED: 132 SMs x 16), else 8; fewer where a slice would get fewer than
+# _TC_MIN_STEPS steps.
+_TC_ROW_WARPS = 1
+_TC_SLICES = (4, 8)
+# N below which programs are also split along K (2 splits, summed by _split_sum_kernel: a
+# second launch); 0: never (the slices above should give small N enough warps).
+_TC_SPLIT_BELOW_N = 0
+_TC_WARPS_WANTED = 16 * _NUM_SMS
+_TC_MIN_STEPS = 2
+# bfloat16: biased (b = 128: the float32 cancellation of 128 X costs ~1e-5 of a group's
+# sum, against bfloat16's 4e-3 rounding; 7 instructions a word, not 11). float16: exact
+# (with b = 1024 the cancellation would cost ~2e-4, near float16's own rounding, to save 2).
+_TC_BIASED = {torch.float16: False, torch.bfloat16: True}
 
 
 def _pow2_divisor(n: int, choices: tuple[int, ...]) -> int | None:
@@ -192,8 +263,37 @@ def _pow2_divisor(n: int, choices: tuple[int, ...]) -> int | None:
 
 
 @functools.lru_cache(maxsize=1024)
-def decode_config_for(M: int, N: int, K: int, group_size: int) -> DecodeConfig:
-    """The decode kernel's configuration (``M <= 16``)."""
+def decode_config_for(M: int, N: int, K: int, group_size: int,
+                      dtype: torch.dtype | None = None) -> DecodeConfig:
+    """The decode kernel's configuration (``M <= 16``; ``dtype``: x's): the tensor-core
+    kernel where the groups are whole 128-wide steps, else the MMA or FMA kernel
+    (:func:`legacy_decode_config`)."""
+    if M <= _TC_MAX_M and group_size % 128 == 0 and K > 0:
+        return tc_config_for(M, N, K, group_size, dtype)
+    return legacy_decode_config(M, N, K, group_size)
+
+
+def tc_config_for(M: int, N: int, K: int, group_size: int, dtype: torch.dtype | None = None,
+                  k_slices: int | None = None, row_warps: int = _TC_ROW_WARPS,
+                  num_stages: int = _TC_STAGES, biased: bool | None = None) -> DecodeConfig:
+    """The tensor-core decode kernel's configuration by the table's rules (the keyword
+    arguments override them)."""
+    steps = max(1, K // 128)
+    if k_slices is None:
+        k_slices = next((s for s in _TC_SLICES if triton.cdiv(N, 16 * row_warps) * s * row_warps
+                         >= _TC_WARPS_WANTED), _TC_SLICES[-1])
+        while k_slices > 1 and steps // k_slices < _TC_MIN_STEPS:
+            k_slices //= 2
+    if biased is None:
+        biased = _TC_BIASED.get(dtype, False)
+    split = 2 if N < _TC_SPLIT_BELOW_N and steps >= 2 * k_slices else 1
+    return DecodeConfig(16 * row_warps, 128, split, k_slices * row_warps, num_stages, False, True,
+                        k_slices, biased)
+
+
+@functools.lru_cache(maxsize=1024)
+def legacy_decode_config(M: int, N: int, K: int, group_size: int) -> DecodeConfig:
+    """The MMA or FMA decode kernel's configuration (the tensor-core kernel's fallback)."""
     block_k = _pow2_divisor(group_size, _DECODE_BLOCK_K) or _DECODE_GATHER_BLOCK_K
     block_k = min(block_k, max(32, triton.next_power_of_2(K)))
     gemv = M <= _GEMV_DEFAULT_MAX_M and group_size % _GEMV_BLOCK_K == 0 and K % 8 == 0
@@ -599,6 +699,416 @@ def _w4a16_gemv_kernel(
         tl.store(optr + 3 * stride_om, acc3.to(out_ptr.dtype.element_ty), mask=nmask)
 
 
+# --- the tensor-core decode kernel (DecodeConfig.tc) -----------------------------------------
+#
+# Written for the mma.sync.m16n8k16 fragment layout, which the Triton layout of its operand
+# tiles is arranged to match, so that no operand goes through shared memory. The tiles are
+# [16 W, 16] int32 (W warps): Triton lays such a 16-byte-vector load out as lane 4 g + t of
+# warp w holding columns 4t..4t+3 (j = 0..3) of rows g + 8 w and g + 8 w + 8 W (h = 0, 1),
+# in register order j + 4 h -- the same under Triton 3.6 and 3.9 (a tile of more dimensions
+# is not: 3.6 orders the dimensions of equal contiguity the other way). Rows h = 0, 1 are
+# two weight rows (the MMA's A rows g and g + 8), the columns the 16 words of a 128-wide K
+# step; the x tiles hold, in the same places, the 64 bytes of x that the lane's words
+# multiply, for token g (the B column g). Inside an MMA the order of the 16 K slots is free
+# as long as A and B agree: slot 2t / 2t+1 / 2t+8 / 2t+9 of MMA (c, lo) takes k = 0 / 4 / 1 /
+# 5 of word 4t + c, MMA (c, hi) k = 2 / 6 / 3 / 7, the pairs that one LOP3 cuts out of a
+# word (nibbles i and i + 4 land in the two halves of a 32-bit register). The C fragment
+# then holds, per lane, rows g, g + 8 for tokens 2t, 2t + 1: tile element (row, j) is token
+# 2t + j (j < 2; 8 + 2t + j - 2 for j >= 2 with a second token tile, M > 8). The asm blocks
+# are generated below for each (x dtype, token tiles, biased) combination and passed to the
+# kernel as constexprs; tests/test_quant_gemm_warp.py runs them on a model of one warp.
+
+_TC_MMA = "mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32"
+
+
+def _tc_prep_asm(bf16: bool, nt: int) -> tuple[str, str]:
+    """The per-step x block (pack 8: one lane's 2 rows x 4 j elements; the x words are read
+    for the first row only): for each token tile and word c, the lane's x words (x0 x1,
+    x2 x3, x4 x5, x6 x7) become the B fragments (x0 x4), (x1 x5), (x2 x6), (x3 x7) (PRMT),
+    and MMAs with an all-ones A give each column's sum of x over the step (the zero point's
+    term). Outputs: 4 nt fragment tensors (element j = fragment j, repeated for the second
+    row), then the sums (element j: tokens 2t, 2t + 1, 8 + 2t, 9 + 2t); inputs: 4 nt x-word
+    tensors."""
+    ty = "bf16" if bf16 else "f16"
+    mma = _TC_MMA.format(t=ty)
+    n_frag = 16 * nt
+    xs_out = 8 * 4 * nt
+    first_in = xs_out + 8
+    body = ["{", f".reg .b32 f<{n_frag}>, one;", ".reg .f32 u<16>;",
+            f"mov.b32 one, {'0x3f803f80' if bf16 else '0x3c003c00'};"]
+    for tile in range(nt):
+        for c in range(4):
+            e = [f"${first_in + 8 * (4 * tile + c) + i}" for i in range(4)]
+            f = 16 * tile + 4 * c
+            body += [f"prmt.b32 f{f}, {e[0]}, {e[2]}, 0x5410;",
+                     f"prmt.b32 f{f + 1}, {e[0]}, {e[2]}, 0x7632;",
+                     f"prmt.b32 f{f + 2}, {e[1]}, {e[3]}, 0x5410;",
+                     f"prmt.b32 f{f + 3}, {e[1]}, {e[3]}, 0x7632;"]
+    xs = ["0f00000000"] * 4
+    for tile in range(nt):
+        # four independent chains (one a word), summed at the end
+        body += [f"mov.f32 u{i}, 0f00000000;" for i in range(16)]
+        for c in range(4):
+            f = 16 * tile + 4 * c
+            u = ",".join(f"u{4 * c + i}" for i in range(4))
+            body += [f"{mma} {{{u}}}, {{one,one,one,one}}, {{f{f},f{f + 1}}}, {{{u}}};",
+                     f"{mma} {{{u}}}, {{one,one,one,one}}, {{f{f + 2},f{f + 3}}}, {{{u}}};"]
+        for col in range(2):
+            body += [f"add.f32 u{col}, u{col}, u{4 + col};", f"add.f32 u{8 + col}, u{8 + col}, u{12 + col};",
+                     f"add.f32 ${xs_out + 2 * tile + col}, u{col}, u{8 + col};"]
+            xs[2 * tile + col] = f"${xs_out + 2 * tile + col}"
+    for jj in range(4):
+        if nt == 1 and jj >= 2:
+            body.append(f"mov.f32 ${xs_out + jj}, 0f00000000;")
+        body.append(f"mov.f32 ${xs_out + 4 + jj}, {xs[jj] if not (nt == 1 and jj >= 2) else '0f00000000'};")
+    for tile in range(nt):
+        for c in range(4):
+            o = 4 * tile + c
+            for jj in range(4):
+                body += [f"mov.b32 ${8 * o + jj}, f{16 * tile + 4 * c + jj};",
+                         f"mov.b32 ${8 * o + 4 + jj}, f{16 * tile + 4 * c + jj};"]
+    body.append("}")
+    cons = ",".join(["=r"] * (8 * 4 * nt) + ["=f"] * 8 + ["r"] * (8 * 4 * nt))
+    return "\n".join(body), cons
+
+
+def _tc_main_asm(bf16: bool, nt: int, biased: bool) -> tuple[str, str]:
+    """The per-step weight block (pack 8: one lane's two rows x 4 words): each word becomes
+    four 16-bit pairs (q_i, q_i+4) by LOP3s on the bits of 1024.0 (float16) or 128.0
+    (bfloat16), so b + q exactly, less 8 + b (exact) unless ``biased``; two MMAs a word and
+    token tile accumulate in float32. Outputs (element j + 4 half): row `half`, token 2t + j
+    (j < 2) or 8 + 2t + j - 2; inputs: the words, then the fragment tensors (broadcast over
+    the pair: the first 4 of each 8 registers are used)."""
+    ty = "bf16" if bf16 else "f16"
+    mma = _TC_MMA.format(t=ty)
+    magic = "0x43004300" if bf16 else "0x64006400"
+    body = ["{", ".reg .b32 a<4>, b<4>, sa, sb, k0, k1, k2;", ".reg .f32 c<16>;"]
+    if not biased:
+        # float16: the low pairs b + q (mask 0x000f000f) less b + 8; the high pairs, cut out
+        # in place (mask 0x00f000f0: b + 16 q, saving two shifts a word), times 1/16 less
+        # b / 16 + 8, one FMA; bfloat16 (7 mantissa bits: no room for 16 q): (b + q) * 1 - (b + 8)
+        body += (["mov.b32 k0, 0x3f803f80;", "mov.b32 k1, 0xc308c308;"] if bf16 else
+                 ["mov.b32 k0, 0x2c002c00;", "mov.b32 k1, 0xd480d480;", "mov.b32 k2, 0x64086408;"])
+    body += [f"mov.f32 c{i}, 0f00000000;" for i in range(8 * nt)]
+
+    def dequant(r: str, w: str) -> list[str]:
+        if not bf16 and not biased:
+            return [f"lop3.b32 {r}0, {w}, 0x000f000f, {magic}, 0xea;",
+                    f"lop3.b32 {r}1, {w}, 0x00f000f0, {magic}, 0xea;",
+                    f"shr.u32 s{r}, {w}, 8;",
+                    f"lop3.b32 {r}2, s{r}, 0x000f000f, {magic}, 0xea;",
+                    f"lop3.b32 {r}3, s{r}, 0x00f000f0, {magic}, 0xea;",
+                    f"sub.f16x2 {r}0, {r}0, k2;",
+                    f"fma.rn.f16x2 {r}1, {r}1, k0, k1;",
+                    f"sub.f16x2 {r}2, {r}2, k2;",
+                    f"fma.rn.f16x2 {r}3, {r}3, k0, k1;"]
+        out = [f"lop3.b32 {r}0, {w}, 0x000f000f, {magic}, 0xea;"]
+        for i in range(1, 4):
+            out += [f"shr.u32 s{r}, {w}, {4 * i};", f"lop3.b32 {r}{i}, s{r}, 0x000f000f, {magic}, 0xea;"]
+        if bf16 and not biased:
+            out += [f"fma.rn.bf16x2 {r}{i}, {r}{i}, k0, k1;" for i in range(4)]
+        return out
+
+    first_frag = 8 + 8
+    for c in range(4):
+        body += dequant("a", f"${8 + c}") + dequant("b", f"${12 + c}")
+        for tile in range(nt):
+            f = first_frag + 8 * (4 * tile + c)
+            acc = 8 * tile
+            body += [f"{mma} {{c{acc},c{acc + 1},c{acc + 2},c{acc + 3}}}, {{a0,b0,a1,b1}}, "
+                     f"{{${f},${f + 1}}}, {{c{acc},c{acc + 1},c{acc + 2},c{acc + 3}}};",
+                     f"{mma} {{c{acc + 4},c{acc + 5},c{acc + 6},c{acc + 7}}}, {{a2,b2,a3,b3}}, "
+                     f"{{${f + 2},${f + 3}}}, {{c{acc + 4},c{acc + 5},c{acc + 6},c{acc + 7}}};"]
+    for tile in range(2):
+        for half in range(2):
+            for col in range(2):
+                dst = 4 * half + 2 * tile + col
+                if tile < nt:
+                    i = 8 * tile + 2 * half + col
+                    body.append(f"add.f32 ${dst}, c{i}, c{i + 4};")
+                else:
+                    body.append(f"mov.f32 ${dst}, 0f00000000;")
+    body.append("}")
+    cons = ",".join(["=f"] * 8 + ["r"] * (8 + 32 * nt))
+    return "\n".join(body), cons
+
+
+def _tc_scale_asm(kind: str, masked: bool) -> tuple[str, str]:
+    """A row's scale or zero point as float32 bits (pack 4: one lane's 4 j elements of the
+    row share it; one load). A load through asm takes the layout of the tile it feeds,
+    where a tl.load of these broadcast addresses is laid out by Triton 3.6 across lanes (and
+    then moved through shared memory every step). ``kind``: the scales' dtype."""
+    body = ["{", ".reg .pred p;", ".reg .b16 h, zero;", ".reg .b32 v;", ".reg .f32 f;"]
+    pred = ""
+    if masked:
+        body += ["setp.ne.b32 p, $8, 0;"]
+        pred = "@p "
+    if kind == "float32":
+        body += ["mov.b32 v, 0;", f"{pred}ld.global.b32 v, [$4];"]
+    else:
+        body += ["mov.b16 h, 0;", f"{pred}ld.global.b16 h, [$4];"]
+        if kind == "float16":
+            body += ["cvt.f32.f16 f, h;", "mov.b32 v, f;"]
+        else:   # bfloat16: the float32 with these 16 high bits
+            body += ["mov.b16 zero, 0;", "mov.b32 v, {zero, h};"]
+    body += [f"mov.b32 ${i}, v;" for i in range(4)] + ["}"]
+    cons = ",".join(["=r"] * 4 + ["l"] * 4 + (["r"] * 4 if masked else []))
+    return "\n".join(body), cons
+
+
+_TC_ASM = {(bf16, nt, biased): (_tc_prep_asm(bf16, nt), _tc_main_asm(bf16, nt, biased))
+           for bf16 in (False, True) for nt in (1, 2) for biased in (False, True)}
+_TC_SCALE_ASM = {(kind, masked): _tc_scale_asm(kind, masked)
+                 for kind in ("float16", "bfloat16", "float32") for masked in (False, True)}
+
+
+@triton.jit
+def _tc_scale(ptrs, valid, MASKED: tl.constexpr, EMULATE: tl.constexpr, LD: tl.constexpr,
+              LD_CONS: tl.constexpr, LDM: tl.constexpr, LDM_CONS: tl.constexpr):
+    # The rows' scale or zero point of a step, float32 (see _tc_scale_asm).
+    if EMULATE:
+        if MASKED:
+            v = tl.load(ptrs, mask=valid, other=0.0)
+        else:
+            v = tl.load(ptrs)
+        return v.to(tl.float32)
+    elif MASKED:
+        bits = tl.inline_asm_elementwise(LDM, LDM_CONS, [ptrs.to(tl.int64, bitcast=True),
+                                                         valid.to(tl.int32)], tl.int32, True, 4)
+        return bits.to(tl.float32, bitcast=True)
+    else:
+        bits = tl.inline_asm_elementwise(LD, LD_CONS, [ptrs.to(tl.int64, bitcast=True)],
+                                         tl.int32, True, 4)
+        return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _tc_load(w_ptrs, x_ptrs, y_ptrs, s_ptrs, z_ptrs, w_off, x_off, s_off, z_off, valid, xvalid,
+             NT: tl.constexpr, MASKED: tl.constexpr, EMULATE: tl.constexpr,
+             LD: tl.constexpr, LD_CONS: tl.constexpr, LDM: tl.constexpr, LDM_CONS: tl.constexpr):
+    # One step's operands: the weight words, 4 x-word tensors a token tile (read for the
+    # first row of a lane's pair only, which the asm uses; the second tile's are the
+    # first's again when NT == 1, unused), the scales and zero points in float32.
+    if MASKED:
+        words = tl.load(w_ptrs + w_off, mask=valid, other=0, eviction_policy="evict_first")
+    else:
+        words = tl.load(w_ptrs + w_off, eviction_policy="evict_first")
+    x0 = tl.load(x_ptrs + x_off, mask=xvalid, other=0)
+    x1 = tl.load(x_ptrs + (x_off + 4), mask=xvalid, other=0)
+    x2 = tl.load(x_ptrs + (x_off + 8), mask=xvalid, other=0)
+    x3 = tl.load(x_ptrs + (x_off + 12), mask=xvalid, other=0)
+    y0, y1, y2, y3 = x0, x1, x2, x3
+    if NT == 2:
+        y0 = tl.load(y_ptrs + x_off, mask=xvalid, other=0)
+        y1 = tl.load(y_ptrs + (x_off + 4), mask=xvalid, other=0)
+        y2 = tl.load(y_ptrs + (x_off + 8), mask=xvalid, other=0)
+        y3 = tl.load(y_ptrs + (x_off + 12), mask=xvalid, other=0)
+    s = _tc_scale(s_ptrs + s_off, valid, MASKED, EMULATE, LD, LD_CONS, LDM, LDM_CONS)
+    z = _tc_scale(z_ptrs + z_off, valid, MASKED, EMULATE, LD, LD_CONS, LDM, LDM_CONS)
+    return words, x0, x1, x2, x3, y0, y1, y2, y3, s, z
+
+
+@triton.jit
+def _tc_emulate(w_ptrs, xt_ptrs, w_off, x_off, valid, xmask, BIAS: tl.constexpr):
+    # The portable model of the two asm blocks (Triton's interpreter runs no PTX): for each
+    # tile element, sum over the step of (b + q - bias) * x[token], and the sum of x, in
+    # float32. w_ptrs: word 0 of each row's step; xt_ptrs: x (its own dtype) at the step's
+    # k = 0 for each element's token.
+    p = tl.zeros(xt_ptrs.shape, dtype=tl.float32)
+    xs = tl.zeros(xt_ptrs.shape, dtype=tl.float32)
+    for wi in tl.static_range(16):
+        word = tl.load(w_ptrs + (w_off + wi), mask=valid, other=0)
+        for i in tl.static_range(8):
+            q = ((word >> (4 * i)) & 15).to(tl.float32) - BIAS
+            xv = tl.load(xt_ptrs + (x_off + 8 * wi + i), mask=valid & xmask, other=0.0)
+            xv = xv.to(tl.float32)
+            p += q * xv
+            xs += xv
+    return p, xs
+
+
+@triton.jit
+def _tc_step(acc, ops, we_ptrs, xt_ptrs, w_off, xt_off, valid, xmask, tmask,
+             PREP: tl.constexpr, PREP_CONS: tl.constexpr, MAIN: tl.constexpr,
+             MAIN_CONS: tl.constexpr, NT: tl.constexpr, EMULATE: tl.constexpr,
+             BIAS: tl.constexpr):
+    # acc[row, token] += s * (sum_k (q - 8) x - (z - 8) sum_k x)  (or with b + q, z + b);
+    # ops: a step's operands from _tc_load.
+    words, x0, x1, x2, x3, y0, y1, y2, y3, s, z = ops
+    if EMULATE:
+        p, xs = _tc_emulate(we_ptrs, xt_ptrs, w_off, xt_off, valid, xmask, BIAS)
+    else:
+        if NT == 1:
+            f0, f1, f2, f3, xs = tl.inline_asm_elementwise(
+                PREP, PREP_CONS, [x0, x1, x2, x3],
+                (tl.int32, tl.int32, tl.int32, tl.int32, tl.float32), True, 8)
+            p = tl.inline_asm_elementwise(MAIN, MAIN_CONS, [words, f0, f1, f2, f3],
+                                          tl.float32, True, 8)
+        else:
+            f0, f1, f2, f3, g0, g1, g2, g3, xs = tl.inline_asm_elementwise(
+                PREP, PREP_CONS, [x0, x1, x2, x3, y0, y1, y2, y3],
+                (tl.int32, tl.int32, tl.int32, tl.int32, tl.int32, tl.int32, tl.int32,
+                 tl.int32, tl.float32), True, 8)
+            p = tl.inline_asm_elementwise(MAIN, MAIN_CONS, [words, f0, f1, f2, f3, g0, g1, g2, g3],
+                                          tl.float32, True, 8)
+    return acc + tl.where(tmask, s * (p - (z - BIAS) * xs), 0.0)
+
+
+@triton.jit
+def _w4a16_tc_kernel(
+    x_ptr, xt_ptr, w_ptr, s_ptr, z_ptr, out_ptr,
+    M, N, STEPS, STEPS_PER_SPLIT,
+    stride_xm, stride_xtm, stride_wn, stride_sn, stride_sg, stride_zn, stride_zg,
+    stride_os, stride_om, stride_on,
+    WR: tl.constexpr, KS: tl.constexpr, NT: tl.constexpr, STEP_G: tl.constexpr,
+    BIAS: tl.constexpr, PREFETCH: tl.constexpr, USE_INT64: tl.constexpr,
+    EMULATE: tl.constexpr, PREP: tl.constexpr, PREP_CONS: tl.constexpr, MAIN: tl.constexpr,
+    MAIN_CONS: tl.constexpr, LD: tl.constexpr, LD_CONS: tl.constexpr, LDM: tl.constexpr,
+    LDM_CONS: tl.constexpr,
+):
+    # x_ptr: x as int32 words (pairs of x values; stride_xm in words), xt_ptr: x itself
+    # (read only when EMULATE); w_ptr: the packed weight as int32 words (stride_wn in words).
+    # A step is 128 k (16 words a row) inside one group (STEP_G steps a group). The tile is
+    # [16 W, 16] (W = WR * KS warps): row r = g + 8 (warp + W h) of lane 4 g + t holds words
+    # 4t..4t+3 (columns) of weight row (h WR + wr) 8 + g, wr = warp % WR, in K slice
+    # ks = warp // WR; h = 0, 1 are the MMA's rows g and g + 8. Program (pid_n, pid_k) owns
+    # rows [pid_n * 16 WR, +16 WR) and steps [pid_k * STEPS_PER_SPLIT, +STEPS_PER_SPLIT);
+    # a K slice takes a contiguous run of Q steps, then the remainder one step a slice
+    # (masked). BIAS: 8 (centered dequantization: q - 8) or -b (biased: b + q).
+    W: tl.constexpr = WR * KS
+    R: tl.constexpr = 16 * W
+    BLOCK_N: tl.constexpr = 16 * WR
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    r = tl.arange(0, R)[:, None]
+    col = tl.arange(0, 16)[None, :]
+    g = r % 8
+    warp = (r // 8) % W
+    h = r // (8 * W)
+    wr = warp % WR
+    ks = warp // WR
+    t = col // 4
+    j = col % 4
+    rows = pid_n * BLOCK_N + (h * WR + wr) * 8 + g                  # [R, 1]
+    rows_c = rows % N
+    tok = g % M
+    tok2 = (g + 8) % M
+    m = 2 * t + (j % 2) + 8 * (j // 2)                              # the element's token
+    tmask = j < 2 * NT
+    if USE_INT64:
+        rows_c = rows_c.to(tl.int64)
+        tok = tok.to(tl.int64)
+        tok2 = tok2.to(tl.int64)
+    s_begin = pid_k * STEPS_PER_SPLIT
+    n_steps = tl.minimum(STEPS_PER_SPLIT, STEPS - s_begin)
+    Q = n_steps // KS
+    rem = n_steps - Q * KS
+    step0 = s_begin + ks * Q                                        # [R, 1]
+    w_ptrs = w_ptr + rows_c * stride_wn + step0 * 16 + col
+    xcol = tl.max_contiguous(tl.multiple_of(16 * t + j, [1, 4]), [1, 4])
+    x_ptrs = x_ptr + tok * stride_xm + step0 * 64 + xcol
+    y_ptrs = x_ptr + tok2 * stride_xm + step0 * 64 + xcol
+    s_ptrs = s_ptr + rows_c * stride_sn + 0 * col
+    z_ptrs = z_ptr + rows_c * stride_zn + 0 * col
+    # the portable model's pointers (EMULATE only)
+    we_ptrs = w_ptr + rows_c * stride_wn + step0 * 16
+    xt_ptrs = xt_ptr + (m % M) * stride_xtm + step0 * 128
+    one = ks >= 0
+    xone = h == 0
+    acc = tl.zeros((R, 16), dtype=tl.float32)
+    if PREFETCH == 1:
+        # Register double-buffering (Triton does not pipeline these loads): step i + 1 is
+        # requested before step i is computed, two steps an iteration so that the buffers
+        # alternate without register moves; near the end the last step is requested again
+        # rather than one past the range.
+        last = tl.maximum(Q - 1, 0)
+        a = _tc_load(w_ptrs, x_ptrs, y_ptrs, s_ptrs, z_ptrs, 0, 0, step0 // STEP_G * stride_sg,
+                     step0 // STEP_G * stride_zg, one, xone, NT, False, EMULATE,
+                     LD, LD_CONS, LDM, LDM_CONS)
+        for i in range(0, Q - 1, 2):
+            b = _tc_load(w_ptrs, x_ptrs, y_ptrs, s_ptrs, z_ptrs, (i + 1) * 16, (i + 1) * 64,
+                         (step0 + i + 1) // STEP_G * stride_sg,
+                         (step0 + i + 1) // STEP_G * stride_zg, one, xone, NT, False, EMULATE,
+                         LD, LD_CONS, LDM, LDM_CONS)
+            acc = _tc_step(acc, a, we_ptrs, xt_ptrs, i * 16, i * 128, one, one, tmask,
+                           PREP, PREP_CONS, MAIN, MAIN_CONS, NT, EMULATE, BIAS)
+            i2 = tl.minimum(i + 2, last)
+            a = _tc_load(w_ptrs, x_ptrs, y_ptrs, s_ptrs, z_ptrs, i2 * 16, i2 * 64,
+                         (step0 + i2) // STEP_G * stride_sg, (step0 + i2) // STEP_G * stride_zg,
+                         one, xone, NT, False, EMULATE, LD, LD_CONS, LDM, LDM_CONS)
+            acc = _tc_step(acc, b, we_ptrs, xt_ptrs, (i + 1) * 16, (i + 1) * 128, one, one,
+                           tmask, PREP, PREP_CONS, MAIN, MAIN_CONS, NT, EMULATE, BIAS)
+        if Q % 2 == 1:
+            acc = _tc_step(acc, a, we_ptrs, xt_ptrs, last * 16, last * 128, one, one, tmask,
+                           PREP, PREP_CONS, MAIN, MAIN_CONS, NT, EMULATE, BIAS)
+    elif PREFETCH == 2:
+        # Two steps ahead: three buffers in rotation, three steps an iteration.
+        last = tl.maximum(Q - 1, 0)
+        a = _tc_load(w_ptrs, x_ptrs, y_ptrs, s_ptrs, z_ptrs, 0, 0, step0 // STEP_G * stride_sg,
+                     step0 // STEP_G * stride_zg, one, xone, NT, False, EMULATE,
+                     LD, LD_CONS, LDM, LDM_CONS)
+        i1 = tl.minimum(1, last)
+        b = _tc_load(w_ptrs, x_ptrs, y_ptrs, s_ptrs, z_ptrs, i1 * 16, i1 * 64,
+                     (step0 + i1) // STEP_G * stride_sg, (step0 + i1) // STEP_G * stride_zg,
+                     one, xone, NT, False, EMULATE, LD, LD_CONS, LDM, LDM_CONS)
+        for i in range(0, Q - 2, 3):
+            c = _tc_load(w_ptrs, x_ptrs, y_ptrs, s_ptrs, z_ptrs, (i + 2) * 16, (i + 2) * 64,
+                         (step0 + i + 2) // STEP_G * stride_sg,
+                         (step0 + i + 2) // STEP_G * stride_zg, one, xone, NT, False, EMULATE,
+                         LD, LD_CONS, LDM, LDM_CONS)
+            acc = _tc_step(acc, a, we_ptrs, xt_ptrs, i * 16, i * 128, one, one, tmask,
+                           PREP, PREP_CONS, MAIN, MAIN_CONS, NT, EMULATE, BIAS)
+            i3 = tl.minimum(i + 3, last)
+            a = _tc_load(w_ptrs, x_ptrs, y_ptrs, s_ptrs, z_ptrs, i3 * 16, i3 * 64,
+                         (step0 + i3) // STEP_G * stride_sg, (step0 + i3) // STEP_G * stride_zg,
+                         one, xone, NT, False, EMULATE, LD, LD_CONS, LDM, LDM_CONS)
+            acc = _tc_step(acc, b, we_ptrs, xt_ptrs, (i + 1) * 16, (i + 1) * 128, one, one,
+                           tmask, PREP, PREP_CONS, MAIN, MAIN_CONS, NT, EMULATE, BIAS)
+            i4 = tl.minimum(i + 4, last)
+            b = _tc_load(w_ptrs, x_ptrs, y_ptrs, s_ptrs, z_ptrs, i4 * 16, i4 * 64,
+                         (step0 + i4) // STEP_G * stride_sg, (step0 + i4) // STEP_G * stride_zg,
+                         one, xone, NT, False, EMULATE, LD, LD_CONS, LDM, LDM_CONS)
+            acc = _tc_step(acc, c, we_ptrs, xt_ptrs, (i + 2) * 16, (i + 2) * 128, one, one,
+                           tmask, PREP, PREP_CONS, MAIN, MAIN_CONS, NT, EMULATE, BIAS)
+        done = Q - Q % 3
+        if Q % 3 >= 1:
+            acc = _tc_step(acc, a, we_ptrs, xt_ptrs, done * 16, done * 128, one, one, tmask,
+                           PREP, PREP_CONS, MAIN, MAIN_CONS, NT, EMULATE, BIAS)
+        if Q % 3 == 2:
+            acc = _tc_step(acc, b, we_ptrs, xt_ptrs, (done + 1) * 16, (done + 1) * 128, one,
+                           one, tmask, PREP, PREP_CONS, MAIN, MAIN_CONS, NT, EMULATE, BIAS)
+    else:
+        for i in range(0, Q):
+            cur = _tc_load(w_ptrs, x_ptrs, y_ptrs, s_ptrs, z_ptrs, i * 16, i * 64,
+                           (step0 + i) // STEP_G * stride_sg, (step0 + i) // STEP_G * stride_zg,
+                           one, xone, NT, False, EMULATE, LD, LD_CONS, LDM, LDM_CONS)
+            acc = _tc_step(acc, cur, we_ptrs, xt_ptrs, i * 16, i * 128, one, one, tmask,
+                           PREP, PREP_CONS, MAIN, MAIN_CONS, NT, EMULATE, BIAS)
+    if rem > 0:
+        # the remaining steps, one a slice: slice ks takes step s_begin + KS * Q + ks
+        tail = ks < rem
+        dq = KS * Q + ks - ks * Q                                   # from step0 to it
+        cur = _tc_load(w_ptrs, x_ptrs, y_ptrs, s_ptrs, z_ptrs, dq * 16, dq * 64,
+                       (step0 + dq) // STEP_G * stride_sg, (step0 + dq) // STEP_G * stride_zg,
+                       tail, tail & xone, NT, True, EMULATE, LD, LD_CONS, LDM, LDM_CONS)
+        acc = _tc_step(acc, cur, we_ptrs, xt_ptrs, dq * 16, dq * 128, tail, one, tmask,
+                       PREP, PREP_CONS, MAIN, MAIN_CONS, NT, EMULATE, BIAS)
+    # the K slices' sums: [2, KS, 8 WR, 16] -> [2, 8 WR, 16]; row (h WR + wr) 8 + g
+    tot = tl.sum(tl.reshape(acc, (2, KS, 8 * WR, 16)), axis=1)
+    oh = tl.arange(0, 2)[:, None, None]
+    orr = tl.arange(0, 8 * WR)[None, :, None]
+    ocol = tl.arange(0, 16)[None, None, :]
+    orows = pid_n * BLOCK_N + oh * (8 * WR) + orr
+    oj = ocol % 4
+    om = 2 * (ocol // 4) + (oj % 2) + 8 * (oj // 2)
+    if USE_INT64:
+        orows = orows.to(tl.int64)
+        om = om.to(tl.int64)
+    optr = out_ptr + pid_k * stride_os + om * stride_om + orows * stride_on
+    tl.store(optr, tot.to(out_ptr.dtype.element_ty),
+             mask=(oj < 2 * NT) & (om < M) & (orows < N))
+
+
 @triton.jit
 def _split_sum_kernel(part_ptr, out_ptr, MN, N, SPLIT, stride_om, stride_on,
                       BLOCK: tl.constexpr):
@@ -755,7 +1265,11 @@ def w4a16_decode_triton(x: torch.Tensor, packed_weight: torch.Tensor, scales: to
         return out
     if K == 0:
         return out.zero_()
-    cfg = config or decode_config_for(M, N, K, group_size)
+    cfg = config or decode_config_for(M, N, K, group_size, x.dtype)
+    if cfg.tc:
+        if _launch_tc(x, packed_weight, scales, zeros, group_size, out, cfg, M, N, K):
+            return out
+        cfg = legacy_decode_config(M, N, K, group_size)
     if cfg.block_k % 32 or cfg.block_k < 32:
         raise ValueError(f"config.block_k must be a multiple of 32, got {cfg.block_k}")
     if cfg.gemv:
@@ -795,11 +1309,80 @@ def _as_words(packed_weight: torch.Tensor, M: int, K: int, group_size: int,
     weight whose rows are not whole aligned words)."""
     if M > GEMV_MAX_M or group_size % block_k or K % 8:
         return None
-    pw = packed_weight
+    return _word_view(packed_weight, K)
+
+
+def _word_view(pw: torch.Tensor, K: int) -> torch.Tensor | None:
+    """The packed weight as ``[N, K // 8]`` int32 words (K % 8 == 0), or None where its rows
+    are not whole aligned 4-byte words."""
     if (pw.stride(1) != 1 and pw.shape[1] > 1) or pw.stride(0) % 4 or pw.data_ptr() % 4:
         return None
     # An int32 view of the same storage: word w of row n is bytes 4w..4w+3 (little endian).
     return torch.as_strided(pw, (pw.shape[0], K // 2), (pw.stride(0), 1)).view(torch.int32)
+
+
+def tc_supported(device: torch.device) -> bool:
+    """Whether the tensor-core decode kernel can run on ``device``: its asm blocks are PTX
+    for sm_80 or newer (mma.sync m16n8k16, bfloat16 FMAs); under Triton's interpreter its
+    portable model runs instead."""
+    if TRITON_INTERPRETED:
+        return True
+    if device.type != "cuda" or getattr(torch.version, "hip", None):
+        return False
+    return torch.cuda.get_device_capability(device) >= (8, 0)
+
+
+def _launch_tc(x, packed_weight, scales, zeros, group_size, out, cfg, M, N, K) -> bool:
+    """Run the tensor-core decode kernel if it applies (else False: the caller falls back)."""
+    if M > _TC_MAX_M or group_size % 128 or K % 128 or not tc_supported(x.device):
+        return False
+    ks = cfg.k_slices
+    if ks < 1 or cfg.num_warps % ks or cfg.block_k != 128:
+        raise ValueError(f"a tensor-core config needs block_k = 128 and num_warps a multiple "
+                         f"of k_slices, got {tuple(cfg)}")
+    wr = cfg.num_warps // ks
+    if cfg.block_n != 16 * wr:
+        raise ValueError(f"a tensor-core config has block_n = 16 x (num_warps // k_slices) "
+                         f"= {16 * wr}, got {cfg.block_n}")
+    words = _word_view(packed_weight, K)
+    if words is None:
+        return False
+    # x read as int32 words (pairs of values): unit stride along K, 4-byte aligned rows
+    if x.stride(1) != 1 or (M > 1 and x.stride(0) % 2) or x.data_ptr() % 4:
+        x = torch.empty((M, K), dtype=x.dtype, device=x.device).copy_(x)
+    x32 = torch.as_strided(x, (M, K), (x.stride(0) if M > 1 else K, 1)).view(torch.int32)
+    steps = K // 128
+    split = max(1, min(cfg.split_k, steps))
+    per_split = triton.cdiv(steps, split)
+    split = triton.cdiv(steps, per_split)
+    nt = 1 if M <= 8 else 2
+    bf16 = x.dtype == torch.bfloat16
+    biased = bool(cfg.biased)
+    (prep, prep_cons), (main, main_cons) = _TC_ASM[(bf16, nt, biased)]
+    use_int64 = max(_extent(x), _extent(words) * 4, _extent(scales), _extent(zeros),
+                    _extent(out), split * M * N) > _INT32_LIMIT
+    if split == 1:
+        dest, dstrides = out, (0, out.stride(0), out.stride(1))
+    else:
+        dest = torch.empty((split, M, N), dtype=torch.float32, device=x.device)
+        dstrides = dest.stride()
+    skind = str(scales.dtype).removeprefix("torch.")
+    (ld, ld_cons), (ldm, ldm_cons) = _TC_SCALE_ASM[(skind, False)], _TC_SCALE_ASM[(skind, True)]
+    launch(_w4a16_tc_kernel, (triton.cdiv(N, cfg.block_n), split),
+           x32, x, words, scales, zeros, dest, M, N, steps, per_split,
+           x32.stride(0), x.stride(0), words.stride(0), scales.stride(0), scales.stride(1),
+           zeros.stride(0), zeros.stride(1), *dstrides,
+           WR=wr, KS=ks, NT=nt, STEP_G=group_size // 128,
+           BIAS=-(128 if bf16 else 1024) if biased else 8,
+           PREFETCH=min(max(cfg.num_stages - 1, 0), 2), USE_INT64=use_int64,
+           EMULATE=TRITON_INTERPRETED, PREP=prep, PREP_CONS=prep_cons, MAIN=main,
+           MAIN_CONS=main_cons, LD=ld, LD_CONS=ld_cons, LDM=ldm, LDM_CONS=ldm_cons,
+           num_warps=cfg.num_warps, num_stages=1)
+    if split > 1:
+        block = 1024
+        launch(_split_sum_kernel, (triton.cdiv(M * N, block),),
+               dest, out, M * N, N, split, out.stride(0), out.stride(1), BLOCK=block, num_warps=4)
+    return True
 
 
 def _launch_gemv(x, words, scales, zeros, group_size, out, cfg, M, N, K):

@@ -48,10 +48,11 @@ class GemmW4A16FwdInterface(KernelInterface):
 
 
 class W4A16DecodeTritonKernel(Kernel, GemmW4A16FwdInterface):
-    """Decode (M <= 16): streams the packed weight, BLOCK_N rows a program (split-K when N
-    is small), nibbles unpacked in registers, scale and zero point applied per group,
-    float32 accumulation on tensor cores, or, where the table says so (small M), float32
-    FMAs on CUDA cores (the FMA kernel, `DecodeConfig.gemv`)."""
+    """Decode (M <= 16): streams the packed weight. With 128-wide groups (the workloads'),
+    the tensor-core kernel (`DecodeConfig.tc`): operand tiles laid out as mma.sync
+    fragments, nibbles dequantized by asm into 16-bit pairs, float32 MMAs, scale and zero
+    point per group; else the MMA kernel (BLOCK_N rows a program, split-K when N is small)
+    or, where the table says so (small M), float32 FMAs on CUDA cores (`DecodeConfig.gemv`)."""
 
     devices = TRITON_DEVICES
     preferred_over = frozenset({"w4a16_prefill_triton"})

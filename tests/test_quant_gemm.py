@@ -173,6 +173,68 @@ def test_gemv_strides_and_fallback():
         _close(out, _want(x, p, ss, zz, gg), F16)
 
 
+# (M, N, K, group, tc_config_for overrides): N tails, a remainder step per K slice (K = 640
+# in 2 slices), every step in the masked tail (3 steps, 4 slices), all 8 MMA columns (M = 8),
+# a second token tile (M = 12, 16), 2 steps a group (group 256), each prefetch depth, biased
+TC = [(1, 48, 512, 128, dict(k_slices=2)),
+      (3, 17, 640, 128, dict(k_slices=2, row_warps=2)),
+      (8, 33, 384, 128, dict(k_slices=4, num_stages=3)),
+      (12, 20, 768, 256, dict(k_slices=2, num_stages=1, biased=True)),
+      (16, 16, 512, 128, dict(k_slices=1, num_stages=3, biased=False))]
+DTYPE_PAIRS = [(F16, F16), (BF16, BF16), (F16, F32), (BF16, F32)]
+
+
+@pytest.mark.parametrize("dtypes", DTYPE_PAIRS, ids=str)
+@pytest.mark.parametrize("shape", TC, ids=lambda s: str(s[:4]))
+def test_tc_kernel(shape, dtypes):
+    """The tensor-core decode kernel (its portable model of the asm blocks under the
+    interpreter) through the launcher, every dtype pair the spec allows."""
+    M, N, K, g, over = shape
+    dtype, sdtype = dtypes
+    x, p, s, z = _operands(M, N, K, g, dtype, sdtype, seed=M + N)
+    cfg = Q.tc_config_for(M, N, K, g, dtype, **over)
+    assert cfg.tc and Q._word_view(p, K) is not None
+    out = torch.empty(M, N, dtype=dtype)
+    assert w4a16_decode_triton(x, p, s, z, g, out, config=cfg) is out
+    _close(out, _want(x, p, s, z, g), dtype)
+
+
+def test_tc_strides_split_and_fallback():
+    """Strided x (copied to unit stride), a weight row slice, transposed scales and out, a
+    K split summed by the second kernel, fractional zero points; a weight whose rows are
+    not aligned words and 64-wide groups fall back to the MMA kernel; empty problems."""
+    M, N, K, g = 5, 24, 512, 128
+    x, p, s, z = _operands(M, N, K, g, F16, F32, seed=11)
+    z = z + 0.375                                            # fractional zero points
+    xt = x.t().contiguous().t()
+    pw = torch.cat([p, p], dim=1)[:, :K // 2]
+    st = s.t().contiguous().t()
+    out = torch.empty(N, M, dtype=F16).t()
+    cfg = Q.tc_config_for(M, N, K, g, F16, k_slices=2)._replace(split_k=2)
+    w4a16_decode_triton(xt, pw, st, z, g, out, config=cfg)
+    _close(out, _want(x, p, s, z, g), F16)
+    xs = torch.empty(M * K + 1, dtype=BF16)[1:].view(M, K)   # 2-byte aligned: copied
+    xs.copy_(x)
+    out = torch.empty(M, N, dtype=BF16)
+    w4a16_decode_triton(xs, p, s, z, g, out, config=Q.tc_config_for(M, N, K, g, BF16))
+    _close(out, _want(xs, p, s, z, g), BF16)
+    odd = torch.cat([p[:, :1], p], dim=1)[:, 1:]             # rows start 1 byte in
+    assert Q._word_view(odd, K) is None
+    out = torch.empty(M, N, dtype=F16)
+    w4a16_decode_triton(x, odd, s, z, g, out, config=cfg)
+    _close(out, _want(x, p, s, z, g), F16)
+    x2, p2, s2, z2 = _operands(2, 20, 256, 64, F16, seed=12)
+    out = torch.empty(2, 20, dtype=F16)
+    w4a16_decode_triton(x2, p2, s2, z2, 64, out, config=Q.tc_config_for(2, 20, 256, 128))
+    _close(out, _want(x2, p2, s2, z2, 64), F16)
+    for M0, N0, K0 in ((0, 8, 256), (4, 0, 256), (4, 8, 0)):
+        out = torch.full((M0, N0), 3.0, dtype=F16)
+        w4a16_decode_triton(torch.ones(M0, K0, dtype=F16), torch.zeros(N0, K0 // 2, dtype=torch.uint8),
+                            torch.ones(N0, K0 // 128, dtype=F16), torch.ones(N0, K0 // 128, dtype=F16),
+                            128, out, config=cfg)
+        assert torch.equal(out, torch.zeros(M0, N0, dtype=F16))
+
+
 PREFILL = [(1, 48, 256, 128), (17, 40, 192, 64), (40, 33, 96, 32), (20, 20, 60, 6)]
 
 
@@ -221,6 +283,10 @@ def test_int64_offsets(monkeypatch):
         out = torch.empty(3, 20, dtype=F16)
         fn(x, p, s, z, 32, out, config=cfg)
         _close(out, _want(x, p, s, z, 32), F16)
+    x, p, s, z = _operands(3, 20, 384, 128, seed=7)           # the tensor-core kernel
+    out = torch.empty(3, 20, dtype=F16)
+    w4a16_decode_triton(x, p, s, z, 128, out, config=Q.tc_config_for(3, 20, 384, 128, k_slices=2))
+    _close(out, _want(x, p, s, z, 128), F16)
 
 
 @pytest.mark.parametrize("shape", [(0, 8, 64), (4, 0, 64), (4, 8, 0)], ids=str)
@@ -252,16 +318,31 @@ def test_launchers_reject_bad_arguments():
 
 
 def test_config_choice():
-    # (block_n, block_k, split_k, warps, stages): 128 weight rows and one 128-wide group a
+    # The tensor-core kernel for every M <= 16 with 128-wide groups: (block_n, block_k,
+    # split_k, warps, stages, gemv, tc, k_slices, biased): 16 rows a program, all its warps
+    # along K (4 where N / 16 x 4 warps fill 132 SMs x 16, else 8, fewer where a slice
+    # would get fewer than 2 steps), one step ahead; bfloat16 biased, float16 exact
+    bf16, f16 = torch.bfloat16, torch.float16
+    assert decode_config_for(1, 57344, 8192, 128, f16) == (16, 128, 1, 4, 2, False, True, 4, False)
+    assert decode_config_for(1, 57344, 8192, 128, bf16) == (16, 128, 1, 4, 2, False, True, 4, True)
+    assert decode_config_for(1, 4096, 4096, 128, f16) == (16, 128, 1, 8, 2, False, True, 8, False)
+    assert decode_config_for(16, 8192, 28672, 128, f16).k_slices == 8
+    assert decode_config_for(4, 18944, 3584, 128, bf16).k_slices == 4
+    assert decode_config_for(1, 4096, 512, 128).k_slices == 2     # 4 steps: 2 a slice
+    assert decode_config_for(1, 4096, 128, 128).k_slices == 1
+    assert decode_config_for(1, 4096, 512, 256).tc                # whole 128-wide steps
+    assert not decode_config_for(1, 4096, 4096, 64).tc            # a step would straddle groups
+    # The MMA and FMA kernels (the fallback): 128 weight rows and one 128-wide group a
     # step; K split until about 4 x 132 programs (MMA kernel) or 10 x 132 (FMA kernel)
     # stream the weight. M = 1: the FMA kernel (gemv), 128-wide steps
-    assert decode_config_for(1, 57344, 8192, 128) == (128, 128, 3, 4, 2, True)
-    assert decode_config_for(16, 28672, 8192, 128) == (128, 128, 3, 4, 4, False)
-    assert decode_config_for(1, 4096, 4096, 128) == (128, 128, 8, 4, 2, True)
-    assert decode_config_for(4, 4096, 14336, 128) == (128, 128, 16, 4, 4, False)
+    legacy = Q.legacy_decode_config
+    assert legacy(1, 57344, 8192, 128)[:6] == (128, 128, 3, 4, 2, True)
+    assert legacy(16, 28672, 8192, 128)[:6] == (128, 128, 3, 4, 4, False)
+    assert legacy(1, 4096, 4096, 128)[:6] == (128, 128, 8, 4, 2, True)
+    assert legacy(4, 4096, 14336, 128)[:6] == (128, 128, 16, 4, 4, False)
     assert not decode_config_for(1, 4096, 4096, 64).gemv     # a step would straddle groups
     # few steps: at least 4 a split
-    assert decode_config_for(1, 4096, 512, 128).split_k == 1
+    assert legacy(1, 4096, 512, 128).split_k == 1
     # group sizes that are no multiple of 32: per-weight dequantization, 64-wide steps
     assert decode_config_for(1, 4096, 4104, 24).block_k == 64
     # (block_m, block_n, block_k, group_m, warps, stages, f32_dequant, swap_ab): the
@@ -456,8 +537,17 @@ def build(fn, ptrs, ints, consts, num_warps, num_stages, **extra):
         tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
         usage = subprocess.run([tool, "--dump-resource-usage", path], capture_output=True,
                                text=True).stdout
+        sass = subprocess.run([tool, "--dump-sass", path], capture_output=True, text=True).stdout
     regs = re.search(r"REG:(\d+)", usage)
+    # instructions inside loops (from a backward branch's target to the branch)
+    lines = [l for l in sass.splitlines() if re.match(r"\s+/\*[0-9a-f]{4}\*/", l)]
+    addr = lambda l: int(re.search(r"/\*([0-9a-f]{4})\*/", l).group(1), 16)
+    loops = [(int(m.group(1), 16), addr(l)) for l in lines
+             for m in [re.search(r"BRA (0x[0-9a-f]+)", l)] if m and int(m.group(1), 16) < addr(l)]
+    in_loop = [l for l in lines if any(lo <= addr(l) <= hi for lo, hi in loops)]
     return {"ld": sorted(set(re.findall(r"ld\.global[.\w:]*", ptx))),
+            "loop_bar": sum("BAR" in l or "LDS" in l or "STS" in l for l in in_loop),
+            "loop_hmma": sum("HMMA" in l for l in in_loop),
             "regs": int(regs.group(1)) if regs else None,
             "cp_async": ptx.count("cp.async"), "local": ptx.count(".local"),
             "mma": "wgmma" in ptx or "mma.sync" in ptx,
@@ -468,7 +558,7 @@ out = {}
 for dt, sdt in (("bf16", "bf16"), ("fp16", "fp32")):
     ptrs = dict(x_ptr="*" + dt, w_ptr="*u8", s_ptr="*" + sdt, z_ptr="*" + sdt, out_ptr="*fp32")
     for m, block_k, group in ((1, 128, 128), (16, 128, 128), (4, 64, 24)):
-        cfg = Q.decode_config_for(max(m, 2), N, K, group)   # the MMA kernel's table entry
+        cfg = Q.legacy_decode_config(max(m, 2), N, K, group)   # the MMA kernel's table entry
         ints = dict(M=m, N=N, KH=K // 2, KH_PER_SPLIT=1408, stride_xm=K, stride_xk=1,
                     stride_wn=K // 2, stride_wk=1, stride_sn=K // group, stride_sg=1,
                     stride_zn=K // group, stride_zg=1, stride_os=m * N, stride_om=N, stride_on=1)
@@ -490,7 +580,7 @@ for dt, sdt in (("bf16", "bf16"), ("fp16", "fp32")):
             cfg.num_warps, cfg.num_stages,
             **({} if cfg.swap_ab else {"maxnreg": Q._PREFILL_MAXNREG}))  # as the launcher
     for m in (1, 4):
-        cfg = Q.decode_config_for(1, N, K, g)._replace(split_k=2)
+        cfg = Q.legacy_decode_config(1, N, K, g)._replace(split_k=2)
         ints = dict(M=m, N=N, KW=K // 8, KW_PER_SPLIT=512, stride_xm=K, stride_xk=1,
                     stride_wn=K // 8, stride_sn=K // g, stride_sg=1, stride_zn=K // g,
                     stride_zg=1, stride_os=m * N, stride_om=N, stride_on=1)
@@ -498,6 +588,23 @@ for dt, sdt in (("bf16", "bf16"), ("fp16", "fp32")):
             Q._w4a16_gemv_kernel, dict(ptrs, w_ptr="*i32"), ints,
             dict(BLOCK_N=cfg.block_n, BLOCK_W=cfg.block_k // 8, M_ROWS=m, GROUP=g,
                  USE_INT64=False, PREFETCH=cfg.num_stages >= 2), cfg.num_warps, 1)
+for dt, sdt, m, ks, pf, biased in (("fp16", "fp16", 1, 4, 1, False), ("bf16", "bf16", 4, 8, 2, True),
+                                   ("fp16", "fp32", 16, 8, 1, False)):
+    bf16 = dt == "bf16"
+    nt = 1 if m <= 8 else 2
+    (prep, pc), (main, mc) = Q._TC_ASM[(bf16, nt, biased)]
+    skind = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}[sdt]
+    (ld, ldc), (ldm, ldmc) = Q._TC_SCALE_ASM[(skind, False)], Q._TC_SCALE_ASM[(skind, True)]
+    ptrs = dict(x_ptr="*i32", xt_ptr="*" + dt, w_ptr="*i32", s_ptr="*" + sdt, z_ptr="*" + sdt,
+                out_ptr="*" + dt)
+    ints = dict(M=m, N=N, STEPS=K // 128, STEPS_PER_SPLIT=K // 128, stride_xm=K // 2,
+                stride_xtm=K, stride_wn=K // 8, stride_sn=K // 128, stride_sg=1,
+                stride_zn=K // 128, stride_zg=1, stride_os=0, stride_om=N, stride_on=1)
+    out[f"tc-{dt}-{sdt}-m{m}"] = build(
+        Q._w4a16_tc_kernel, ptrs, ints,
+        dict(WR=1, KS=ks, NT=nt, STEP_G=1, BIAS=-128 if biased else 8, PREFETCH=pf,
+             USE_INT64=False, EMULATE=False, PREP=prep, PREP_CONS=pc, MAIN=main,
+             MAIN_CONS=mc, LD=ld, LD_CONS=ldc, LDM=ldm, LDM_CONS=ldmc), ks, 1)
 json.dump(out, sys.stdout)
 """
 
@@ -519,8 +626,17 @@ def test_kernels_build_for_sm90():
                          text=True, env=env, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     built = json.loads(res.stdout)
-    assert len(built) == 14
+    assert len(built) == 17
     for name, k in built.items():
+        if name.startswith("tc"):
+            # tensor cores, 16-byte vectors of weight words (x too), no spills, and no
+            # shared memory or barrier inside the step loop (the tile's layout is the MMA
+            # fragments' for every operand)
+            assert k["local"] == 0 and k["mma"] and k["i2f"] == 0, (name, k)
+            assert "ld.global.L1::evict_first.L2::cache_hint.v4.b32" in k["ld"], (name, k)
+            assert "ld.global.v4.b32" in k["ld"], (name, k)
+            assert k["loop_bar"] == 0 and k["loop_hmma"] > 0, (name, k)
+            continue
         if name.startswith("gemv"):
             # no MMA and no software pipelining; 16-byte vectors of weight words
             assert k["local"] == 0 and k["i2f"] == 0, (name, k)
