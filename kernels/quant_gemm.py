@@ -234,11 +234,20 @@ _PREFILL_SMALL = PrefillConfig(32, 64, 64, 8, 4, 3)
 # with ~80 of them: likely why they reach 1.8 and 0.9-1.2 TB/s). Tokens ride in the MMA's 8
 # columns: M <= 8 costs what M = 1 does; M = 9..16 a second token tile (2 more MMAs a word,
 # 205-214 instructions a step, ~145 registers).
-_TC_MAX_M = DECODE_MAX_M
+# H200 sweep (benchmarks/w4a16_sweep.py, 2026-11-30): M = 1 rows 2.06-2.11 TB/s with no
+# prefetch (70B gate-up 121 us, 405B up 219 us, against 180 / 245 for the FMA kernel;
+# 8B up 31 us against 49), M = 4 35.7 us against the MMA kernel's 40.2; M = 16 lost to
+# the MMA kernel (124-137 us against 100-101), so M > 8 (a second token tile) keeps it.
+_TC_MAX_M = 8
 # 90-94 registers a thread one step ahead (64-72 with none, ~138 with two), so about 20
 # warps an SM, each with a step of 32 bytes of weight a lane in flight besides the one it
 # computes: ~40 KB an SM, about what ~1 us of HBM latency at 4 TB/s / 132 SMs needs.
-_TC_STAGES = 2
+# The sweep: one step ahead (2) was 16 % slower than none (1) on the M = 1 rows, and a
+# prefetch gave wrong outputs on the GPU where a slice's step count was not a multiple of
+# the prefetch depth + 1 (qwen2.5-7b: 28 steps over 4 slices, one ahead; three ahead on
+# 16 steps), which the interpreter's model does not show; _launch_tc drops the prefetch
+# in those cases until that is understood.
+_TC_STAGES = 1
 # Warps of a program: all along K by default (programs of 16 rows x all of K; the slices'
 # sums meet in shared memory once a program), so that N / 16 short programs give every
 # SM work without a split-K launch or a second kernel, even for N = 4096, and the last
@@ -1368,13 +1377,16 @@ def _launch_tc(x, packed_weight, scales, zeros, group_size, out, cfg, M, N, K) -
         dstrides = dest.stride()
     skind = str(scales.dtype).removeprefix("torch.")
     (ld, ld_cons), (ldm, ldm_cons) = _TC_SCALE_ASM[(skind, False)], _TC_SCALE_ASM[(skind, True)]
+    prefetch = min(max(cfg.num_stages - 1, 0), 2)
+    if prefetch and per_split % (ks * (prefetch + 1)):
+        prefetch = 0  # see _TC_STAGES: a prefetch gave wrong results on the GPU here
     launch(_w4a16_tc_kernel, (triton.cdiv(N, cfg.block_n), split),
            x32, x, words, scales, zeros, dest, M, N, steps, per_split,
            x32.stride(0), x.stride(0), words.stride(0), scales.stride(0), scales.stride(1),
            zeros.stride(0), zeros.stride(1), *dstrides,
            WR=wr, KS=ks, NT=nt, STEP_G=group_size // 128,
            BIAS=-(128 if bf16 else 1024) if biased else 8,
-           PREFETCH=min(max(cfg.num_stages - 1, 0), 2), USE_INT64=use_int64,
+           PREFETCH=prefetch, USE_INT64=use_int64,
            EMULATE=TRITON_INTERPRETED, PREP=prep, PREP_CONS=prep_cons, MAIN=main,
            MAIN_CONS=main_cons, LD=ld, LD_CONS=ld_cons, LDM=ldm, LDM_CONS=ldm_cons,
            num_warps=cfg.num_warps, num_stages=1)

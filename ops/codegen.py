@@ -480,7 +480,8 @@ class BranchGenerator:
             n = s.expr.id
             d = self.decl(s.decl, f"{role} {s.target}, dtype {n}")
             w(f"_d = {d}")
-            w(f"{_lv(n)} = _DTYPE_NAMES.get({tv}.dtype, str({tv}.dtype))")
+            # `or`, not a .get default: the default would be formatted on every call
+            w(f"{_lv(n)} = _DTYPE_NAMES.get({tv}.dtype) or str({tv}.dtype)")
             members = spec.forall[n].members
             if members is not None:
                 w(f"if {_lv(n)} not in {tuple(sorted(members))!r}:")
@@ -493,9 +494,9 @@ class BranchGenerator:
             d = self.decl(s.decl, f"{role} {s.target}, dtype {print_expr(s.expr)}",
                           print_expr(s.expr))
             w(f"_d = {d}")
-            w(f"if _DTYPE_NAMES.get({tv}.dtype, str({tv}.dtype)) != {self.py(s.expr)}:")
+            w(f"if (_DTYPE_NAMES.get({tv}.dtype) or str({tv}.dtype)) != {self.py(s.expr)}:")
             with w.indent():
-                self.fail(d, self.py(s.expr), f"_DTYPE_NAMES.get({tv}.dtype, str({tv}.dtype))")
+                self.fail(d, self.py(s.expr), f"_DTYPE_NAMES.get({tv}.dtype) or str({tv}.dtype)")
             return
         if s.kind in (P.SOLVE_AXIS, P.CHECK_AXIS, P.SOLVE_SPLAT):
             self.axis_step(s, shape, role, tv, sv)

@@ -417,8 +417,9 @@ json.dump(out, sys.stdout)
 def test_flat_and_gated_kernels_build_for_sm90_with_16_byte_accesses():
     """The flat activation kernel and the gated kernel (SiluAndMul, GeluAndMul) compile
     for sm_90 (ptxas included) as their launchers plan the table's rows, with no local
-    memory and 16-byte vectors only: two per thread for a 2048-element bf16 block on 4
-    warps, one each of gate and up in the gated kernel; a length that is not a multiple of
+    memory and 16-byte vectors only: one per thread for a 2048-element bf16 block on 8
+    warps (and a 1024-element fp32 one), two each of gate and up in the gated kernel's
+    2048 outputs on 4 warps; a length that is not a multiple of
     16 keeps the vectors on full tiles (only the last tile's code is element-wise); a
     persistent grid and the evict_first hint build too. Compiled in a fresh process:
     under the interpreter, triton.language is patched."""
@@ -437,8 +438,9 @@ def test_flat_and_gated_kernels_build_for_sm90_with_16_byte_accesses():
         assert k["local"] == 0, (name, k)
         if name not in ("silu-odd", "gated-odd-rows"):
             assert (k["ld"], k["st"]) == v4, (name, k)
-    assert built["silu-bf16"]["n_ld"] == 2 and built["relu-fp32"]["n_ld"] == 2
-    assert built["gelu-decode"]["n_ld"] == 1 and built["gated-silu"]["n_ld"] == 2
+    assert built["silu-bf16"]["n_ld"] == 1 and built["relu-fp32"]["n_ld"] == 1
+    assert built["gelu-decode"]["n_ld"] == 1 and built["gated-silu"]["n_ld"] == 4
+    assert built["gelu-decode"]["hints"] == ["L1::evict_first"]  # the decode row's hint
     assert set(built["silu-odd"]["ld"]) == {"ld.global.v4.b32", "ld.global.b16"}
     # rows of 24: a row mask, the columns (24 of 32) masked too: element-wise
     assert built["gated-odd-rows"]["ld"]

@@ -1,0 +1,540 @@
+"""Offline sweep of the norm and last-axis softmax launch tables on an H200: per workload
+row, time the table's choice (the launcher with no override), torch eager, torch.compile
+of the eager function and candidate variants of the tables (``NORM_TUNING`` in
+opspec.kernels.norm, ``ROW_TUNING`` in opspec.kernels.softmax), each variant a change of one or
+two fields. Every variant's output (the table's too) is checked once against the float32
+torch reference before it is timed; a wrong one is reported and never "best".
+
+    python benchmarks/normsoftmax_sweep.py [--budget-s 150] [--json PATH] [--rows SUBSTR ...]
+
+Prints per row and variant: us (median, L2 flushed between samples: triton's do_bench),
+TB/s (bytes read + written, as the ops' rooflines count them) and the speedup against
+eager and against compile; then the best variant of each row and the table fields it
+changes. The JSON holds every timing. The budget bounds the whole run, Triton and Inductor
+compiles included: the compiles are made first in ``--jobs`` processes (up to 45 % of the
+budget), then the rows are timed in order (the failing rows first), each given an equal
+share of what is left; in a row the table, eager and compile come first, then the
+variants, most promising first, until the row's share is spent. Not part of the package.
+
+``--smoke`` runs tiny rows through Triton's interpreter on the CPU (a check of this
+script; compile there is torch.compile with the "eager" backend).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+if "--smoke" in sys.argv:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import torch
+import torch.nn.functional as F
+import triton
+
+import opspec.kernels.norm as NK
+import opspec.kernels.softmax as SK
+
+TOL = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 1.5e-2}
+DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "f32": torch.float32}
+
+# -- rows -------------------------------------------------------------------------------------
+# (op, label, M rows, N, input dtype, extra). op: rms | ln | fused | softmax | log.
+# extra: norms (weight, bias, eps); softmax the output dtype name (None: the input's).
+# Order: the rows that fail on the H200 first (below 3.8 TB/s or slower than eager and
+# compile), then rows that check the tables do not regress elsewhere.
+ROWS = [
+    ("ln", "long-row-32k-float32", 2048, 32768, "f32", (True, True, 1e-5)),
+    ("ln", "long-row-32k-bfloat16", 2048, 32768, "bf16", (True, True, 1e-5)),
+    ("softmax", "llama3-vocab-prefill-bfloat16", 4096, 128256, "bf16", None),
+    ("softmax", "qwen2.5-vocab-prefill-float32", 1024, 151936, "f32", None),
+    ("softmax", "llama3-8b-attn-1k-bfloat16", 32 * 1024, 1024, "bf16", None),
+    ("softmax", "llama3-8b-attn-2k-bfloat16", 32 * 2048, 2048, "bf16", None),
+    ("rms", "dsv3-q-a-norm-bfloat16", 16384, 1536, "bf16", (True, False, 1e-6)),
+    ("rms", "qwen2.5-7b-prefill-bfloat16", 8192, 3584, "bf16", (True, False, 1e-6)),
+    ("rms", "olmo2-7b-q-norm-bfloat16", 8192, 4096, "bf16", (True, False, None)),
+    ("rms", "no-weight-4096-bfloat16", 8192, 4096, "bf16", (False, False, None)),
+    ("fused", "llama3-8b-prefill-bfloat16", 4096, 4096, "bf16", (True, False, 1e-5)),
+    ("fused", "qwen2.5-7b-prefill-float32", 8192, 3584, "f32", (True, False, 1e-6)),
+    ("ln", "dsv3-prefill-bfloat16", 8192, 7168, "bf16", (True, True, 1e-5)),
+    ("ln", "qwen2.5-7b-prefill-bfloat16", 8192, 3584, "bf16", (True, True, 1e-5)),
+    ("ln", "qwen2.5-7b-prefill-float32", 8192, 3584, "f32", (True, True, 1e-5)),
+    ("ln", "command-r-prefill-float16", 4096, 8192, "fp16", (True, False, 1e-5)),
+    ("ln", "dit-xl-adaln-bfloat16", 32 * 1024, 1152, "bf16", (False, False, 1e-6)),
+    ("log", "llama3-vocab-train-bfloat16", 4096, 128256, "bf16", None),
+    ("log", "llama3-vocab-prefill-bfloat16-float32", 2048, 128256, "bf16", "f32"),
+    ("log", "llama3-8b-attn-1k-bfloat16", 32 * 1024, 1024, "bf16", None),
+    # rows that pass: the tables must not make them worse
+    ("rms", "llama3-70b-prefill-16k-bfloat16", 16384, 8192, "bf16", (True, False, 1e-5)),
+    ("rms", "qwen2.5-7b-prefill-float32", 8192, 3584, "f32", (True, False, 1e-6)),
+    ("rms", "qwen3-8b-q-norm-bfloat16", 4096 * 32, 128, "bf16", (True, False, 1e-6)),
+    ("softmax", "llama3-8b-attn-8k-bfloat16", 4 * 8192, 8192, "bf16", None),
+    ("log", "llama3-8b-attn-2k-float32", 32 * 2048, 2048, "f32", None),
+    ("fused", "llama3-70b-prefill-bfloat16", 8192, 8192, "bf16", (True, False, 1e-5)),
+]
+SMOKE_ROWS = [
+    ("ln", "smoke-ln-coop", 3, 300, "f32", (True, True, 1e-5)),
+    ("fused", "smoke-fused", 40, 96, "bf16", (True, False, 1e-6)),
+    ("rms", "smoke-rms", 33, 80, "fp16", (False, False, None)),
+    ("softmax", "smoke-softmax-rows", 40, 45, "bf16", None),
+    ("log", "smoke-log-coop", 6, 700, "bf16", "f32"),
+]
+#: smoke shrinks the register blocks so that tiny rows reach coop and looped
+SMOKE_NORM = dict(coop_min_block=64, coop_block=64, coop_warps=1, max_register_block=128,
+                  loop_block=32)
+SMOKE_SOFTMAX = dict(max_reg=64, sm_count=1)
+
+
+# -- variants: (name, table fields changed), most promising first ------------------------------
+
+def norm_variants(op: str, M: int, N: int, dt: str, smoke: bool = False
+                  ) -> list[tuple[str, dict]]:
+    t = norm_tuning(smoke)
+    long_row = NK._next_pow2(N) > t.coop_min_block and op != "fused"
+    if long_row:
+        out = [("coop chunks 4096, 4 warps", dict(coop_block=4096, coop_warps=4)),
+               ("whole row in registers (former table)", dict(coop_min_block=1 << 30)),
+               ("coop chunks 16384, 16 warps", dict(coop_block=16384, coop_warps=16)),
+               ("coop chunks 8192, 16 warps", dict(coop_block=8192, coop_warps=16)),
+               ("looped (two passes)", dict(coop_min_block=1 << 30, max_register_block=16384))]
+        return out
+    return [
+        ("2 tiles a program", dict(tiles=2)),
+        # (its affine parameters loaded late only for LayerNorm and float32)
+        ("former table: 1 row, 32 a thread", dict(min_tile=4096, per_thread=(32, 16, 8),
+                                                   max_warps=32,
+                                                   late=op == "ln" or dt == "f32")),
+        ("tiles of 4096", dict(min_tile=4096)),
+        ("2 tiles of 4096", dict(min_tile=4096, tiles=2)),
+        ("8 warps (32 a thread)", dict(max_warps=8)),
+        ("2 tiles, 8 warps", dict(tiles=2, max_warps=8)),
+        ("affine loaded early", dict(late=False)),
+        ("tiles of 16384", dict(min_tile=16384)),
+        ("32 warps (8 a thread)", dict(max_warps=32)),
+        ("4 tiles a program", dict(tiles=4)),
+    ]
+
+
+def softmax_variants(M: int, N: int, in_bytes: int, smoke: bool = False
+                     ) -> list[tuple[str, dict]]:
+    plan = SK.softmax_plan(M, N, 1, in_bytes, **(SMOKE_SOFTMAX if smoke else {}))
+    if plan.kind == "rows":
+        return [
+            ("2 tiles a program", dict(row_tiles=2)),
+            ("tiles of 4096", dict(row_tile=4096)),
+            ("former table: tiles of 1024", dict(row_tile=1024)),
+            ("tiles of 16384", dict(row_tile=16384)),
+            ("2 tiles of 4096", dict(row_tile=4096, row_tiles=2)),
+            ("32 a thread", dict(row_per_thread=32)),
+            ("4 tiles a program", dict(row_tiles=4)),
+        ]
+    if plan.kind in ("coop", "looped"):
+        return [
+            ("looped, 1 program per SM (former table)", dict(coop_max_chunks=0)),
+            ("coop chunks 4096, 4 warps", dict(coop_block=4096, coop_warps=4)),
+            ("coop chunks 16384, 16 warps", dict(coop_block=16384, coop_warps=16)),
+            ("looped, 1 program per 2 SMs", dict(coop_max_chunks=0, loop_programs_per_sm=0.5)),
+            ("coop chunks 8192, 16 warps", dict(coop_warps=16)),
+            ("looped, 2 programs per SM", dict(coop_max_chunks=0, loop_programs_per_sm=2.0)),
+        ]
+    return []
+
+
+def norm_tuning(smoke: bool, fields: dict | None = None):
+    return NK.NORM_TUNING._replace(**{**(SMOKE_NORM if smoke else {}), **(fields or {})})
+
+
+# -- one row ----------------------------------------------------------------------------------
+
+def nbytes_of(op, M, N, dt, extra):
+    b = torch.tensor([], dtype=DT[dt]).element_size()
+    if op in ("softmax", "log"):
+        ob = torch.tensor([], dtype=DT[extra]).element_size() if extra else b
+        return M * N * (b + ob)
+    w, bias, _ = extra
+    return (4 if op == "fused" else 2) * M * N * b + (int(w) + int(bias)) * N * b
+
+
+class Row:
+    """Inputs, reference, the callables (table, eager, variants) of one row."""
+
+    def __init__(self, row, device, smoke, seed=0):
+        self.op, self.label, self.M, self.N, dt, self.extra = row
+        self.dt, self.dtype = dt, DT[dt]
+        self.smoke = smoke
+        self.device = device
+        M, N = self.M, self.N
+        g = torch.Generator(device=device).manual_seed(seed)
+        self.x = (torch.randn(M, N, generator=g, device=device) * 2 + 0.5).to(self.dtype)
+        if self.op in ("softmax", "log"):
+            self.out_dtype = DT[self.extra] if self.extra else self.dtype
+            self.out = torch.empty(M, N, dtype=self.out_dtype, device=device)
+            self.w = self.b = self.r = None
+            self.eps = None
+        else:
+            has_w, has_b, self.eps = self.extra
+            self.w = torch.randn(N, generator=g, device=device).to(self.dtype) if has_w else None
+            self.b = torch.randn(N, generator=g, device=device).to(self.dtype) if has_b else None
+            self.r = (torch.randn(M, N, generator=g, device=device).to(self.dtype)
+                      if self.op == "fused" else None)
+            self.out = torch.empty_like(self.x)
+        self.bytes = nbytes_of(self.op, M, N, dt, self.extra)
+        # the fused op writes its inputs: they are restored after every timing
+        self.pristine = (self.x.clone(), self.r.clone()) if self.op == "fused" else None
+
+    def restore(self):
+        if self.pristine is not None:
+            self.x.copy_(self.pristine[0])
+            self.r.copy_(self.pristine[1])
+
+    # the op's result(s) from fresh copies of the inputs (the fused op writes in place)
+    def reference(self):
+        if self.op in ("softmax", "log"):
+            return (SK.softmax_reference(self.x, -1, self.out_dtype, self.op == "log"),)
+        if self.op == "fused":
+            y, s = NK.fused_add_rms_norm_reference(self.x, self.r, self.w, self.eps)
+            return (y, s)
+        if self.op == "rms":
+            return (NK.rms_norm_reference(self.x, (self.N,), self.w, self.eps),)
+        return (NK.layer_norm_reference(self.x, (self.N,), self.w, self.b, self.eps),)
+
+    def kernel(self, fields=None):
+        """The launcher: with no fields the table's choice (the launcher's own, except
+        under --smoke, where the table's blocks are shrunk), else the table with `fields`
+        changed. Returns (fn() -> the written results, the launch it makes)."""
+        op, M, N = self.op, self.M, self.N
+        own = fields is None and not self.smoke   # the launcher plans for itself
+        if op in ("softmax", "log"):
+            kw = SMOKE_SOFTMAX if self.smoke else {}
+            plan = SK.softmax_plan(M, N, 1, self.x.element_size(),
+                                   tuning=SK.ROW_TUNING._replace(**(fields or {})), **kw)
+            use = None if own else plan
+            x, out, log = self.x, self.out, op == "log"
+
+            def fn():
+                SK.softmax_triton(x, -1, out, log, plan=use)
+                return (out,)
+            return fn, plan
+        cfg = NK.norm_config(M, N, coop=op != "fused", tuning=norm_tuning(self.smoke, fields))
+        use = None if own else cfg
+        x, out, w, b, r, eps = self.x, self.out, self.w, self.b, self.r, self.eps
+        eps = NK.DEFAULT_RMS_EPS if eps is None else eps
+        if op == "fused":
+            def fn():
+                NK.norm_fwd_triton(x, x, N, eps, rms=True, weight=w, residual=r, config=use)
+                return (x, r)
+        else:
+            def fn():
+                NK.norm_fwd_triton(x, out, N, eps, rms=op == "rms", weight=w, bias=b,
+                                   config=use)
+                return (out,)
+        return fn, cfg
+
+    def eager_fn(self):
+        op, N = self.op, self.N
+        if op in ("softmax", "log"):
+            dtype = self.out_dtype if self.extra else None
+            if op == "log":
+                def f(x):
+                    return torch.log_softmax(x, -1, dtype=dtype)
+            else:
+                def f(x):
+                    return torch.softmax(x, -1, dtype=dtype)
+            return f, (self.x,)
+        eps = self.eps
+        if op == "rms":
+            def f(x, w):
+                return F.rms_norm(x, (N,), w, eps)
+            return f, (self.x, self.w)
+        if op == "ln":
+            def f(x, w, b):
+                return F.layer_norm(x, (N,), w, b, 1e-5 if eps is None else eps)
+            return f, (self.x, self.w, self.b)
+
+        def f(x, r, w):
+            r.add_(x)
+            x.copy_(F.rms_norm(r, (N,), w, eps))
+        return f, (self.x, self.r, self.w)
+
+    def results_of(self, fn, args, name):
+        """Run `fn(*args)` on fresh copies of the inputs; the op's results."""
+        if self.op == "fused":
+            x, r = args[0].clone(), args[1].clone()
+            fn(x, r, args[2])
+            return (x, r)
+        got = fn(*args)
+        return (got,)
+
+    def check(self, got, ref):
+        """Largest relative error (norm of the difference over the norm of the reference)
+        of the results, and whether every result is within the dtype's tolerance."""
+        worst = 0.0
+        for g, w in zip(got, ref):
+            g, w = g.float(), w.float()
+            if not torch.equal(torch.isfinite(g), torch.isfinite(w)):
+                return float("inf"), False
+            fin = torch.isfinite(w)
+            err = ((g - w)[fin].norm() / w[fin].norm().clamp_min(1e-30)).item()
+            worst = max(worst, err)
+        return worst, worst <= TOL[got[0].dtype]
+
+
+def bench(fn, smoke):
+    """Median milliseconds a call, L2 flushed before each (triton's do_bench)."""
+    if smoke:
+        t = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t) * 1e3
+    from triton.testing import do_bench
+    return do_bench(fn, warmup=5, rep=25, return_mode="median")
+
+
+# -- precompile (Triton's and Inductor's on-disk caches) ---------------------------------------
+
+def _precompile(task):
+    """Worker: build the row's inputs, run each named launch once (values do not matter)
+    and, if asked, torch.compile the eager function, so that the timing process finds the
+    binaries in the on-disk caches."""
+    i_row, names, smoke, with_compile = task
+    rows = SMOKE_ROWS if smoke else ROWS
+    device = "cpu" if smoke else "cuda"
+    row = Row(rows[i_row], device, smoke)
+    variants = dict(variants_of(row))
+    import torch._inductor.config as inductor_config
+    inductor_config.compile_threads = 1     # the workers are the parallelism
+    done = 0
+    for name in names:
+        try:
+            fn, _ = row.kernel(variants.get(name))
+            fn()
+            done += 1
+        except Exception:  # reported by the timing process
+            pass
+    if with_compile:
+        try:
+            f, args = row.eager_fn()
+            cf = compile_fn(f, smoke)
+            row.results_of(cf, args, "compile")
+            done += 1
+        except Exception:
+            pass
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return done
+
+
+def compile_fn(f, smoke):
+    import torch._dynamo
+    torch._dynamo.reset()   # every row compiles the same code objects again
+    if smoke:
+        return torch.compile(f, fullgraph=True, dynamic=False, backend="eager")
+    return torch.compile(f, fullgraph=True, dynamic=False)
+
+
+def variants_of(row):
+    if row.op in ("softmax", "log"):
+        return softmax_variants(row.M, row.N, row.x.element_size(), row.smoke)
+    return norm_variants(row.op, row.M, row.N, row.dt, row.smoke)
+
+
+def precompile(rows_idx, smoke, jobs, timeout_s):
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    rows = SMOKE_ROWS if smoke else ROWS
+    tasks = []
+    for i in rows_idx:
+        op, label, M, N, dt, extra = rows[i]
+        if op in ("softmax", "log"):
+            names = [n for n, _ in softmax_variants(M, N, DT[dt].itemsize, smoke)]
+        else:
+            names = [n for n, _ in norm_variants(op, M, N, dt, smoke)]
+        tasks.append((i, ["table"] + names[:4], smoke, True))
+        tasks += [(i, names[k:k + 3], smoke, False) for k in range(4, len(names), 3)]
+    t0 = time.perf_counter()
+    pool = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"))
+    futures = [pool.submit(_precompile, t) for t in tasks]
+    done, pending = cf.wait(futures, timeout=timeout_s)
+    procs = list(getattr(pool, "_processes", {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    if pending:   # workers still compiling would share the GPU with the timings: stop them
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+        for p in procs:
+            p.join(timeout=10)
+    n_ok = sum(f.result() for f in done if f.exception() is None)
+    print(f"precompiled {n_ok} launches and compiles in {len(done)}/{len(tasks)} tasks with "
+          f"{jobs} processes in {time.perf_counter() - t0:.0f} s", flush=True)
+
+
+# -- main -------------------------------------------------------------------------------------
+
+def describe(cfg):
+    if cfg is None:
+        return None
+    if isinstance(cfg, SK.SoftmaxPlan):
+        keep = ("kind", "block", "num_warps", "grid", "rows", "tiles", "chunks", "vec")
+        return {k: getattr(cfg, k) for k in keep}
+    return dict(cfg._asdict())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--budget-s", type=float, default=150.0)
+    ap.add_argument("--json", default=None, help="write every timing to this path")
+    ap.add_argument("--rows", nargs="*", default=None,
+                    help="only rows whose label (or op) contains one of these")
+    ap.add_argument("--smoke", action="store_true", help="tiny rows through the interpreter (CPU)")
+    ap.add_argument("--jobs", type=int, default=min(14, os.cpu_count() or 1),
+                    help="processes compiling before the timings (0: none)")
+    args = ap.parse_args()
+    smoke = args.smoke
+    device = "cpu" if smoke else "cuda"
+    if not smoke and not torch.cuda.is_available():
+        sys.exit("no CUDA device: run on the GPU, or --smoke for a CPU check of this script")
+    rows = SMOKE_ROWS if smoke else ROWS
+    idx = list(range(len(rows)))
+    if args.rows:
+        idx = [i for i in idx if any(s in rows[i][1] or s == rows[i][0] for s in args.rows)]
+    import torch._inductor.config as inductor_config
+    inductor_config.compile_threads = 1     # no compile pool to start: the caches are warm
+    t_start = time.perf_counter()
+    if args.jobs > 0 and idx:
+        precompile(idx[:1] if smoke else idx, smoke, 1 if smoke else args.jobs,
+                   0.45 * args.budget_s)
+    results = []
+    for k, i in enumerate(idx):
+        left = args.budget_s - (time.perf_counter() - t_start)
+        allot = left / (len(idx) - k)
+        row_start = time.perf_counter()
+        try:
+            row = Row(rows[i], device, smoke)
+        except Exception as e:  # noqa: BLE001  (out of memory, ...)
+            print(f"\n== {rows[i][1]}: could not build the row: {e}", flush=True)
+            continue
+        ref = row.reference()
+        print(f"\n== {row.op} {row.label}: [{row.M}, {row.N}] {row.dtype}  "
+              f"({row.bytes / 1e6:.0f} MB moved)  budget {allot:.1f} s", flush=True)
+        entries = []
+
+        def record(name, fn, cfg, fields, results_fn):
+            """Check once, then time; `results_fn()` gives the results of one fresh call."""
+            try:
+                got = results_fn()
+                err, ok = row.check(got, ref)
+                del got
+                ms = bench(fn, smoke)
+                row.restore()
+            except Exception as e:  # noqa: BLE001  (a variant that does not build or launch)
+                print(f"  {name:44s} ERROR {type(e).__name__}: {str(e)[:160]}", flush=True)
+                entries.append(dict(name=name, fields=fields, config=describe(cfg),
+                                    error=f"{type(e).__name__}: {e}"[:500]))
+                return
+            e = dict(name=name, fields=fields, config=describe(cfg), ms=ms, us=ms * 1e3,
+                     tbps=row.bytes / ms / 1e9, rel_err=err, ok=ok)
+            entries.append(e)
+            line = f"  {name:44s} {e['us']:9.1f} us {e['tbps']:6.2f} TB/s"
+            for base in ("eager", "compile"):
+                b = next((x for x in entries if x["name"] == base and "ms" in x), None)
+                if b is not None and name not in ("eager", "compile"):
+                    line += f"  x{b['ms'] / ms:5.2f} vs {base}"
+            print(line + f"  err {err:.1e}{'' if ok else '  WRONG'}", flush=True)
+
+        def kernel_results(fn):
+            def results():
+                if row.op == "fused":   # fresh inputs: the call writes them
+                    x0, r0 = row.x.clone(), row.r.clone()
+                    got = tuple(t.clone() for t in fn())
+                    row.x.copy_(x0)
+                    row.r.copy_(r0)
+                    return got
+                return tuple(t.clone() for t in fn())
+            return results
+
+        f, fargs = row.eager_fn()
+        record("eager", lambda: f(*fargs), None, None,
+               lambda: row.results_of(f, fargs, "eager"))
+        try:
+            t0 = time.perf_counter()
+            cf_ = compile_fn(f, smoke)
+            got = row.results_of(cf_, fargs, "compile")   # compiles here
+            print(f"  (torch.compile: {time.perf_counter() - t0:.1f} s)", flush=True)
+            del got
+            record("compile", lambda: cf_(*fargs), None, None,
+                   lambda: row.results_of(cf_, fargs, "compile"))
+        except Exception as e:  # noqa: BLE001
+            print(f"  compile                                      FAILED "
+                  f"{type(e).__name__}: {str(e)[:200]}", flush=True)
+            entries.append(dict(name="compile", error=f"{type(e).__name__}: {e}"[:500]))
+        fn, cfg = row.kernel()
+        print(f"  table's launch: {describe(cfg)}", flush=True)
+        record("table", fn, cfg, {}, kernel_results(fn))
+        table_cfg = describe(cfg)
+        seen = {repr(table_cfg)}
+        skipped = 0
+        for name, fields in variants_of(row):
+            if time.perf_counter() - row_start > allot:
+                skipped += 1
+                continue
+            try:
+                fn, cfg = row.kernel(fields)
+            except Exception as e:  # noqa: BLE001
+                print(f"  {name:44s} ERROR (plan) {type(e).__name__}: {str(e)[:160]}",
+                      flush=True)
+                entries.append(dict(name=name, fields=fields, error=str(e)[:500]))
+                continue
+            key = repr(describe(cfg))
+            if key in seen:     # the same launch as one already timed
+                continue
+            seen.add(key)
+            record(name, fn, cfg, fields, kernel_results(fn))
+        if skipped:
+            print(f"  ({skipped} variants skipped: the row's share of the budget, "
+                  f"{allot:.1f} s, was spent)", flush=True)
+        ours = [e for e in entries if "ms" in e and e["ok"] and e.get("fields") is not None]
+        best = min(ours, key=lambda e: e["ms"]) if ours else None
+        wrong = [e["name"] for e in entries if "ms" in e and not e["ok"]]
+        if best:
+            tab = next((e for e in entries if e["name"] == "table" and "ms" in e), None)
+            base = {b: next((e["ms"] for e in entries if e["name"] == b and "ms" in e), None)
+                    for b in ("eager", "compile")}
+            ratio = lambda ms: f"{ms / best['ms']:.2f}" if ms else "n/a"  # noqa: E731
+            print(f"  BEST {best['name']}: {best['us']:.1f} us, {best['tbps']:.2f} TB/s; "
+                  f"x{ratio(tab and tab['ms'])} vs table, x{ratio(base['eager'])} vs eager, "
+                  f"x{ratio(base['compile'])} vs compile; fields {best['fields']}", flush=True)
+        if wrong:
+            print(f"  WRONG (never best): {', '.join(wrong)}", flush=True)
+        results.append(dict(op=row.op, label=row.label, M=row.M, N=row.N,
+                            dtype=str(row.dtype).replace("torch.", ""), bytes=row.bytes,
+                            table=table_cfg, entries=entries,
+                            best=best and best["name"], best_fields=best and best["fields"],
+                            wrong=wrong, seconds=time.perf_counter() - row_start))
+        del row, ref
+        if not smoke:
+            torch.cuda.empty_cache()
+
+    print(f"\nsummary ({time.perf_counter() - t_start:.0f} s): best per row "
+          f"(fields: the change to NORM_TUNING / ROW_TUNING)")
+    for r in results:
+        b = next((e for e in r["entries"] if e["name"] == r["best"]), None)
+        tab = next((e for e in r["entries"] if e["name"] == "table" and "ms" in e), None)
+        if b:
+            print(f"  {r['op']:7s} {r['label']:42s} {b['tbps']:5.2f} TB/s "
+                  f"(table {tab['tbps'] if tab else float('nan'):5.2f})  {r['best']}  "
+                  f"{r['best_fields']}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(device=None if smoke else torch.cuda.get_device_name(),
+                           triton=triton.__version__, torch=torch.__version__,
+                           budget_s=args.budget_s, norm_tuning=NK.NORM_TUNING._asdict(),
+                           rows_tuning=SK.ROW_TUNING._asdict(), rows=results), f, indent=1,
+                      default=str)
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
