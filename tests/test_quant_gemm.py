@@ -318,15 +318,16 @@ def test_launchers_reject_bad_arguments():
 
 
 def test_config_choice():
-    # The tensor-core kernel for every M <= 16 with 128-wide groups: (block_n, block_k,
+    # The tensor-core kernel for every M <= 8 with 128-wide groups: (block_n, block_k,
     # split_k, warps, stages, gemv, tc, k_slices, biased): 16 rows a program, all its warps
     # along K (4 where N / 16 x 4 warps fill 132 SMs x 16, else 8, fewer where a slice
-    # would get fewer than 2 steps), one step ahead; bfloat16 biased, float16 exact
+    # would get fewer than 2 steps), no prefetch; bfloat16 biased, float16 exact
     bf16, f16 = torch.bfloat16, torch.float16
-    assert decode_config_for(1, 57344, 8192, 128, f16) == (16, 128, 1, 4, 2, False, True, 4, False)
-    assert decode_config_for(1, 57344, 8192, 128, bf16) == (16, 128, 1, 4, 2, False, True, 4, True)
-    assert decode_config_for(1, 4096, 4096, 128, f16) == (16, 128, 1, 8, 2, False, True, 8, False)
-    assert decode_config_for(16, 8192, 28672, 128, f16).k_slices == 8
+    assert decode_config_for(1, 57344, 8192, 128, f16) == (16, 128, 1, 4, 1, False, True, 4, False)
+    assert decode_config_for(1, 57344, 8192, 128, bf16) == (16, 128, 1, 4, 1, False, True, 4, True)
+    assert decode_config_for(1, 4096, 4096, 128, f16) == (16, 128, 1, 8, 1, False, True, 8, False)
+    assert decode_config_for(8, 8192, 28672, 128, f16).k_slices == 8
+    assert not decode_config_for(16, 8192, 28672, 128, f16).tc   # M > 8: the MMA kernel
     assert decode_config_for(4, 18944, 3584, 128, bf16).k_slices == 4
     assert decode_config_for(1, 4096, 512, 128).k_slices == 2     # 4 steps: 2 a slice
     assert decode_config_for(1, 4096, 128, 128).k_slices == 1
