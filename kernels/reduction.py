@@ -26,26 +26,29 @@ Two kernels cover the collapsed layouts:
   (one 16-byte vector per thread and tile row) reduced within each thread into an
   accumulator of one tile row; every block but the last loads unmasked.
 * **column** (``_col_reduce_kernel``): a kept dimension is the innermost in memory (column
-  sums over tokens).  A program owns ``BLOCK_I`` contiguous columns of one outer index and
-  walks ``R`` in blocks of ``BLOCK_R`` rows into a ``[BLOCK_R, BLOCK_I]`` accumulator; a
-  short ``R`` is one block, no loop.
+  sums over tokens).  A program owns a strip of ``BLOCK_I`` contiguous columns of one
+  outer index -- its warps side by side, each lane one 16-byte vector of every row -- and
+  walks ``R`` in blocks of ``BLOCK_R`` rows, each thread adding its own rows into one
+  accumulator per column (no shared memory, no barrier in the loop; a strip narrower than
+  a warp's vectors keeps a 2-D ``[BLOCK_R, BLOCK_I]`` accumulator instead).  A short
+  ``R`` is one block, no loop.
 
 The row forms exist for ptxas: with a whole-block loop-carried accumulator and masked
 loads it consumed each 16-byte load before issuing the next (one vector in flight per
 thread; the bf16 row reductions ran at 1.7 to 3.4 TB/s on the H200); the loop-free blocks
 and the small accumulators compile to all four loads of a step in flight (checked on
-sm_90 builds by tests/test_reduction.py) and ran at 2.2 to 4.2 TB/s. The same 3-D tile in
-the column loop was ten times slower on the H200, so the column loop keeps its 2-D
-accumulator (102.7 us for the bf16 [16384, 8192] column sum, eager 81.9 us).
+sm_90 builds by tests/test_reduction.py) and ran at 2.2 to 4.2 TB/s. The column loop's
+former form (8 warps stacked over R, a 2-D accumulator) ran the bf16 [16384, 8192] column
+sum in 102.7 us (eager 81.9 us); its sm_90 build now has a thread's 16 loads of a step in
+flight. Both loops can load their next block ahead (``prefetch``, unrolled by two).
 
 **Split (2-stage) reduction.** When the output is too small to give every one of the 132
 SMs work (a whole-tensor reduction has one output element) and a program would walk ``R``
-in 4 blocks or more, ``R`` is split into ``n_split`` chunks: stage 1 writes one partial per
+in several blocks, ``R`` is split into ``n_split`` chunks: stage 1 writes one partial per
 (output, chunk) into a float32 (float64) workspace, and stage 2 -- the same kernel, on the
-workspace -- reduces the partials, divides (mean) and casts.  The launch sizes are picked
-in plain Python from the shape (no autotuning at call time; :func:`plan_launch` says why
-each): 64 bytes of input per thread per step (16 KiB blocks for 8 warps), and up to
-``4 * SMs`` programs after a split (all resident at once).
+workspace -- reduces the partials in a fixed order (deterministic: no atomics), divides
+(mean) and casts.  The launch sizes follow in plain Python from the shape and one table
+of constants (:data:`TUNING`; no autotuning at call time; :func:`plan_launch` says how).
 
 **Numerics.** As torch: the input is cast to the result dtype first (``dtype=`` of sum and
 mean), then accumulated in float32, or float64 for a float64 result; mean divides the sum
@@ -59,15 +62,24 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import triton
 import triton.language as tl
 
+from opspec.kernels.launch import launch
+
 __all__ = [
     "REDUCTIONS",
     "Layout",
+    "COL",
+    "ColTuning",
     "Launch",
+    "ROW",
+    "RowTuning",
+    "TUNING",
+    "Tuning",
     "accumulate_dtype",
     "collapse",
     "normalize_axes",
@@ -85,23 +97,84 @@ _TL_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16,
               torch.float32: tl.float32, torch.float64: tl.float64}
 _REDUCE_CODE = {"sum": 0, "mean": 1, "amax": 2}
 
-#: Input bytes one program of a loop loads per step: with 8 warps, 64 bytes (four 16-byte
-#: vectors) per thread in flight, and several programs resident per SM.
-_TILE_BYTES = 16384
-_BYTES_PER_THREAD = 64
-#: A loop step reads its block as this many sub-blocks (one 16-byte vector per thread each).
-_UNROLL = _BYTES_PER_THREAD // 16
-#: Rows up to this many bytes (rounded up to a power of 2) are reduced in one block, no loop.
-_ONE_BLOCK_MAX_BYTES = 32768
-#: A one-block program takes several short rows until it holds this many bytes.
-_ONE_BLOCK_MIN_BYTES = 8192
-#: A split is worth its second launch (a few microseconds) only when a program would
-#: otherwise walk R in at least this many steps (each about a DRAM latency).
-_SPLIT_MIN_STEPS = 4
-#: A split grid has at most this many programs per SM: every program resident at once (8
-#: warps at up to 64 registers a thread), so no partial second wave, and 64 KiB of loads in
-#: flight per SM (the float32 rows reached 4.3 TB/s with 32 KiB).
-_SPLIT_PROGRAMS_PER_SM = 4
+# -- tuning: the one block of launch constants ---------------------------------------------------
+#
+# Every launch size below is derived from these constants and the shape, in plain Python (no
+# autotuning at call time). benchmarks/reduction_sweep.py times alternatives on the H200 and
+# says which field to change. Background for the choices: an H200 needs about 40 KB of loads
+# outstanding per SM to keep HBM busy (4.2 TB/s times a loaded DRAM latency of ~1.2 us,
+# over 132 SMs); a program holds at most 255 registers a thread, an SM 64K.
+
+class RowTuning(NamedTuple):
+    """The row kernel: the reduced dimension is the innermost in memory."""
+
+    #: Input bytes a loop step loads (one program): 16 KiB at 8 warps and 64 bytes a thread.
+    tile_bytes: int
+    #: Bytes a thread loads per step (one 16-byte vector per tile row): sets the warps.
+    bytes_per_thread: int
+    #: Rows up to this many bytes (rounded up to a power of 2) are one block, no loop.
+    one_block_max_bytes: int
+    #: A one-block program takes several short rows until it holds this many bytes.
+    one_block_min_bytes: int
+    #: A split (2-stage) grid holds at most this many programs per SM, all resident at once.
+    split_programs_per_sm: int
+    #: A split is worth its second launch only when a program would walk R in this many
+    #: steps or more.
+    split_min_steps: int
+    #: Loop steps load the next block before reducing the current one (two blocks in flight
+    #: per thread instead of one).
+    prefetch: bool
+
+
+class ColTuning(NamedTuple):
+    """The column kernel: a kept dimension is the innermost in memory ([R, C] reduced over R)."""
+
+    #: Warps side by side across the columns: a program owns a strip of warps * 512 bytes of
+    #: every row (32 lanes x 16 bytes a warp), and the reduction over R stays inside each
+    #: thread (no shared memory, no barrier in the loop).
+    warps: int
+    #: Rows a loop step loads: 16-byte loads per thread issued together.
+    rows_per_step: int
+    #: R is split (2 stages) until the grid holds about this many programs per SM.
+    programs_per_sm: int
+    #: ... but a split chunk keeps at least this many steps (partials cost a write and a read).
+    min_steps: int
+    #: Loop steps load the next rows before adding the current ones.
+    prefetch: bool
+    #: R up to this many rows (rounded up to a power of 2) is one block, no loop.
+    one_block_max_rows: int
+    #: Elements of a one-block tile (the block's width follows from its height).
+    one_block_elems: int
+    #: The second stage (the partials of a split, n_split rows) is one block up to this many.
+    stage2_max_rows: int
+
+
+class Tuning(NamedTuple):
+    row: RowTuning
+    col: ColTuning
+
+
+#: Rows: the plan measured on the H200 ([2048, 128256] bf16 rows at 4.2 TB/s; one-block rows
+#: of up to 32 KiB beat torch.compile's persistent reduction; whole-tensor reductions of
+#: 537 MB at 4.1 TB/s). The prefetch stays off: on the sm_90 build it raises the split
+#: loop's 8-warp program from 40 to 72 registers a thread, so 3 programs fit an SM instead of
+#: the 4 the split grid is sized for (a partial second wave). The sweep times it anyway.
+ROW = RowTuning(tile_bytes=16384, bytes_per_thread=64, one_block_max_bytes=32768,
+                one_block_min_bytes=8192, split_programs_per_sm=4, split_min_steps=4,
+                prefetch=False)
+#: Columns: the former kernel (a [32, 256] bf16 tile, 8 warps stacked over R, a 2-D fp32
+#: accumulator of 32 registers a thread, about 8 programs an SM) ran the [16384, 8192] bf16
+#: column sum at 2.6 TB/s, 0.8x eager. Here 4 warps sit side by side over 2 KiB of each row
+#: and each thread adds its own 16 rows x 16 bytes a step: on the sm_90 build all 16 loads
+#: are in flight together (14 for float32) at 95 (76) registers a thread, no shared memory
+#: in the loop; 32 KiB a program, 4 programs an SM, 128 KiB in flight per SM (about 3x what
+#: HBM needs). The prefetch variant reached only 8 loads in flight in bf16 at 8 rows a
+#: step (ptxas reuses the registers) and 148 registers at 16. Chunks of at least 8 steps
+#: (128 rows) keep the partials (fp32, one row per chunk) at most ~1.6 % of the input bytes.
+COL = ColTuning(warps=4, rows_per_step=16, programs_per_sm=4, min_steps=8, prefetch=False,
+                one_block_max_rows=32, one_block_elems=4096, stage2_max_rows=256)
+TUNING = Tuning(ROW, COL)
+
 _INT32_LIMIT = 2**31 - 1
 
 
@@ -229,7 +302,10 @@ class Launch:
     """One stage-1 launch: `kind` 'row' or 'col', block sizes, warps, and the split of R
     (`n_split` chunks of `r_per_split`; 1 chunk: no second stage). `one_block`: R fits in
     one block and is not split, so the kernel reduces a register-resident block without a
-    loop (a persistent reduction)."""
+    loop (a persistent reduction). `unroll`: the row loop's sub-blocks per step.
+    `acc_2d`: the column loop keeps a whole-tile accumulator (its tile is narrower than a
+    warp's 16-byte vectors, so rows share a warp), else one per column. `prefetch`: the loop
+    loads its next block ahead."""
 
     kind: str
     block_m: int  # rows per program (row kernel); unused by the column kernel
@@ -239,6 +315,9 @@ class Launch:
     n_split: int
     r_per_split: int
     one_block: bool = False
+    unroll: int = 1
+    acc_2d: bool = False
+    prefetch: bool = False
 
 
 @functools.lru_cache(maxsize=None)
@@ -248,100 +327,117 @@ def _sm_count(index: int | None) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-def _warps(tile_bytes: int) -> int:
-    # 64 bytes (four 16-byte vectors) per thread: 16 KiB tiles get 8 warps, 8 KiB 4 warps;
-    # at most 8 warps (a 32 KiB one-block row: 128 bytes a thread).
-    return max(1, min(8, tile_bytes // (_BYTES_PER_THREAD * 32)))
+def plan_launch(layout: Layout, elem_size: int, sm_count: int = 132,
+                num_splits: int | None = None, tuning: Tuning | None = None, *,
+                stage2: bool = False) -> Launch:
+    """The stage-1 launch for `layout` (R >= 2), from the shape and `tuning` (default
+    :data:`TUNING`) alone. `num_splits` forces a split count (clamped to one block per
+    chunk); `stage2`: the layout is the partials of a split (one block when it fits)."""
+    return _plan(layout, elem_size, sm_count, num_splits, tuning or TUNING, stage2)
 
 
 @functools.lru_cache(maxsize=4096)
-def plan_launch(layout: Layout, elem_size: int, sm_count: int = 132,
-                num_splits: int | None = None) -> Launch:
-    """The stage-1 launch for `layout` (R >= 2), from the shape alone (cached).
+def _plan(layout: Layout, elem_size: int, sm_count: int, num_splits: int | None,
+          tuning: Tuning, stage2: bool) -> Launch:
+    """See :func:`plan_launch` (cached: asked at every call).
 
     Row kernel (the reduced stride is the smallest, or nothing is kept):
 
-    * R of at most 32 KiB (16384 bf16 elements): one block holds the whole row, no loop.
-      Measured on the H200 (an earlier looped kernel): [4096, 4096] bf16 rows took 19.9 us
-      against torch.compile's 14.8 us (one row per program, the row in registers); the
-      loop's carried accumulator and masked loads made ptxas consume each 16-byte load
-      before issuing the next (one vector in flight per thread), where the loop-free form
-      issues all of a thread's loads first. One row per program (several when a row is
-      under 8 KiB, as long as the grid keeps 4 programs per SM), 64 bytes per thread.
-    * Longer rows: a loop over 16 KiB blocks (8 warps, four 16-byte vectors per thread),
-      unmasked but for the last block, so that all four loads are in flight (the bf16
-      vocabulary rows [2048, 128256] ran at 3.3 TB/s with serialised loads, float32 at
-      4.3 TB/s, and 4.2 TB/s is the copy bandwidth).
+    * R of at most `one_block_max_bytes` (16384 bf16 elements): one block holds the whole
+      row, no loop. Measured on the H200 (an earlier looped kernel): [4096, 4096] bf16
+      rows took 19.9 us against torch.compile's 14.8 us (one row per program, the row in
+      registers); the loop's carried accumulator and masked loads made ptxas consume each
+      16-byte load before issuing the next, where the loop-free form issues all of a
+      thread's loads first. One row per program (several when a row is under
+      `one_block_min_bytes`, as long as the grid keeps 4 programs per SM).
+    * Longer rows: a loop over `tile_bytes` blocks, unmasked but for the last block, so
+      that a thread's loads of a step are in flight together (the bf16 vocabulary rows
+      [2048, 128256] ran at 3.3 TB/s with serialised loads, 4.2 TB/s without).
 
-    Column kernel (a kept dimension is innermost): 512-byte row segments (32 lanes x 16
-    bytes: bf16 [16384, 4096] column sums were 1.5x slower than torch.compile with
-    serialised loads), blocks of 16 KiB walked down R unmasked but for the last. When no
-    split is made and the grid has fewer than 2 programs per SM (the second stage of a
-    split column reduction: a few dozen partial rows), the segments narrow to 128 bytes to
-    spread the columns over more SMs.
+    Column kernel (a kept dimension is innermost): `warps` warps side by side over a strip
+    of `warps * 512` bytes of each row, `rows_per_step` rows a step; a strip narrower than
+    a warp's vectors (few columns) puts several rows in a warp and keeps a 2-D
+    accumulator. R of at most `one_block_max_rows` (or a second stage of at most
+    `stage2_max_rows` partial rows) is one block of about `one_block_elems` elements: one
+    load round trip, many narrow programs.
 
-    Split: R is split when the unsplit grid would leave SMs idle (fewer than two programs
-    per SM) and each program would walk R in 4 blocks or more (the second launch costs a
-    few microseconds): the grid then holds up to 4 programs per SM, all resident at once
-    (no partial second wave; 64 KiB of loads in flight per SM), each chunk a whole number
-    of blocks of R. `num_splits` forces a split count (clamped to one block per
-    chunk).
+    Split: R is split into chunks of whole blocks when the unsplit grid would leave SMs
+    idle: rows up to `split_programs_per_sm` programs per SM when a program would walk R
+    in `split_min_steps` blocks or more; columns up to `programs_per_sm` programs per SM,
+    keeping `min_steps` blocks a chunk and at most `stage2_max_rows` chunks.
     """
     R = layout.R
     kept_strides = [s for _, s in layout.kept]
     n_out = layout.n_out
-    target = _SPLIT_PROGRAMS_PER_SM * sm_count
-    tile = max(16, _TILE_BYTES // elem_size)
+    forced = num_splits is not None
     if not kept_strides or layout.s_r <= min(kept_strides):
-        kind, block_i = "row", 1
+        t = tuning.row
+        target = t.split_programs_per_sm * sm_count
+        tile = max(16, t.tile_bytes // elem_size)
+        block_i = 1
         row_elems = triton.next_power_of_2(R)
-        if row_elems * elem_size <= _ONE_BLOCK_MAX_BYTES and (num_splits or 1) == 1:
-            # One block, no loop: [4096, 4096] bf16 rows were 19.9 us looped, 14.8 us under
-            # torch.compile's one-row-per-program persistent form.
+        one = row_elems * elem_size <= t.one_block_max_bytes and (num_splits or 1) == 1
+        if one:
             block_r, block_m = row_elems, 1
             cap = triton.next_power_of_2(n_out)
-            while (block_m * row_elems * elem_size < _ONE_BLOCK_MIN_BYTES and block_m < cap
+            while (block_m * row_elems * elem_size < t.one_block_min_bytes and block_m < cap
                    and triton.cdiv(n_out, 2 * block_m) >= 4 * sm_count):
                 block_m *= 2
         else:
-            # Long rows ([2048, 128256] bf16: 157 us looped with serialised loads, 133 us
-            # eager): 16 KiB blocks, one row per program.
             block_r, block_m = min(row_elems, tile), 1
         n_base = triton.cdiv(n_out, block_m)
-        tile_elems = block_m * block_r
-    else:
-        kind, block_m = "col", 1
-        inner = min(range(len(layout.kept)), key=lambda k: layout.kept[k][1])
-        I = layout.kept[inner][0]
-        n_outer = n_out // I
+        tile_bytes = block_m * block_r * elem_size
+        # `bytes_per_thread` a thread (a 32 KiB one-block row: 128), 1 to 8 warps.
+        num_warps = max(1, min(8, tile_bytes // (t.bytes_per_thread * 32)))
+        steps = triton.cdiv(R, block_r)
+        if forced:
+            n_split = max(1, min(num_splits, steps))
+        elif n_base < 2 * sm_count and steps >= t.split_min_steps:
+            n_split = max(2, min(target // n_base, steps))
+        else:
+            n_split = 1
+        r_per_split = triton.cdiv(triton.cdiv(R, n_split), block_r) * block_r
+        n_split = triton.cdiv(R, r_per_split)
+        unroll = max(1, min(t.bytes_per_thread // 16, block_r))
+        return Launch("row", block_m, block_r, block_i, num_warps, n_split, r_per_split,
+                      one_block=n_split == 1 and block_r >= R, unroll=unroll,
+                      prefetch=t.prefetch)
 
-        def col_tile(bi):
-            br = min(max(1, tile // bi), triton.next_power_of_2(R))
-            return br, n_outer * triton.cdiv(I, bi), triton.cdiv(R, br)
-
-        # 512-byte row segments, 16 KiB blocks (bf16 [16384, 4096] columns: 70.5 us with
-        # serialised loads against 46.6 us under torch.compile).
-        block_i = min(triton.next_power_of_2(I), max(1, 512 // elem_size))
-        block_r, n_base, steps = col_tile(block_i)
-        # Columns keep the plan the H200 measured (about 8 programs per SM when split, no
-        # narrower second-stage segments): the changes tried with the 3-D tile were not.
-        target = 8 * sm_count
-        tile_elems = block_r * block_i
-    num_warps = _warps(tile_elems * elem_size)
+    t = tuning.col
+    vec = max(1, 16 // elem_size)
+    inner = min(range(len(layout.kept)), key=lambda k: layout.kept[k][1])
+    I = layout.kept[inner][0]
+    n_outer = n_out // I
+    i_pow2 = triton.next_power_of_2(I)
+    width = t.warps * 32 * vec
+    r_pow2 = triton.next_power_of_2(R)
+    if (num_splits or 1) == 1 and (r_pow2 <= t.one_block_max_rows
+                                   or (stage2 and R <= t.stage2_max_rows)):
+        # One block of R: [r_pow2, block_i] in one load round trip, cut narrow so that many
+        # programs share the columns (a second stage of 64 x 8192 partials: 128 programs).
+        block_i = max(min(i_pow2, vec), min(i_pow2, width, t.one_block_elems // r_pow2))
+        tile = r_pow2 * block_i
+        num_warps = max(1, min(8, tile // (32 * 16)))  # about 16 elements a thread
+        return Launch("col", 1, r_pow2, block_i, num_warps, 1, R, one_block=True)
+    block_i = min(i_pow2, width)
+    num_warps = max(1, block_i // (32 * vec))
+    # Narrow strips (fewer columns than a warp's lanes x vectors) stack rows in a warp: the
+    # tile keeps warps * 32 * vec * rows_per_step elements, reduced over R at the end.
+    acc_2d = block_i < 32 * vec
+    block_r = t.rows_per_step * max(1, (num_warps * 32 * vec) // block_i)
     steps = triton.cdiv(R, block_r)
-    if num_splits is not None:
+    n_base = n_outer * triton.cdiv(I, block_i)
+    target = t.programs_per_sm * sm_count
+    if forced:
         n_split = max(1, min(num_splits, steps))
-    elif n_base < 2 * sm_count and steps >= _SPLIT_MIN_STEPS and kind == "col":
-        n_split = min(triton.cdiv(target, n_base), steps)
-    elif n_base < 2 * sm_count and steps >= _SPLIT_MIN_STEPS:
-        # Up to 4 programs per SM, all resident: no partial second wave.
-        n_split = max(2, min(target // n_base, steps))
+    elif n_base < target and steps >= 2 * t.min_steps:
+        n_split = min(triton.cdiv(target, n_base), steps // t.min_steps, t.stage2_max_rows)
     else:
         n_split = 1
     r_per_split = triton.cdiv(triton.cdiv(R, n_split), block_r) * block_r
     n_split = triton.cdiv(R, r_per_split)
-    one_block = n_split == 1 and block_r >= R
-    return Launch(kind, block_m, block_r, block_i, num_warps, n_split, r_per_split, one_block)
+    return Launch("col", 1, block_r, block_i, num_warps, n_split, r_per_split,
+                  one_block=n_split == 1 and block_r >= R, acc_2d=acc_2d, prefetch=t.prefetch)
 
 
 # -- the kernels ------------------------------------------------------------------------------
@@ -353,22 +449,31 @@ def _max_nan(a, b):
 
 
 @triton.jit
-def _load_acc(ptrs, mask, REDUCE: tl.constexpr, CAST_TY: tl.constexpr, ACC_TY: tl.constexpr,
-              MASKED: tl.constexpr):
-    """A block of x as ACC_TY, cast to CAST_TY first; masked-off elements are the identity."""
-    if REDUCE == 2:
-        if MASKED:
+def _load_raw(ptrs, mask, REDUCE: tl.constexpr, MASKED: tl.constexpr):
+    """A block of x in its own dtype; masked-off elements are the identity."""
+    if MASKED:
+        if REDUCE == 2:
             v = tl.load(ptrs, mask=mask, other=float("-inf"))
         else:
-            v = tl.load(ptrs)
-    else:
-        if MASKED:
             v = tl.load(ptrs, mask=mask, other=0.0)
-        else:
-            v = tl.load(ptrs)
+    else:
+        v = tl.load(ptrs)
+    return v
+
+
+@triton.jit
+def _to_acc(v, REDUCE: tl.constexpr, CAST_TY: tl.constexpr, ACC_TY: tl.constexpr):
+    """A loaded block as ACC_TY, cast to CAST_TY first (sum and mean's result dtype)."""
+    if REDUCE != 2:
         if CAST_TY is not None:
             v = v.to(CAST_TY)  # rounds to nearest even on GPUs
     return v.to(ACC_TY)
+
+
+@triton.jit
+def _load_acc(ptrs, mask, REDUCE: tl.constexpr, CAST_TY: tl.constexpr, ACC_TY: tl.constexpr,
+              MASKED: tl.constexpr):
+    return _to_acc(_load_raw(ptrs, mask, REDUCE, MASKED), REDUCE, CAST_TY, ACC_TY)
 
 
 @triton.jit
@@ -383,6 +488,57 @@ def _reduce(v, AXIS: tl.constexpr, REDUCE: tl.constexpr):
     if REDUCE == 2:
         return tl.reduce(v, AXIS, _max_nan)
     return tl.sum(v, axis=AXIS)
+
+
+@triton.jit
+def _step(acc, v, REDUCE: tl.constexpr, CAST_TY: tl.constexpr, ACC_TY: tl.constexpr,
+          ACC_2D: tl.constexpr):
+    """acc combined with a raw block v: elementwise (a whole-block accumulator) or after
+    reducing v over its axis 0 (which the plans keep inside each thread)."""
+    v = _to_acc(v, REDUCE, CAST_TY, ACC_TY)
+    if ACC_2D:
+        return _combine(acc, v, REDUCE)
+    return _combine(acc, _reduce(v, 0, REDUCE), REDUCE)
+
+
+@triton.jit
+def _block_stride(s_r, BLOCK_R: tl.constexpr, USE_INT64: tl.constexpr):
+    """BLOCK_R * s_r, in int64 when offsets may pass 2**31."""
+    if USE_INT64:
+        return (tl.zeros([], tl.int64) + s_r) * BLOCK_R
+    return s_r * BLOCK_R
+
+
+@triton.jit
+def _stream(acc, ptrs, mask, stride, n_blocks, REDUCE: tl.constexpr, CAST_TY: tl.constexpr,
+            ACC_TY: tl.constexpr, ACC_2D: tl.constexpr, MASKED: tl.constexpr,
+            PREFETCH: tl.constexpr):
+    """acc combined with the n_blocks blocks at ptrs, ptrs + stride, ... (mask: the same
+    for every block, used when MASKED).
+
+    PREFETCH: two blocks in flight per thread. The loop is unrolled by two so that each
+    load writes registers whose previous value is already consumed: a block carried from
+    one iteration to the next as `v = nxt` needs a register copy at the loop's end, and
+    that copy waits for the load (ptxas did so: one block in flight, as without prefetch).
+    """
+    if PREFETCH:
+        if n_blocks > 0:
+            a = _load_raw(ptrs, mask, REDUCE, MASKED)
+            for k in range(1, n_blocks - 1, 2):
+                b = _load_raw(ptrs + k * stride, mask, REDUCE, MASKED)
+                acc = _step(acc, a, REDUCE, CAST_TY, ACC_TY, ACC_2D)
+                a = _load_raw(ptrs + (k + 1) * stride, mask, REDUCE, MASKED)
+                acc = _step(acc, b, REDUCE, CAST_TY, ACC_TY, ACC_2D)
+            if n_blocks % 2 == 0:
+                b = _load_raw(ptrs + (n_blocks - 1) * stride, mask, REDUCE, MASKED)
+                acc = _step(acc, a, REDUCE, CAST_TY, ACC_TY, ACC_2D)
+                a = b
+            acc = _step(acc, a, REDUCE, CAST_TY, ACC_TY, ACC_2D)
+    else:
+        for k in range(0, n_blocks):
+            v = _load_raw(ptrs + k * stride, mask, REDUCE, MASKED)
+            acc = _step(acc, v, REDUCE, CAST_TY, ACC_TY, ACC_2D)
+    return acc
 
 
 @triton.jit
@@ -401,6 +557,7 @@ def _row_reduce_kernel(
     UNROLL: tl.constexpr,      # sub-blocks per step of the loop
     EVEN_M: tl.constexpr,      # n_rows % BLOCK_M == 0
     USE_INT64: tl.constexpr,
+    PREFETCH: tl.constexpr = False,  # the loop loads its next block before adding this one
 ):
     pid_m = tl.program_id(0)
     pid_s = tl.program_id(1)
@@ -416,6 +573,8 @@ def _row_reduce_kernel(
     else:
         base = src * s_o
     cols = tl.arange(0, BLOCK_R)
+    if USE_INT64:
+        cols = cols.to(tl.int64)
     if ONE_BLOCK:
         # The whole row in registers: every load issued before the first add.
         v = _load_acc(x_ptr + base[:, None] + cols[None, :] * s_r, (cols < R)[None, :],
@@ -439,13 +598,15 @@ def _row_reduce_kernel(
         r_full = r_start + (r_stop - r_start) // BLOCK_R * BLOCK_R
         blk = (tl.arange(0, UNROLL)[:, None] * (BLOCK_R // UNROLL)
                + tl.arange(0, BLOCK_R // UNROLL)[None, :])
+        if USE_INT64:
+            blk = blk.to(tl.int64)
         if REDUCE == 2:
             acc = tl.full([BLOCK_R // UNROLL], float("-inf"), ACC_TY)
         else:
             acc = tl.zeros([BLOCK_R // UNROLL], ACC_TY)
-        for r0 in range(r_start, r_full, BLOCK_R):
-            v = _load_acc(x_ptr + base1 + (r0 + blk) * s_r, None, REDUCE, CAST_TY, ACC_TY, False)
-            acc = _combine(acc, _reduce(v, 0, REDUCE), REDUCE)
+        acc = _stream(acc, x_ptr + base1 + (r_start + blk) * s_r, None,
+                      _block_stride(s_r, BLOCK_R, USE_INT64), (r_full - r_start) // BLOCK_R,
+                      REDUCE, CAST_TY, ACC_TY, False, False, PREFETCH)
         if r_full < r_stop:
             rc = r_full + blk
             v = _load_acc(x_ptr + base1 + rc * s_r, rc < r_stop, REDUCE, CAST_TY, ACC_TY, True)
@@ -470,6 +631,9 @@ def _col_reduce_kernel(
     BLOCK_I: tl.constexpr,
     ONE_BLOCK: tl.constexpr,   # R <= BLOCK_R, not split: no loop
     USE_INT64: tl.constexpr,
+    EVEN_I: tl.constexpr = False,    # I % BLOCK_I == 0: no column mask
+    ACC_2D: tl.constexpr = True,     # a [BLOCK_R, BLOCK_I] accumulator, else [BLOCK_I]
+    PREFETCH: tl.constexpr = False,  # the loop loads its next rows before adding these
 ):
     pid = tl.program_id(0)
     pid_s = tl.program_id(1)
@@ -481,28 +645,48 @@ def _col_reduce_kernel(
     col_mask = cols < I
     base = o * s_o + cols * s_i
     rr = tl.arange(0, BLOCK_R)
+    if USE_INT64:
+        rr = rr.to(tl.int64)
     if ONE_BLOCK:
         v = _load_acc(x_ptr + rr[:, None] * s_r + base[None, :],
                       (rr < R)[:, None] & col_mask[None, :], REDUCE, CAST_TY, ACC_TY, True)
         res = _reduce(v, 0, REDUCE)
     else:
-        # A 2-D [BLOCK_R, BLOCK_I] accumulator, the contiguous columns across threads. A
-        # 3-D [UNROLL, BLOCK_R // UNROLL, BLOCK_I] tile (as the row kernel reads) made the
-        # bf16 [16384, 8192] column sum 1166 us on the H200, against 102.7 us for this loop
-        # and 81.9 us for eager: its layout put the contiguous axis off the fast lanes.
+        # The plan makes BLOCK_I = num_warps * 32 lanes * one 16-byte vector (unless I is
+        # narrower), so Triton lays the warps side by side along the contiguous columns and
+        # each thread holds its vector of every row of the block: the reduction over the
+        # block's rows is a few adds inside each thread, and the loop needs no shared memory
+        # and no barrier. (A 3-D [UNROLL, BLOCK_R // UNROLL, BLOCK_I] tile, tried before,
+        # put the contiguous axis off the fast lanes: 10x slower on the H200.)
         r_start = pid_s * r_per_split
         r_stop = tl.minimum(r_start + r_per_split, R)
-        if REDUCE == 2:
-            acc = tl.full([BLOCK_R, BLOCK_I], float("-inf"), ACC_TY)
+        r_full = r_start + (r_stop - r_start) // BLOCK_R * BLOCK_R
+        # Full blocks: unmasked when the strip is whole (every row of a chunk but the last
+        # block of R), else masked on the columns only.
+        full_mask = tl.broadcast_to(col_mask[None, :], [BLOCK_R, BLOCK_I])
+        if ACC_2D:
+            if REDUCE == 2:
+                acc = tl.full([BLOCK_R, BLOCK_I], float("-inf"), ACC_TY)
+            else:
+                acc = tl.zeros([BLOCK_R, BLOCK_I], ACC_TY)
         else:
-            acc = tl.zeros([BLOCK_R, BLOCK_I], ACC_TY)
-        for r0 in range(r_start, r_stop, BLOCK_R):
-            rows = r0 + rr
-            v = _load_acc(x_ptr + rows[:, None] * s_r + base[None, :],
-                          (rows < r_stop)[:, None] & col_mask[None, :], REDUCE, CAST_TY,
-                          ACC_TY, True)
-            acc = _combine(acc, v, REDUCE)
-        res = _reduce(acc, 0, REDUCE)
+            if REDUCE == 2:
+                acc = tl.full([BLOCK_I], float("-inf"), ACC_TY)
+            else:
+                acc = tl.zeros([BLOCK_I], ACC_TY)
+        ptrs = x_ptr + (r_start + rr)[:, None] * s_r + base[None, :]
+        acc = _stream(acc, ptrs, full_mask, _block_stride(s_r, BLOCK_R, USE_INT64),
+                      (r_full - r_start) // BLOCK_R, REDUCE, CAST_TY, ACC_TY, ACC_2D,
+                      not EVEN_I, PREFETCH)
+        if r_full < r_stop:
+            rows = r_full + rr
+            v = _load_raw(x_ptr + rows[:, None] * s_r + base[None, :],
+                          (rows < r_stop)[:, None] & col_mask[None, :], REDUCE, True)
+            acc = _step(acc, v, REDUCE, CAST_TY, ACC_TY, ACC_2D)
+        if ACC_2D:
+            res = _reduce(acc, 0, REDUCE)
+        else:
+            res = acc
     if FINAL:
         if REDUCE == 1:
             res = res / n_div
@@ -521,13 +705,14 @@ def _row(x, out_flat, lay: Layout, lp: Launch, *, reduce_code, final, cast_ty, a
     (O, s_o), (I, s_i) = (lay.kept + ((1, 0), (1, 0)))[:2]
     n_rows = O * I
     grid = (triton.cdiv(n_rows, lp.block_m), lp.n_split)
-    _row_reduce_kernel[grid](
+    launch(
+        _row_reduce_kernel, grid,
         x, out_flat, n_rows, lay.R, I, s_o, s_i, lay.s_r,
         lp.r_per_split, os_m, os_s, n_div,
         REDUCE=reduce_code, FINAL=final, CAST_TY=cast_ty, ACC_TY=acc_ty,
         HAS_INNER=I > 1, BLOCK_M=lp.block_m, BLOCK_R=lp.block_r, ONE_BLOCK=lp.one_block,
-        UNROLL=min(_UNROLL, lp.block_r), EVEN_M=n_rows % lp.block_m == 0, USE_INT64=use_int64,
-        num_warps=lp.num_warps,
+        UNROLL=lp.unroll, EVEN_M=n_rows % lp.block_m == 0, USE_INT64=use_int64,
+        PREFETCH=lp.prefetch and not lp.one_block, num_warps=lp.num_warps,
     )
 
 
@@ -548,17 +733,20 @@ def _col(x, out_flat, lay: Layout, lp: Launch, *, reduce_code, final, cast_ty, a
     (O, s_o, os_o), (I, s_i, os_i) = dims
     n_i_blocks = triton.cdiv(I, lp.block_i)
     grid = (O * n_i_blocks, lp.n_split)
-    _col_reduce_kernel[grid](
+    launch(
+        _col_reduce_kernel, grid,
         x, out_flat, I, lay.R, s_o, s_i, lay.s_r, n_i_blocks,
         lp.r_per_split, os_o, os_i, os_s, n_div,
         REDUCE=reduce_code, FINAL=final, CAST_TY=cast_ty, ACC_TY=acc_ty,
         BLOCK_R=lp.block_r, BLOCK_I=lp.block_i, ONE_BLOCK=lp.one_block, USE_INT64=use_int64,
-        num_warps=lp.num_warps,
+        EVEN_I=I % lp.block_i == 0, ACC_2D=lp.acc_2d or lp.one_block,
+        PREFETCH=lp.prefetch and not lp.one_block, num_warps=lp.num_warps,
     )
 
 
 def reduction_triton(x: torch.Tensor, out: torch.Tensor, axes: tuple[int, ...], reduction: str,
-                     *, num_splits: int | None = None, force_int64: bool = False) -> torch.Tensor:
+                     *, num_splits: int | None = None, force_int64: bool = False,
+                     tuning: Tuning | None = None) -> torch.Tensor:
     """Write `reduction` ('sum', 'mean' or 'amax') of `x` over `axes` into `out`; return `out`.
 
     `x`: float16, bfloat16, float32 or float64, any strides. `axes`: normalized (sorted,
@@ -566,7 +754,8 @@ def reduction_triton(x: torch.Tensor, out: torch.Tensor, axes: tuple[int, ...], 
     reduced shape (keepdim or not: only its element count and order matter) and the result
     dtype (sum/mean: any supported dtype, the input cast to it first; amax: x's dtype).
     No host sync; a split allocates a small workspace. `num_splits` and `force_int64` are
-    for tests: they force a split count and 64-bit offsets.
+    for tests: they force a split count and 64-bit offsets; `tuning` replaces
+    :data:`TUNING` (the sweep's candidates).
     """
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
@@ -600,13 +789,14 @@ def reduction_triton(x: torch.Tensor, out: torch.Tensor, axes: tuple[int, ...], 
         axes = tuple(range(len(kept_axes), x.dim()))
         lay = collapse(x.shape, x.stride(), axes)
 
+    tuning = tuning or TUNING
     out_flat = out.view(-1)
     acc = accumulate_dtype(reduction, x.dtype, out.dtype)
     cast_ty = _TL_DTYPES[out.dtype] if reduction != "amax" and _narrowing(x.dtype, out.dtype) else None
     acc_ty = _TL_DTYPES[acc]
     code = _REDUCE_CODE[reduction]
-    lp = plan_launch(lay, x.element_size(), _sm_count(x.device.index if x.is_cuda else None),
-                     num_splits)
+    lp = _plan(lay, x.element_size(), _sm_count(x.device.index if x.is_cuda else None),
+               num_splits, tuning, False)
     n_out = lay.n_out
     reach = _max_offset(x.shape, x.stride()) + lp.block_m * lp.block_r * lp.block_i + lp.r_per_split
     big = force_int64 or reach > _INT32_LIMIT or n_out * lp.n_split > _INT32_LIMIT
@@ -622,14 +812,16 @@ def reduction_triton(x: torch.Tensor, out: torch.Tensor, axes: tuple[int, ...], 
     # Stage 1: partial sums (maxima) per (output, chunk); stage 2 reduces the partials.
     partial_code = 2 if reduction == "amax" else 0
     ws = torch.empty(n_out * lp.n_split, dtype=acc, device=x.device)
+    sms = _sm_count(x.device.index if x.is_cuda else None)
+    big2 = force_int64 or 2 * n_out * lp.n_split > _INT32_LIMIT
     if lp.kind == "row":
         # Partials laid out [n_out, n_split]: stage 2 is a row reduction over contiguous rows.
         _row(x, ws, lay, lp, reduce_code=partial_code, final=False, cast_ty=cast_ty,
              acc_ty=acc_ty, os_m=lp.n_split, os_s=1, n_div=R_total, use_int64=big)
         lay2 = Layout(((n_out, lp.n_split),) if n_out > 1 else (), lp.n_split, 1)
-        lp2 = plan_launch(lay2, ws.element_size(), num_splits=1)
+        lp2 = _plan(lay2, ws.element_size(), sms, 1, tuning, True)
         _row(ws, out_flat, lay2, lp2, reduce_code=code, final=True, cast_ty=None,
-             acc_ty=acc_ty, os_m=1, os_s=0, n_div=R_total, use_int64=False)
+             acc_ty=acc_ty, os_m=1, os_s=0, n_div=R_total, use_int64=big2)
     else:
         # Partials laid out [n_split, O, I]: stage 2 is a column reduction over the chunks.
         dims = _col_dims(lay)
@@ -638,9 +830,9 @@ def reduction_triton(x: torch.Tensor, out: torch.Tensor, axes: tuple[int, ...], 
         _col(x, ws, lay, lp, reduce_code=partial_code, final=False, cast_ty=cast_ty,
              acc_ty=acc_ty, dims=ws_dims, os_s=n_out, n_div=R_total, use_int64=big)
         lay2 = Layout(((O, I), (I, 1)) if O > 1 else ((I, 1),), lp.n_split, n_out)
-        lp2 = plan_launch(lay2, ws.element_size(), num_splits=1)
+        lp2 = _plan(lay2, ws.element_size(), sms, 1, tuning, True)
         (_, _, os_o), (_, _, os_i) = dims
         _col(ws, out_flat, lay2, lp2, reduce_code=code, final=True, cast_ty=None,
              acc_ty=acc_ty, dims=((O, I, os_o), (I, 1, os_i)), os_s=0, n_div=R_total,
-             use_int64=False)
+             use_int64=big2)
     return out

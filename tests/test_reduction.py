@@ -123,18 +123,28 @@ def test_plan_for_workload_shapes():
     # the vocabulary rows of decode: 32 rows, each split
     lp = plan_launch(Layout(((32, 128256),), 128256, 1), bf)
     assert lp.n_split == 16
-    # column sums over tokens: the column kernel on 256 contiguous columns (512 bytes), split
-    # over R so that the grid holds about 8 programs per SM (the plan measured on the H200)
+    # column sums over tokens: 4 warps side by side over 2 KiB of each row (1024 bf16
+    # columns), 16 rows a step, R split so that the grid holds about 4 programs per SM while
+    # each chunk keeps at least 8 steps
     lp = plan_launch(Layout(((8192, 1),), 16384, 8192), bf)
-    assert (lp.kind, lp.block_i, lp.block_r, lp.num_warps) == ("col", 256, 32, 8)
-    assert lp.n_split == 32 and (8192 // 256) * lp.n_split <= 8 * 132
+    assert (lp.kind, lp.block_i, lp.block_r, lp.num_warps, lp.acc_2d) == ("col", 1024, 16, 4, False)
+    assert lp.n_split == 64 and (8192 // 1024) * lp.n_split <= 4 * 132
+    assert lp.r_per_split == 256 and not lp.one_block
     lp = plan_launch(Layout(((4096, 1),), 16384, 4096), bf)
-    assert lp.block_i == 256 and lp.n_split == 64
-    # float32 columns: 128 per program (one 16-byte vector per thread)
-    assert plan_launch(Layout(((4096, 1),), 16384, 4096), 4).block_i == 128
-    # the second stage of a column split (16 partial rows): one block of R
-    lp = plan_launch(Layout(((8192, 1),), 16, 8192), 4, num_splits=1)
-    assert (lp.block_i, lp.block_r, lp.n_split, lp.one_block) == (128, 16, 1, True)
+    assert lp.block_i == 1024 and lp.n_split == 128 and lp.r_per_split == 128
+    # float32 columns: 512 per program (one 16-byte vector per thread)
+    lp = plan_launch(Layout(((4096, 1),), 16384, 4096), 4)
+    assert (lp.block_i, lp.block_r, lp.n_split) == (512, 16, 64)
+    # few columns: the strip is narrower than a warp's vectors, rows share the warp and the
+    # accumulator is 2-D
+    lp = plan_launch(Layout(((40, 1),), 700, 40), 4)
+    assert (lp.block_i, lp.num_warps, lp.acc_2d, lp.block_r) == (64, 1, True, 32)
+    # the second stage of a column split (64 partial rows): one block, narrow strips
+    lp = plan_launch(Layout(((8192, 1),), 64, 8192), 4, num_splits=1, stage2=True)
+    assert (lp.block_i, lp.block_r, lp.n_split, lp.one_block) == (64, 64, 1, True)
+    # a short R is one block in stage 1 too
+    lp = plan_launch(Layout(((8192, 1),), 16, 8192), 4)
+    assert (lp.block_r, lp.n_split, lp.one_block) == (16, 1, True)
     # a forced split is clamped to one block of R per chunk
     assert plan_launch(Layout((), 100, 1), 4, num_splits=1000).n_split == 1
 
@@ -176,7 +186,8 @@ def build(fn, args, kw):
                           capture_output=True, text=True).stdout
     os.unlink(f.name)
     return {"ld": re.findall(r"ld\.global[.\w:]*", ptx), "local": ptx.count(".local"),
-            "in_flight": in_flight(sass), "loop": cexpr["ONE_BLOCK"] is False}
+            "in_flight": in_flight(sass), "loop": cexpr["ONE_BLOCK"] is False,
+            "bar": sass.count("BAR.SYNC")}
 
 def in_flight(sass):
     # The most 16-byte loads outstanding at once: a load is outstanding from its issue until
@@ -239,8 +250,8 @@ def test_kernels_build_for_sm90_with_loads_in_flight():
     specialises it, with 16-byte loads only and no local memory; every step of a loop and
     every one-block row has its four 16-byte loads per thread in flight together (ptxas had
     consumed each before issuing the next when the loop carried a whole-block accumulator
-    and masked its loads). Compiled in a fresh process: under the interpreter,
-    triton.language is patched."""
+    and masked its loads), the column loop its 16 rows. Compiled in a fresh process: under
+    the interpreter, triton.language is patched."""
     import json
     import os
     import subprocess
@@ -257,12 +268,13 @@ def test_kernels_build_for_sm90_with_loads_in_flight():
         if name in ("whole/1", "whole-fp32/1"):
             continue  # the second stage: one row of ~500 partials, not a multiple of 4
         assert set(k["ld"]) == {"ld.global.v4.b32"}, (name, k)
-        if name.startswith("col"):
-            # the column loop keeps its 2-D accumulator (see _col_reduce_kernel): the 3-D
-            # tile that put four loads in flight was 10x slower on the H200
-            continue
         assert k["in_flight"] >= 4, (name, k)
     assert built["row-vocab/0"]["loop"] and built["col/0"]["loop"] and built["whole/0"]["loop"]
+    # the column loop: each thread's 16 rows of a step in flight together (bf16: all 16;
+    # float32: ptxas keeps 14), the reduction over R inside each thread (no barrier)
+    assert built["col/0"]["in_flight"] >= 16, built["col/0"]
+    assert built["col-amax-fp32/0"]["in_flight"] >= 12, built["col-amax-fp32/0"]
+    assert built["col-amax-fp32/0"]["bar"] == 0, built["col-amax-fp32/0"]
 
 
 # ============================================================================ kernels
