@@ -16,8 +16,10 @@ output dtype, as torch casts the input before the op. Five kernels:
 
 ``rows``
     ``inner == 1`` and a row of at most ``max_reg`` (16384) elements: the row stays in
-    registers, one read and one write, ``ROWS`` short rows per program; about 8 elements
-    per thread (16 at 8192, 32 at 16384).
+    registers, one read and one write. Short rows are packed ``ROWS`` to a program, up to
+    8192 elements, about 8 per thread at up to 16 warps (16 at 8192); a program may take
+    ``TILES`` consecutive tiles, loading the next while it reduces and writes the current
+    one (the constants: :data:`ROW_TUNING`).
 ``coop``
     ``inner == 1``, long rows (vocabulary logits) and enough rows to fill the GPU: each
     row is cut into ``C`` chunks of ``BLOCK`` (8192) elements, one program per chunk, and
@@ -49,11 +51,15 @@ output dtype, as torch casts the input before the op. Five kernels:
     to a small fp32 workspace, a second combines a row's partials and rewrites its chunk
     (the re-read hits L2: the whole input is a few MB).
 ``strided``
-    ``inner > 1`` (``dim`` is not the last axis, which is contiguous): tiles of
-    ``[BLOCK_N, BLOCK_I]`` (at most 8192 elements) with the ``inner`` axis across the
-    threads (coalesced loads), reduced over ``N``. When the column does not fit, the tile
-    loops over ``N`` in two passes (the second in reverse), its strips narrowed (down to
-    16 columns) so that those in flight stay in L2.
+    ``inner > 1`` (``dim`` is not the last axis, which is contiguous): a program owns a
+    strip of ``BLOCK_I`` columns (128 bytes of each row, 8 lanes of 16 bytes; lanes and
+    warps stack along ``N``) and, when the strip's whole column fits in registers, holds
+    it as a tile of the largest power of two of rows below ``N`` plus a power-of-two
+    remainder tile (150 = 128 + 32 rows), one read and one write. Longer columns are cut
+    into chunks of ``BLOCK_N`` rows: one launch writes each chunk's per-column max and sum
+    of exponentials, a second combines a strip's partials and rewrites the chunk (in
+    reverse order, so the chunks read last come first, from L2). The constants:
+    :data:`STRIDED`.
 
 Masking and special values follow torch: a slice of ``-inf`` only gives NaN (as
 ``exp(-inf - -inf)`` does in torch), an ``inf`` or NaN in a slice gives NaN there. The
@@ -65,10 +71,13 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import triton
 import triton.language as tl
+
+from opspec.kernels.launch import launch
 
 __all__ = [
     "SoftmaxPlan",
@@ -86,19 +95,105 @@ DEFAULT_SM_COUNT = 132
 #: Bytes of column strips / rows in flight that the looped kernels plan to keep in L2
 #: (60 MB on an H200; the rest is left to the outputs and other traffic).
 _L2_BUDGET = 32 * 2**20
-#: Bytes of input one program of the looped kernel loads per chunk (16384 bf16 elements,
-#: 32 per thread at 16 warps); with the next chunk loaded ahead, 64 KB in flight per SM.
-_LOOP_CHUNK_BYTES = 32 * 1024
-#: Chunk of one program of the cooperative kernel (``coop``), held in registers: 32 fp32
-#: values a thread at 8 warps.
-_COOP_BLOCK = 8192
-#: Most programs cooperating on one row (all of a row's programs must fit on the GPU at
-#: once for none to wait long: 64 is far below 132 SMs x 4 resident programs).
-_COOP_MAX_CHUNKS = 64
+
+
+class RowTuning(NamedTuple):
+    """Launch constants of the last-axis paths (``rows``, ``coop``, ``looped``): every such
+    plan follows from these and the shape (:func:`softmax_plan`; ``split`` is fixed).
+    benchmarks/normsoftmax_sweep.py times alternatives on the H200 and prints the fields a
+    better variant changes."""
+
+    #: rows: short rows are packed into a program until its tile holds ``row_tile``
+    #: elements, while the grid keeps ``row_programs`` programs per SM.
+    row_tile: int
+    row_programs: int
+    #: rows: elements per thread the warp count aims at (1 to 16 warps).
+    row_per_thread: int
+    #: rows: consecutive tiles a program takes (a power of two), the next loaded while the
+    #: current one is reduced and written, where the grid keeps ``row_tiles_min_programs``
+    #: programs per SM once divided.
+    row_tiles: int
+    row_tiles_min_programs: int
+    #: coop: elements of the chunk one program holds in registers, its warps, and the most
+    #: chunks a row (all of a row's programs must be resident together).
+    coop_block: int
+    coop_warps: int
+    coop_max_chunks: int
+    #: looped: bytes of input a chunk, elements a thread, and programs per SM of its
+    #: persistent grid (each with one row in flight: the rows in flight share the L2).
+    loop_chunk_bytes: int
+    loop_per_thread: int
+    loop_programs_per_sm: float
+    #: coop only for inputs of at least this many bytes an element (else looped).
+    coop_min_in_bytes: int = 1
+
+
+#: Why these values:
+#: * rows: tiles of 8192 elements at 16 warps (16 a thread). Measured on an H200, rows of
+#:   8192 (bf16, 16 a thread) and 4096 (fp32, 8 a thread) at 16 warps ran at 4.15 and
+#:   4.09 TB/s: 23-31 registers (ptxas 13, sm_90), 4 programs, 64 warps and 64 KiB of rows
+#:   per SM. Rows of 1024 and 2048 (bf16), one per program at 4 and 8 warps, ran at
+#:   3.44-3.62: the 64 warps of an SM then hold 16 or 8 programs of 2-4 KiB, 32 KiB of
+#:   rows. Packing 8 or 4 such rows into a program of 16 warps restores the former shape
+#:   (32 registers). One tile a program: with that shape, loads already overlap the other
+#:   programs' reductions; the sweep times 2 tiles (40 registers, 3 programs).
+#: * coop: 8192 elements at 8 warps, 32 fp32 a thread (64 registers, 4 programs per SM).
+#:   The looped kernel ran bf16 Llama-3 logits (4096 x 128256) and fp32 Qwen2.5 logits
+#:   (1024 x 151936) at 2.66 TB/s on an H200, what a second read of the row from HBM gives:
+#:   its rows in flight, 132 x 250 KiB (bf16) and 132 x 594 KiB (fp32), do not stay in
+#:   the L2 beside the output stream. coop holds the chunks in registers and reads once.
+#:   At most 64 chunks a row, far below 132 SMs x 4 resident programs.
+#: * looped (rows of more than 64 chunks): chunks of 32 KB at 16 a thread, one program per
+#:   SM: two chunks in flight per SM (the next loaded ahead), one row per SM in L2.
+#: * H200 sweep (benchmarks/normsoftmax_sweep.py, 2026-11-30): 32 a thread ran rows of
+#:   1024 and 2048 at 3.58 and 4.00 TB/s against 3.34 and 3.69 at 8 (8192 ones 4.10
+#:   against 4.19). coop beat looped on float32 logits (qwen2.5 3.26 TB/s with chunks of
+#:   16384 at 16 warps, 3.08 with 8192 at 8, looped 2.67) and lost on bfloat16 ones
+#:   (Llama-3 2.50 against 2.69; log-softmax 2.68 against 2.97): 16-bit inputs take looped.
+ROW_TUNING = RowTuning(row_tile=8192, row_programs=4, row_per_thread=32, row_tiles=1,
+                       row_tiles_min_programs=8, coop_block=16384, coop_warps=16,
+                       coop_max_chunks=64, loop_chunk_bytes=32 * 1024, loop_per_thread=16,
+                       loop_programs_per_sm=1.0, coop_min_in_bytes=4)
 #: Polls of a row's arrival count before a program reads the row itself (see the kernel).
 _COOP_SPIN = 1 << 16
-#: Elements of one tile of the strided kernel.
+#: Elements of one tile of the former strided plan (benchmarks/reduction_sweep.py times it
+#: against the current one).
 _STRIDED_TILE = 8192
+
+
+class StridedTuning(NamedTuple):
+    """Launch constants of the ``strided`` path (``dim`` not the last axis); every strided
+    plan follows from these and the shape (:func:`_strided_plan`). benchmarks/
+    reduction_sweep.py times alternatives on the H200."""
+
+    #: Bytes of each row (of the ``inner`` axis) a tile spans: 128 is one cache line, 8
+    #: lanes x 16 bytes; the rest of a warp's lanes and the warps stack along ``N``.
+    col_bytes: int
+    #: Narrow the strips (down to 32 bytes) until the grid holds this many programs per SM.
+    min_programs_per_sm: int
+    #: Most elements of one register tile (both tiles of a column together).
+    tile_elems: int
+    #: Elements per thread the warp count aims at (1 to 16 warps).
+    elems_per_thread: int
+    #: ``N`` not a power of two: two tiles, the largest power of two below ``N`` and a
+    #: power-of-two remainder (150 classes: 128 + 32 rows, not 256 with 106 masked).
+    split_remainder: bool
+    #: Columns too long for registers: two launches (per-chunk max and sum, then the
+    #: finish re-reading its chunk) instead of one program walking the column twice.
+    split_long: bool
+
+
+#: Measured on the H200 with the former plan (one tile of next_pow2(N) x 64 bf16 / 32 fp32
+#: columns, 16 warps): ade20k [16, 150, 128, 128] over dim 1 at 1.2 (bf16) to 2.4 (fp32)
+#: TB/s, a [64, 32, 4096] bf16 log-softmax over dim 0 at 0.71 TB/s, the [1, 4800, 4800]
+#: fp32 softmax over dim 1 (two passes in one program over 16-column strips: 300 programs
+#: whose strips, 92 MB, all outlive L2 before the second pass) at 1.56 TB/s.
+#: Here: 4 to 8 warps with ~32 elements a thread (fewer registers, so several programs
+#: share an SM and their loads overlap the others' reductions; 16 warps held 2 an SM),
+#: no padding rows (128 + 32 for 150), and long columns in two launches, 3 passes over
+#: HBM at most (the second read partly from L2) instead of a re-read of everything.
+STRIDED = StridedTuning(col_bytes=128, min_programs_per_sm=4, tile_elems=8192,
+                        elems_per_thread=32, split_remainder=True, split_long=True)
 _NEG_BIG = tl.constexpr(-3.4028234663852886e38)  # -FLT_MAX
 
 
@@ -117,29 +212,42 @@ def softmax_reference(x: torch.Tensor, dim: int, out_dtype: torch.dtype | None =
 
 @triton.jit
 def _rows_kernel(x_ptr, out_ptr, n_rows, N, sxr, sxn, sor, son,
-                 ROWS: tl.constexpr, BLOCK_N: tl.constexpr, LOG: tl.constexpr,
-                 USE_INT64: tl.constexpr):
+                 ROWS: tl.constexpr, TILES: tl.constexpr, BLOCK_N: tl.constexpr,
+                 LOG: tl.constexpr, USE_INT64: tl.constexpr):
+    # TILES consecutive tiles of ROWS whole rows per program, each in registers; with
+    # several, the next tile is loaded (as stored) before the current one is reduced and
+    # written, so that loads stay in flight through the reductions and stores.
     pid = tl.program_id(0)
-    rows = pid * ROWS + tl.arange(0, ROWS)
+    rows = pid * (TILES * ROWS) + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
     if USE_INT64:
         rows = rows.to(tl.int64)
         cols = cols.to(tl.int64)
-    mask = (rows < n_rows)[:, None] & (cols < N)[None, :]
-    x = tl.load(x_ptr + rows[:, None] * sxr + cols[None, :] * sxn, mask=mask,
-                other=-float("inf"))
-    # torch casts the input to the output dtype first (a no-op when they agree).
-    x = x.to(out_ptr.dtype.element_ty).to(tl.float32)
-    m = tl.max(x, axis=1)
-    z = x - m[:, None]
-    e = tl.exp(z)
-    s = tl.sum(e, axis=1)
-    if LOG:
-        y = z - tl.log(s)[:, None]
-    else:
-        y = e * (1.0 / s)[:, None]
-    tl.store(out_ptr + rows[:, None] * sor + cols[None, :] * son,
-             y.to(out_ptr.dtype.element_ty), mask=mask)
+    cmask = (cols < N)[None, :]
+    mask = (rows < n_rows)[:, None] & cmask
+    x_next = tl.load(x_ptr + rows[:, None] * sxr + cols[None, :] * sxn, mask=mask,
+                     other=-float("inf"))
+    for t in tl.static_range(TILES):
+        x = x_next
+        cur_mask = mask
+        cur = rows
+        if t + 1 < TILES:
+            rows = rows + ROWS
+            mask = (rows < n_rows)[:, None] & cmask
+            x_next = tl.load(x_ptr + rows[:, None] * sxr + cols[None, :] * sxn, mask=mask,
+                             other=-float("inf"))
+        # torch casts the input to the output dtype first (a no-op when they agree).
+        x = x.to(out_ptr.dtype.element_ty).to(tl.float32)
+        m = tl.max(x, axis=1)
+        z = x - m[:, None]
+        e = tl.exp(z)
+        s = tl.sum(e, axis=1)
+        if LOG:
+            y = z - tl.log(s)[:, None]
+        else:
+            y = e * (1.0 / s)[:, None]
+        tl.store(out_ptr + cur[:, None] * sor + cols[None, :] * son,
+                 y.to(out_ptr.dtype.element_ty), mask=cur_mask)
 
 
 @triton.jit
@@ -360,7 +468,7 @@ def _strided_kernel(x_ptr, out_ptr, n_outer, N, inner, n_iblk, sxo, sxn, sxi, so
                 m_new = tl.maximum(m, tl.max(x, axis=0))
                 s = s * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new[None, :]), axis=0)
                 m = m_new
-            shift = m + tl.log(s)
+            lse = tl.log(s)
             inv = 1.0 / s
             for k in range(0, n_chunks):
                 rows = (n_chunks - 1 - k) * BLOCK_N + rn
@@ -369,11 +477,131 @@ def _strided_kernel(x_ptr, out_ptr, n_outer, N, inner, n_iblk, sxo, sxn, sxi, so
                             eviction_policy="evict_first")
                 x = x.to(out_ptr.dtype.element_ty).to(tl.float32)
                 if LOG:
-                    y = x - shift[None, :]
+                    # (x - m) - log(s): log(s) would vanish beside a large m
+                    y = (x - m[None, :]) - lse[None, :]
                 else:
                     y = tl.exp(x - m[None, :]) * inv[None, :]
                 tl.store(ob + rows[:, None] * son, y.to(out_ptr.dtype.element_ty), mask=mask,
                          eviction_policy="evict_first")
+
+
+@triton.jit
+def _strided_tile_kernel(x_ptr, out_ptr, N, inner, n_iblk, sxo, sxn, sxi, soo, son, soi,
+                         BLOCK_N: tl.constexpr, BLOCK_N2: tl.constexpr, BLOCK_I: tl.constexpr,
+                         WHOLE: tl.constexpr, LOG: tl.constexpr, USE_INT64: tl.constexpr):
+    # One [N, BLOCK_I] column strip in registers, as two tiles: rows [0, BLOCK_N) and, when
+    # BLOCK_N2 > 0, the remainder rows [BLOCK_N, BLOCK_N + BLOCK_N2) masked past N. WHOLE:
+    # BLOCK_N <= N and the strip is whole (inner % BLOCK_I == 0): the first tile loads and
+    # stores unmasked. One read, one write.
+    pid = tl.program_id(0)
+    ib = pid % n_iblk
+    o = pid // n_iblk
+    rn = tl.arange(0, BLOCK_N)
+    icols = ib * BLOCK_I + tl.arange(0, BLOCK_I)
+    if USE_INT64:
+        o = o.to(tl.int64)
+        rn = rn.to(tl.int64)
+        icols = icols.to(tl.int64)
+    imask = (icols < inner)[None, :]
+    xb = x_ptr + o * sxo + icols[None, :] * sxi
+    ob = out_ptr + o * soo + icols[None, :] * soi
+    OUT_TY: tl.constexpr = out_ptr.dtype.element_ty
+    if WHOLE:
+        x = tl.load(xb + rn[:, None] * sxn)
+    else:
+        mask = (rn < N)[:, None] & imask
+        x = tl.load(xb + rn[:, None] * sxn, mask=mask, other=-float("inf"))
+    # torch casts the input to the output dtype first (a no-op when they agree).
+    x = x.to(OUT_TY).to(tl.float32)
+    m = tl.max(x, axis=0)
+    if BLOCK_N2 > 0:
+        rn2 = BLOCK_N + tl.arange(0, BLOCK_N2)
+        if USE_INT64:
+            rn2 = rn2.to(tl.int64)
+        mask2 = (rn2 < N)[:, None] & imask
+        x2 = tl.load(xb + rn2[:, None] * sxn, mask=mask2, other=-float("inf"))
+        x2 = x2.to(OUT_TY).to(tl.float32)
+        m = tl.maximum(m, tl.max(x2, axis=0))
+    z = x - m[None, :]
+    e = tl.exp(z)
+    s = tl.sum(e, axis=0)
+    if BLOCK_N2 > 0:
+        z2 = x2 - m[None, :]
+        e2 = tl.exp(z2)
+        s += tl.sum(e2, axis=0)
+    if LOG:
+        shift = tl.log(s)[None, :]
+        y = z - shift
+    else:
+        inv = (1.0 / s)[None, :]
+        y = e * inv
+    if WHOLE:
+        tl.store(ob + rn[:, None] * son, y.to(OUT_TY))
+    else:
+        tl.store(ob + rn[:, None] * son, y.to(OUT_TY), mask=mask)
+    if BLOCK_N2 > 0:
+        if LOG:
+            y2 = z2 - shift
+        else:
+            y2 = e2 * inv
+        tl.store(ob + rn2[:, None] * son, y2.to(OUT_TY), mask=mask2)
+
+
+@triton.jit
+def _strided_split_kernel(x_ptr, out_ptr, ws_ptr, N, inner, n_iblk, C, ws_half,
+                          sxo, sxn, sxi, soo, son, soi,
+                          BLOCK_N: tl.constexpr, BLOCK_I: tl.constexpr, C_POW2: tl.constexpr,
+                          FINISH: tl.constexpr, LOG: tl.constexpr, USE_INT64: tl.constexpr):
+    # A column too long for registers, cut into C chunks of BLOCK_N rows; program (o, c, ib)
+    # owns chunk c of strip ib (the strips of a chunk row adjacent in launch order, so the
+    # programs running together read whole rows). Stage 1 (FINISH False) writes the chunk's
+    # per-column max and sum of exp to ws [2, outer, C, inner] (ws_half = outer * C *
+    # inner); stage 2 (FINISH) combines
+    # the strip's C partials, re-reads its chunk and writes it. Stage 2 runs in the reverse
+    # order, starting with the chunks stage 1 read last (the ones most likely in L2).
+    pid = tl.program_id(0)
+    if FINISH:
+        pid = tl.num_programs(0) - 1 - pid
+    ib = pid % n_iblk
+    t = pid // n_iblk
+    c = t % C
+    o = t // C
+    rn = c * BLOCK_N + tl.arange(0, BLOCK_N)
+    icols = ib * BLOCK_I + tl.arange(0, BLOCK_I)
+    if USE_INT64:
+        o = o.to(tl.int64)
+        rn = rn.to(tl.int64)
+        icols = icols.to(tl.int64)
+    imask = icols < inner
+    mask = (rn < N)[:, None] & imask[None, :]
+    OUT_TY: tl.constexpr = out_ptr.dtype.element_ty
+    x = tl.load(x_ptr + o * sxo + rn[:, None] * sxn + icols[None, :] * sxi, mask=mask,
+                other=-float("inf"))
+    x = x.to(OUT_TY).to(tl.float32)
+    ws_s = ws_ptr + ws_half  # the sums follow the maxima
+    if not FINISH:
+        # -FLT_MAX, not -inf, for a chunk column of -inf only: its sum is then 0, not NaN.
+        m = tl.maximum(tl.max(x, axis=0), _NEG_BIG)
+        s = tl.sum(tl.exp(x - m[None, :]), axis=0)
+        w = (o * C + c) * inner + icols
+        tl.store(ws_ptr + w, m, mask=imask)
+        tl.store(ws_s + w, s, mask=imask)
+    else:
+        k = tl.arange(0, C_POW2)
+        pw = (o * C + k)[:, None] * inner + icols[None, :]
+        pmask = (k < C)[:, None] & imask[None, :]
+        pm = tl.load(ws_ptr + pw, mask=pmask, other=_NEG_BIG)
+        ps = tl.load(ws_s + pw, mask=pmask, other=0.0)
+        m = tl.max(pm, axis=0)
+        s = tl.sum(ps * tl.exp(pm - m[None, :]), axis=0)
+        z = x - m[None, :]
+        if LOG:
+            # (x - m) - log(s), not x - (m + log(s)): log(s) vanishes beside a large m
+            y = z - tl.log(s)[None, :]
+        else:
+            y = tl.exp(z) * (1.0 / s)[None, :]
+        tl.store(out_ptr + o * soo + rn[:, None] * son + icols[None, :] * soi, y.to(OUT_TY),
+                 mask=mask)
 
 
 # -- planning ----------------------------------------------------------------------------------
@@ -382,8 +610,9 @@ def _strided_kernel(x_ptr, out_ptr, n_outer, N, inner, n_iblk, sxo, sxn, sxi, so
 class SoftmaxPlan:
     """One launch configuration. ``kind`` is ``rows``, ``coop``, ``looped``, ``split`` or
     ``strided``; ``block`` is the elements per program along ``N`` (the row block, the
-    coop or split chunk, the loop chunk, or ``BLOCK_N``); ``rows`` the rows per program
-    (``rows``); ``vec`` the group width (``looped``); ``chunks`` the chunks per row
+    coop or split chunk, the loop chunk, or ``BLOCK_N``); ``rows`` the rows per tile and
+    ``tiles`` the tiles per program (``rows``); ``vec`` the group width (``looped``);
+    ``chunks`` the chunks per row
     (``coop``, ``split``); ``block_inner``
     and ``looped`` the tile width and whether it loops over ``N`` (``strided``); ``grid``
     the number of programs."""
@@ -397,6 +626,7 @@ class SoftmaxPlan:
     chunks: int = 1
     block_inner: int = 1
     looped: bool = False
+    tiles: int = 1
 
 
 def _pow2_floor(v: int) -> int:
@@ -410,23 +640,30 @@ def _warps(elems: int, per_thread: int = 8) -> int:
 
 @functools.lru_cache(maxsize=4096)  # a pure function of its arguments, asked every call
 def softmax_plan(outer: int, n: int, inner: int, in_bytes: int, *,
-                 sm_count: int = DEFAULT_SM_COUNT, max_reg: int = MAX_REG_ELEMS) -> SoftmaxPlan:
+                 sm_count: int = DEFAULT_SM_COUNT, max_reg: int = MAX_REG_ELEMS,
+                 tuning: RowTuning = ROW_TUNING) -> SoftmaxPlan:
     """The plan for a ``[outer, n, inner]`` view normalised over ``n``, of an input with
-    ``in_bytes`` bytes per element, on a device with ``sm_count`` SMs. ``max_reg`` (a
-    power of two) caps the elements one program holds in registers; tests lower it to
-    reach the looped kernels with small tensors."""
+    ``in_bytes`` bytes per element, on a device with ``sm_count`` SMs, the last-axis paths
+    under ``tuning``. ``max_reg`` (a power of two) caps the elements one program holds in
+    registers; tests lower it to reach the looped kernels with small tensors."""
     sm = max(1, sm_count)
+    t = tuning
     if inner == 1:
         if n <= max_reg:
             block = triton.next_power_of_2(max(n, 1))
             rows = 1
             # Short rows: several per program, while the grid keeps a few programs per SM.
-            while rows * block < 1024 and rows < outer:
+            while rows * block < t.row_tile and rows < outer:
                 rows *= 2
-            while rows > 1 and triton.cdiv(outer, rows) < 4 * sm:
+            while rows > 1 and triton.cdiv(outer, rows) < t.row_programs * sm:
                 rows //= 2
-            return SoftmaxPlan("rows", block, _warps(rows * block), triton.cdiv(outer, rows),
-                               rows=rows)
+            programs = triton.cdiv(outer, rows)
+            tiles = 1
+            while (tiles < t.row_tiles
+                   and triton.cdiv(programs, 2 * tiles) >= t.row_tiles_min_programs * sm):
+                tiles *= 2
+            return SoftmaxPlan("rows", block, _warps(rows * block, t.row_per_thread),
+                               triton.cdiv(outer, rows * tiles), rows=rows, tiles=tiles)
         few_rows = outer < sm or (outer < 4 * sm and outer * n * in_bytes <= _L2_BUDGET)
         if few_rows:
             # Cut rows into chunks so that the grid has about 2 programs per SM.
@@ -435,31 +672,65 @@ def softmax_plan(outer: int, n: int, inner: int, in_bytes: int, *,
             chunks = triton.cdiv(n, chunk)
             return SoftmaxPlan("split", chunk, _warps(chunk, 16), outer * chunks,
                                chunks=chunks)
-        block = min(_COOP_BLOCK, max_reg)
+        block = min(t.coop_block, max_reg)
         chunks = triton.cdiv(n, block)
-        if chunks <= _COOP_MAX_CHUNKS:
-            return SoftmaxPlan("coop", block, _warps(block, 32), outer * chunks, chunks=chunks)
+        if chunks <= t.coop_max_chunks and in_bytes >= t.coop_min_in_bytes:
+            warps = max(1, min(t.coop_warps, block * t.coop_warps // t.coop_block))
+            return SoftmaxPlan("coop", block, warps, outer * chunks, chunks=chunks)
         vec = max(1, 16 // in_bytes)
-        block = max(vec, min(_LOOP_CHUNK_BYTES // in_bytes, max_reg))
-        return SoftmaxPlan("looped", block, _warps(block, 16), min(outer, sm), vec=vec)
-    # dim is not the last axis: tiles [BLOCK_N, BLOCK_I], inner across the threads, at
-    # most 8192 elements (16 per thread at 16 warps) so that a few tiles share an SM.
-    budget = min(max_reg, _STRIDED_TILE)
-    min_bi = min(16, triton.next_power_of_2(inner))  # 16 columns: 32 bytes of bf16
-    bi = min(64, triton.next_power_of_2(inner))
+        block = max(vec, min(t.loop_chunk_bytes // in_bytes, max_reg))
+        grid = min(outer, max(1, round(t.loop_programs_per_sm * sm)))
+        return SoftmaxPlan("looped", block, _warps(block, t.loop_per_thread), grid, vec=vec)
+    # dim is not the last axis: the strided kernels (see _strided_plan).
+    return _strided_plan(outer, n, inner, in_bytes, sm, max_reg, STRIDED)
+
+
+@functools.lru_cache(maxsize=1024)
+def _strided_plan(outer: int, n: int, inner: int, in_bytes: int, sm: int, max_reg: int,
+                  t: StridedTuning) -> SoftmaxPlan:
+    """The ``strided`` plan of ``[outer, n, inner]`` (inner > 1) under tuning `t`.
+
+    Strips of ``col_bytes`` of each row (``block_inner`` columns), narrowed (down to 32
+    bytes) until the grid holds ``min_programs_per_sm`` programs per SM. A whole column
+    strip of at most ``min(max_reg, tile_elems)`` elements stays in registers
+    (``looped`` False): ``block`` rows in a first tile and, when ``split_remainder`` and
+    ``n`` is not a power of two, the launcher adds a power-of-two tile for the rest.
+    Longer columns (``looped`` True): chunks of ``block`` rows, ``chunks`` of them per
+    strip (two launches, ``split_long``), or, when ``chunks`` is 1, one program walking
+    its strip twice (the kernel ``_strided_kernel``)."""
+    budget = max(1, min(max_reg, t.tile_elems))
+    i_pow2 = triton.next_power_of_2(inner)
+    min_bi = max(1, min(i_pow2, 32 // in_bytes))  # one 32-byte sector of a row
+    bi = max(min_bi, min(i_pow2, t.col_bytes // in_bytes))
+    while bi > min_bi and outer * triton.cdiv(inner, bi) < t.min_programs_per_sm * sm:
+        bi //= 2
     bn = triton.next_power_of_2(max(n, 1))
-    while bi > min_bi and (bn * bi > budget or outer * triton.cdiv(inner, bi) < 2 * sm):
+    if t.split_remainder and bn != n:
+        bn //= 2
+    rows = bn + (triton.next_power_of_2(n - bn) if n > bn else 0)
+    while bi > min_bi and rows * bi > budget:
         bi //= 2
-    if bn * bi <= budget:
-        tiles = outer * triton.cdiv(inner, bi)
-        return SoftmaxPlan("strided", bn, _warps(bn * bi), tiles, block_inner=bi)
-    # Looped over N: narrow strips, so that those in flight (about 2 per SM) stay in L2.
-    # One program per tile: the hardware balances tiles over the SMs.
-    while bi > min_bi and 2 * sm * n * bi * in_bytes > _L2_BUDGET:
-        bi //= 2
-    bn = max(1, min(bn, budget // bi))
     tiles = outer * triton.cdiv(inner, bi)
-    return SoftmaxPlan("strided", bn, _warps(bn * bi, 16), tiles, block_inner=bi, looped=True)
+    if rows * bi <= budget:
+        warps = _pow2_floor(max(1, min(16, rows * bi // (32 * t.elems_per_thread))))
+        return SoftmaxPlan("strided", bn, warps, tiles, block_inner=bi)
+    if not t.split_long:
+        # One program per strip, two passes over N (the kernel _strided_kernel): narrow
+        # strips, so that those in flight (about 2 per SM) stay in L2.
+        lo = min(16, i_pow2)
+        bi = min(i_pow2, 64)
+        while bi > lo and 2 * sm * n * bi * in_bytes > _L2_BUDGET:
+            bi //= 2
+        bn = max(1, min(triton.next_power_of_2(n), budget // bi))
+        return SoftmaxPlan("strided", bn, _warps(bn * bi, 16), outer * triton.cdiv(inner, bi),
+                           block_inner=bi, looped=True)
+    # Chunks of a power of two rows filling the tile budget, at least 2 per column.
+    bi = max(min_bi, min(i_pow2, t.col_bytes // in_bytes))
+    bn = max(1, min(_pow2_floor(budget // bi), triton.next_power_of_2(n) // 2))
+    chunks = triton.cdiv(n, bn)
+    warps = _pow2_floor(max(1, min(16, bn * bi // (32 * t.elems_per_thread))))
+    return SoftmaxPlan("strided", bn, warps, outer * triton.cdiv(inner, bi) * chunks,
+                       block_inner=bi, chunks=chunks, looped=True)
 
 
 @functools.lru_cache(maxsize=None)
@@ -524,43 +795,58 @@ def softmax_triton(x: torch.Tensor, dim: int, out: torch.Tensor, log: bool = Fal
     if plan is None:
         sms = sm_count if sm_count is not None else _sm_count_of(x.device)
         plan = softmax_plan(outer, n, inner, x.element_size(), sm_count=sms)
-    pads = (plan.rows, 2 * plan.block, plan.block_inner)
+    pads = (plan.rows * plan.tiles, 2 * plan.block, plan.block_inner)
     use_int64 = max(_span(x3, pads), _span(o3, pads)) > _INT32_LIMIT
     sxo, sxn, sxi = x3.stride()
     soo, son, soi = o3.stride()
     log = bool(log)
     if plan.kind == "rows":
-        _rows_kernel[(plan.grid,)](x3, o3, outer, n, sxo, sxn, soo, son,
-                                   ROWS=plan.rows, BLOCK_N=plan.block, LOG=log,
-                                   USE_INT64=use_int64, num_warps=plan.num_warps)
+        launch(_rows_kernel, (plan.grid,), x3, o3, outer, n, sxo, sxn, soo, son,
+               ROWS=plan.rows, TILES=plan.tiles, BLOCK_N=plan.block, LOG=log,
+               USE_INT64=use_int64, num_warps=plan.num_warps)
     elif plan.kind == "looped":
-        _looped_kernel[(plan.grid,)](x3, o3, outer, n, sxo, sxn, soo, son,
-                                     BLOCK_R=plan.block // plan.vec, VEC=plan.vec, LOG=log,
-                                     USE_INT64=use_int64, num_warps=plan.num_warps)
+        launch(_looped_kernel, (plan.grid,), x3, o3, outer, n, sxo, sxn, soo, son,
+               BLOCK_R=plan.block // plan.vec, VEC=plan.vec, LOG=log,
+               USE_INT64=use_int64, num_warps=plan.num_warps)
     elif plan.kind == "coop":
         # [ticket counter, arrivals per row] zeroed; then (max, sum) per chunk.
         cnt = torch.zeros(1 + outer, dtype=torch.int32, device=x.device)
         ws = torch.empty(2 * outer * plan.chunks, dtype=torch.float32, device=x.device)
         spin = _COOP_SPIN if x.device.type == "cuda" else 0
-        _coop_kernel[(plan.grid,)](x3, o3, ws, cnt, outer, n, plan.chunks, spin, sxo, sxn,
-                                   soo, son, BLOCK=plan.block, FB=min(plan.block, 1024),
-                                   G_POW2=triton.next_power_of_2(plan.chunks), LOG=log,
-                                   USE_INT64=use_int64, num_warps=plan.num_warps)
+        launch(_coop_kernel, (plan.grid,), x3, o3, ws, cnt, outer, n, plan.chunks, spin,
+               sxo, sxn, soo, son, BLOCK=plan.block, FB=min(plan.block, 1024),
+               G_POW2=triton.next_power_of_2(plan.chunks), LOG=log,
+               USE_INT64=use_int64, num_warps=plan.num_warps)
     elif plan.kind == "split":
         ws = torch.empty(2 * outer * plan.chunks, dtype=torch.float32, device=x.device)
-        _split_partials_kernel[(plan.grid,)](x3, o3, ws, outer, n, plan.chunks, sxo, sxn,
-                                             CHUNK=plan.block, USE_INT64=use_int64,
-                                             num_warps=plan.num_warps)
-        _split_finish_kernel[(plan.grid,)](x3, o3, ws, outer, n, plan.chunks, sxo, sxn, soo,
-                                           son, CHUNK=plan.block,
-                                           C_POW2=triton.next_power_of_2(plan.chunks), LOG=log,
-                                           USE_INT64=use_int64, num_warps=plan.num_warps)
+        launch(_split_partials_kernel, (plan.grid,), x3, o3, ws, outer, n, plan.chunks, sxo,
+               sxn, CHUNK=plan.block, USE_INT64=use_int64, num_warps=plan.num_warps)
+        launch(_split_finish_kernel, (plan.grid,), x3, o3, ws, outer, n, plan.chunks, sxo,
+               sxn, soo, son, CHUNK=plan.block, C_POW2=triton.next_power_of_2(plan.chunks),
+               LOG=log, USE_INT64=use_int64, num_warps=plan.num_warps)
     elif plan.kind == "strided":
         n_iblk = triton.cdiv(inner, plan.block_inner)
-        _strided_kernel[(plan.grid,)](x3, o3, outer, n, inner, n_iblk, sxo, sxn, sxi, soo,
-                                      son, soi, BLOCK_N=plan.block,
-                                      BLOCK_I=plan.block_inner, LOOPED=plan.looped, LOG=log,
-                                      USE_INT64=use_int64, num_warps=plan.num_warps)
+        if not plan.looped:
+            bn2 = triton.next_power_of_2(n - plan.block) if n > plan.block else 0
+            launch(_strided_tile_kernel, (plan.grid,), x3, o3, n, inner, n_iblk, sxo, sxn, sxi,
+                   soo, son, soi, BLOCK_N=plan.block, BLOCK_N2=bn2,
+                   BLOCK_I=plan.block_inner,
+                   WHOLE=inner % plan.block_inner == 0 and plan.block <= n, LOG=log,
+                   USE_INT64=use_int64, num_warps=plan.num_warps)
+        elif plan.chunks > 1:
+            ws_half = outer * plan.chunks * inner
+            ws = torch.empty(2 * ws_half, dtype=torch.float32, device=x.device)
+            big = use_int64 or 2 * ws_half > _INT32_LIMIT
+            for finish in (False, True):
+                launch(_strided_split_kernel, (plan.grid,), x3, o3, ws, n, inner, n_iblk,
+                       plan.chunks, ws_half, sxo, sxn, sxi, soo, son, soi, BLOCK_N=plan.block,
+                       BLOCK_I=plan.block_inner,
+                       C_POW2=triton.next_power_of_2(plan.chunks), FINISH=finish, LOG=log,
+                       USE_INT64=big, num_warps=plan.num_warps)
+        else:
+            launch(_strided_kernel, (plan.grid,), x3, o3, outer, n, inner, n_iblk, sxo, sxn,
+                   sxi, soo, son, soi, BLOCK_N=plan.block, BLOCK_I=plan.block_inner,
+                   LOOPED=plan.looped, LOG=log, USE_INT64=use_int64, num_warps=plan.num_warps)
     else:
         raise ValueError(f"unknown softmax plan kind {plan.kind!r}")
     return out

@@ -40,7 +40,8 @@ class SoftmaxFwdInterface(KernelInterface):
 
 
 class SoftmaxTritonKernel(Kernel, SoftmaxFwdInterface):
-    """Row-in-registers, looped, split-row and strided Triton kernels (see kernels/softmax.py)."""
+    """Row-in-registers, cooperative, looped, split-row and strided Triton kernels (see
+    kernels/softmax.py)."""
 
     devices = TRITON_DEVICES
 

@@ -118,6 +118,31 @@ def test_rows_kernel_packs_short_rows_into_one_program():
     _close(_run(x, -1, plan=plan), _expected(x, -1))
 
 
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_rows_kernel_takes_several_tiles(dtype, log):
+    # Tiles of 4 rows, 3 a program, the next tile loaded ahead: 37 rows leave the last
+    # program with one partial tile and one past the rows (all lanes masked).
+    x = _x((37, 45), dtype, seed=5)
+    plan = SoftmaxPlan("rows", 64, 2, math.ceil(37 / 12), rows=4, tiles=3)
+    _close(_run(x, -1, log=log, plan=plan), _expected(x, -1, log=log))
+    # strided rows (a column slice, a transposed view), and a cast to another dtype
+    base = _x((40, 30), dtype, seed=6)
+    for v in (base[:, 3:28], base.t()):
+        plan = SoftmaxPlan("rows", 1 << (v.shape[1] - 1).bit_length(), 1,
+                           math.ceil(v.shape[0] / 4), rows=2, tiles=2)
+        _close(_run(v, -1, log=log, plan=plan), _expected(v, -1, log=log))
+        _close(_run(v, -1, torch.float32, log=log, plan=plan),
+               _expected(v, -1, torch.float32, log=log))
+    # the tuning's tiles reach the launcher's own plan
+    plan = softmax_plan(64, 45, 1, x.element_size(), sm_count=1,
+                        tuning=K.ROW_TUNING._replace(row_tile=128, row_tiles=4,
+                                               row_tiles_min_programs=2))
+    assert (plan.rows, plan.tiles, plan.grid) == (2, 4, 8)
+    y = _x((64, 45), dtype, seed=7)
+    _close(_run(y, -1, log=log, plan=plan), _expected(y, -1, log=log))
+
+
 # ============================================================================ strided kernel
 
 STRIDED = [((4, 37, 33), 1), ((17, 3), 0), ((3, 5, 2, 7), 1), ((6, 1, 9), 1), ((2, 3, 4), -2)]
@@ -136,8 +161,9 @@ def test_strided_kernel(shape, dim, dtype, log):
 # ============================================================================ looped kernels
 
 # A register cap of 64 elements sends rows of 1000 to the long-row kernels: `sm_count` decides
-# between the cooperative one (many rows: 16 programs of 64 elements per row) and the split
-# one (few rows); the persistent looped kernel takes rows of more than 64 chunks.
+# between the cooperative one (many rows: 16 programs of 64 elements per row; the table
+# keeps it to 4-byte inputs, the test lifts that) and the split one (few rows); the
+# persistent looped kernel takes rows of more than 64 chunks.
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("kind, sms", [("coop", 1), ("looped", 1), ("split", 1000)])
@@ -150,7 +176,9 @@ def test_long_row_kernels(kind, sms, dtype, log):
         _close(_run(x, -1, log=log, plan=plan), _expected(x, -1, log=log))
         plan = SoftmaxPlan("looped", 64, 1, 2, vec=plan.vec)         # 5 rows on 2 programs
     else:
-        plan = _plan(x, -1, max_reg=64, sm_count=sms)
+        # coop for every dtype here (the table keeps it to 4-byte inputs)
+        anywidth = K.ROW_TUNING._replace(coop_min_in_bytes=1)
+        plan = _plan(x, -1, max_reg=64, sm_count=sms, tuning=anywidth)
         assert plan.kind == kind
         assert plan.chunks == math.ceil(1000 / plan.block) and plan.grid == 5 * plan.chunks
     _close(_run(x, -1, log=log, plan=plan), _expected(x, -1, log=log))
@@ -317,32 +345,41 @@ def test_launcher_rejects_bad_arguments():
 # ============================================================================ plans
 
 def test_plans_of_the_workload_shapes():
-    # Attention rows stay in registers: 8 elements per thread, one 16-byte vector in bf16.
+    # Attention rows stay in registers, packed to tiles of 8192 elements at 8 warps: 32
+    # elements per thread (ROW_TUNING.row_per_thread).
     p = softmax_plan(32 * 1024, 1024, 1, 2)
-    assert (p.kind, p.block, p.rows, p.num_warps) == ("rows", 1024, 1, 4)
+    assert (p.kind, p.block, p.rows, p.tiles, p.num_warps, p.grid) == (
+        "rows", 1024, 8, 1, 8, 4096)
+    p = softmax_plan(32 * 2048, 2048, 1, 2)
+    assert (p.kind, p.block, p.rows, p.num_warps) == ("rows", 2048, 4, 8)
     p = softmax_plan(4 * 8192, 8192, 1, 2)
-    assert (p.kind, p.block, p.num_warps) == ("rows", 8192, 16)
-    # Prefill vocabulary rows: the cooperative kernel, 16 (19) programs of 8192 per row.
+    assert (p.kind, p.block, p.rows, p.num_warps) == ("rows", 8192, 1, 8)
+    # Fewer rows a program while the grid would hold under 4 programs per SM; two tiles a
+    # program where the tuning asks and the grid keeps 8 programs per SM once divided.
+    p = softmax_plan(1024, 1024, 1, 2)
+    assert (p.rows, p.grid, p.num_warps) == (1, 1024, 1)
+    two = K.ROW_TUNING._replace(row_tiles=2)
+    p = softmax_plan(32 * 1024, 1024, 1, 2, tuning=two)
+    assert (p.rows, p.tiles, p.grid) == (8, 2, 2048)
+    p = softmax_plan(8 * 1024, 1024, 1, 2, tuning=two)
+    assert (p.rows, p.tiles, p.grid) == (8, 1, 1024)
+    # Prefill vocabulary rows: 16-bit logits take the persistent looped kernel (one
+    # program per SM); float32 ones the cooperative kernel, 10 programs of 16384 per row.
     p = softmax_plan(4096, 128256, 1, 2)
-    assert (p.kind, p.block, p.chunks, p.grid, p.num_warps) == ("coop", 8192, 16, 4096 * 16, 8)
+    assert (p.kind, p.grid, p.num_warps) == ("looped", 132, 16)
     p = softmax_plan(1024, 151936, 1, 4)
-    assert (p.kind, p.block, p.chunks) == ("coop", 8192, 19)
-    # Rows of more than 64 chunks: the persistent looped kernel, one program per SM.
-    p = softmax_plan(1024, 65 * 8192, 1, 2)
-    assert (p.kind, p.grid, p.vec, p.block, p.num_warps) == ("looped", 132, 8, 16384, 16)
+    assert (p.kind, p.block, p.chunks, p.num_warps) == ("coop", 16384, 10, 16)
+    coop16 = K.ROW_TUNING._replace(coop_min_in_bytes=1, coop_block=8192, coop_warps=8)
+    p = softmax_plan(4096, 128256, 1, 2, tuning=coop16)
+    assert (p.kind, p.block, p.chunks, p.grid, p.num_warps) == ("coop", 8192, 16, 4096 * 16, 8)
+    # Rows of more than 64 chunks: the looped kernel at any width.
+    p = softmax_plan(1024, 65 * 16384, 1, 4)
+    assert (p.kind, p.grid, p.vec, p.block, p.num_warps) == ("looped", 132, 4, 8192, 16)
     # Decode vocabulary rows: split so the grid covers the SMs (2 programs each or more).
     p = softmax_plan(32, 128256, 1, 2)
     assert p.kind == "split" and p.grid >= 2 * 132 and p.chunks * p.block >= 128256
     p = softmax_plan(1, 128256, 1, 2)
     assert p.kind == "split" and p.block == 2048
-    # A non-last axis: the strided kernel, in registers for 150 classes.
-    p = softmax_plan(16, 150, 128 * 128, 4)
-    assert (p.kind, p.looped, p.block, p.block_inner, p.num_warps) == ("strided", False, 256, 32, 16)
-    p = softmax_plan(1, 64, 32 * 4096, 2)
-    assert (p.kind, p.looped, p.block, p.block_inner) == ("strided", False, 64, 64)
-    p = softmax_plan(1, 4800, 4800, 4)
-    assert p.kind == "strided" and p.looped and p.block_inner == 16 and p.grid == 300
-    assert p.block * p.block_inner == 8192
 
 
 # ============================================================================ sm_90 build
@@ -380,7 +417,7 @@ V = 128256
 out = {
     "rows": build(K._rows_kernel, dict(x_ptr=B, out_ptr=B, n_rows=32768, N=1024, sxr=1024, sxn=1,
                                        sor=1024, son=1),
-                  dict(ROWS=1, BLOCK_N=1024, LOG=False, USE_INT64=False), 4),
+                  dict(ROWS=8, TILES=2, BLOCK_N=1024, LOG=False, USE_INT64=False), 16),
     "looped": build(K._looped_kernel, dict(x_ptr=B, out_ptr=F, n_rows=2048, N=V, sxr=V, sxn=1,
                                            sor=V, son=1),
                     dict(BLOCK_R=2048, VEC=8, LOG=True, USE_INT64=False), 16),
