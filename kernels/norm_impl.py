@@ -2,7 +2,7 @@
 
 Each op has one interface and two implementations: a Triton kernel (CUDA, and the CPU
 under Triton's interpreter) and the torch reference, the `general` fallback for every
-device. The Triton kernels serve every shape (long rows take the cooperative or the looped
+device. The Triton kernels serve every shape (rows too long for registers take the looped
 kernel), so they declare no `applies`.
 """
 
@@ -60,8 +60,8 @@ class RMSNormFwdInterface(KernelInterface):
 
 
 class RMSNormTritonKernel(Kernel, RMSNormFwdInterface):
-    """Whole rows in registers (several short rows per program); rows over 16384 elements
-    cut into chunks held by cooperating programs (see kernels/norm.py)."""
+    """Whole rows in registers (several short rows per program); a looped kernel for rows
+    longer than 16384 elements."""
 
     devices = TRITON_DEVICES
 
@@ -99,9 +99,9 @@ class LayerNormFwdInterface(KernelInterface):
 
 
 class LayerNormTritonKernel(Kernel, LayerNormFwdInterface):
-    """Whole rows in registers (mean, then the centred variance, from registers); rows over
-    16384 elements cut into chunks held by cooperating programs, which merge their chunks'
-    means and centred sums of squares (Chan's formula)."""
+    """Whole rows in registers (mean, then the centred variance, from registers); a looped
+    kernel of two passes (Welford statistics, then the output) for rows longer than 16384
+    elements."""
 
     devices = TRITON_DEVICES
 

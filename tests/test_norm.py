@@ -43,10 +43,9 @@ TOL = {
 }
 # (rows, N): a single element, odd sizes, a row wider than a power of two.
 SHAPES = [(1, 1), (3, 17), (4, 100), (2, 1000)]
-LOOPED = NormConfig("looped", 1, 1, 16, 1)  # 16-element chunks: several per row
-PACKED = NormConfig("rows", 4, 1, 32, 1)    # four short rows per program
-TILED = NormConfig("rows", 2, 3, 32, 1)     # three tiles of two rows per program, prefetched
-COOP = NormConfig("coop", 1, 1, 16, 1)      # 16-element chunks, one program each
+LOOPED = NormConfig(True, 1, 1, 16, 1)    # 16-element chunks: several per row
+PACKED = NormConfig(False, 4, 1, 32, 1)   # four short rows per program
+TILED = NormConfig(False, 2, 3, 32, 1)    # three tiles of two rows per program
 
 
 @pytest.fixture(autouse=True)
@@ -169,49 +168,28 @@ def test_looped_kernel(dtype):
     _close(x, want_y, dtype)
 
 
-class _Spy:
-    """Stands for a kernel: records the constexprs of each launch, then launches."""
-
-    def __init__(self, real):
-        self.real, self.seen = real, []
-
-    def __getitem__(self, grid):
-        def launch(*args, **kw):
-            self.seen.append((grid, kw))
-            return self.real[grid](*args, **kw)
-        return launch
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_rows_of_32k(dtype, monkeypatch):
-    """A row of 16385 to 32768 elements: the register kernel (32 warps), its affine
-    parameters loaded late; with a tuning that enables it, the cooperative kernel (chunks
-    of 8192, one program each), which a row written in place (the fused op, or `out` over
-    the input) never takes."""
+def test_rows_of_32k_stay_in_registers(dtype, monkeypatch):
+    """A row of 16385 to 32768 elements takes the register kernel (32 warps), its affine
+    parameters loaded late whatever the grid (the register cap of 32 warps)."""
     x = _randn(2, 20000, dtype=dtype, scale=0.5, shift=3.0)
     w, b = _randn(20000, dtype=dtype, seed=1), _randn(20000, dtype=dtype, seed=2)
-    coop = norm_mod.NORM_TUNING._replace(coop_min_block=16384)
-    assert norm_config(2, 20000) == ("rows", 1, 1, 32768, 32, None)
-    assert norm_config(2, 20000, tuning=coop) == ("coop", 1, 1, 8192, 8, None)
-    assert norm_config(2, 20000, coop=False, tuning=coop) == ("rows", 1, 1, 32768, 32, None)
-    rows_spy = _Spy(norm_mod._norm_fwd_rows_kernel)
-    coop_spy = _Spy(norm_mod._norm_fwd_coop_kernel)
-    monkeypatch.setattr(norm_mod, "_norm_fwd_rows_kernel", rows_spy)
-    monkeypatch.setattr(norm_mod, "_norm_fwd_coop_kernel", coop_spy)
-    want = layer_norm_reference(x, (20000,), w, b, 1e-5)
+    assert norm_config(2, 20000) == (False, 1, 1, 32768, 32)
+    seen = []
+    real = norm_mod._norm_fwd_rows_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*args, **kw):
+                seen.append(kw["LATE_AFFINE"])
+                return real[grid](*args, **kw)
+            return launch
+
+    monkeypatch.setattr(norm_mod, "_norm_fwd_rows_kernel", Spy())
     out = torch.empty_like(x)
     layer_norm_triton(x, (20000,), w, b, 1e-5, out)
-    _close(out, want, dtype)
-    out = torch.empty_like(x)
-    norm_fwd_triton(x, out, 20000, 1e-5, rms=False, weight=w, bias=b,
-                    config=norm_config(2, 20000, tuning=coop))
-    _close(out, want, dtype)
-    assert [(g, kw["BLOCK"], kw["num_warps"]) for g, kw in coop_spy.seen] == [((6,), 8192, 8)]
-    xi = x.clone()
-    norm_fwd_triton(xi, xi, 20000, 1e-5, rms=False, weight=w, bias=b)   # in place
-    _close(xi, want, dtype)
-    assert [(g, kw["LATE_AFFINE"], kw["num_warps"]) for g, kw in rows_spy.seen] == [
-        ((2,), True, 32), ((2,), True, 32)]
+    _close(out, layer_norm_reference(x, (20000,), w, b, 1e-5), dtype)
+    assert seen == [True]
 
 
 @pytest.mark.parametrize("cfg", [PACKED, TILED], ids=["packed", "tiled"])
@@ -350,191 +328,31 @@ def test_launcher_rejects_bad_arguments():
 
 
 def test_config_choice():
-    # (kind, rows, tiles, block, num_warps, late). Prefill-sized grids: a row in registers,
-    # 32 elements a thread (more rows in flight per SM).
-    assert norm_config(4096, 4096) == ("rows", 1, 1, 4096, 4, None)
-    assert norm_config(16384, 8192) == ("rows", 1, 1, 8192, 8, None)
-    assert norm_config(8192, 7168) == ("rows", 1, 1, 8192, 8, None)
-    assert norm_config(8192, 3584) == ("rows", 1, 1, 4096, 4, None)
-    assert norm_config(2048, 16384) == ("rows", 1, 1, 16384, 16, None)
+    # (looped, rows, tiles, block, num_warps). Prefill-sized grids: a row in registers, 32
+    # elements a thread (more rows in flight per SM).
+    assert norm_config(4096, 4096) == (False, 1, 1, 4096, 4)
+    assert norm_config(16384, 8192) == (False, 1, 1, 8192, 8)
+    assert norm_config(8192, 7168) == (False, 1, 1, 8192, 8)
+    assert norm_config(8192, 3584) == (False, 1, 1, 4096, 4)
+    assert norm_config(2048, 16384) == (False, 1, 1, 16384, 16)
     # Short rows are packed to a 4096-element tile while the grid stays large.
-    assert norm_config(131072, 128) == ("rows", 32, 1, 128, 4, None)
-    assert norm_config(16384, 512) == ("rows", 8, 1, 512, 4, None)
-    assert norm_config(16384, 1536) == ("rows", 2, 1, 2048, 4, None)
-    # Fewer rows a tile while the grid would hold under 4 programs per SM.
-    assert norm_config(1024, 512) == ("rows", 1, 1, 512, 1, None)
-    assert norm_config(2048, 512) == ("rows", 2, 1, 512, 1, None)
+    assert norm_config(131072, 128) == (False, 32, 1, 128, 4)
+    assert norm_config(16384, 512) == (False, 8, 1, 512, 4)
+    assert norm_config(16384, 1536) == (False, 2, 1, 2048, 4)
     # Smaller grids: fewer elements a thread, so that the few programs finish sooner.
-    assert norm_config(256, 4096) == ("rows", 1, 1, 4096, 8, None)
-    assert norm_config(64, 128) == ("rows", 1, 1, 128, 1, None)
-    assert norm_config(1, 4096) == ("rows", 1, 1, 4096, 16, None)
-    assert norm_config(32, 8192) == ("rows", 1, 1, 8192, 32, None)
-    assert norm_config(1, 16384) == ("rows", 1, 1, 16384, 32, None)
-    # Two tiles a program where the tuning asks and the grid keeps 8 programs per SM.
-    two = norm_mod.NORM_TUNING._replace(tiles=2)
-    assert norm_config(16384, 4096, tuning=two) == ("rows", 1, 2, 4096, 4, None)
+    assert norm_config(256, 4096) == (False, 1, 1, 4096, 8)
+    assert norm_config(64, 128) == (False, 1, 1, 128, 1)
+    assert norm_config(1, 4096) == (False, 1, 1, 4096, 16)
+    assert norm_config(32, 8192) == (False, 1, 1, 8192, 32)
+    assert norm_config(1, 16384) == (False, 1, 1, 16384, 32)
     # Rows of 32768 (LayerNorm of [2, 16384]) still in registers: 32 warps, 32 a thread.
-    assert MAX_REGISTER_BLOCK == 32768
-    assert norm_config(2048, 32768) == ("rows", 1, 1, 32768, 32, None)
-    assert norm_config(4, 16385) == ("rows", 1, 1, 32768, 32, None)
+    assert norm_config(2048, 32768) == (False, 1, 1, 32768, 32)
+    assert norm_config(4, 16385) == (False, 1, 1, 32768, 32)
     # Longer than the register block: the looped kernel.
-    assert norm_config(4, 32769) == ("looped", 1, 1, 4096, 8, None)
-    assert norm_config(64, 64 * 8192).kind == "looped"
-    # The cooperative kernel where a tuning enables it (the table does not: the H200
-    # sweep ran it slower than a row in registers): chunks of 8192 at 8 warps for rows of
-    # 16385 to 64 x 8192, unless the row is written in place.
-    coop = norm_mod.NORM_TUNING._replace(coop_min_block=16384)
-    assert norm_config(2048, 32768, tuning=coop) == ("coop", 1, 1, 8192, 8, None)
-    assert norm_config(4, 16385, tuning=coop) == ("coop", 1, 1, 8192, 8, None)
-    assert norm_config(64, 64 * 8192, tuning=coop) == ("coop", 1, 1, 8192, 8, None)
-    assert norm_config(2048, 32768, coop=False, tuning=coop) == ("rows", 1, 1, 32768, 32, None)
-    assert norm_config(4, 32769, coop=False, tuning=coop) == ("looped", 1, 1, 4096, 8, None)
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("shape", [(1, 1), (3, 17), (2, 16), (4, 100), (2, 203)], ids=str)
-def test_coop_kernel(shape, dtype):
-    """Rows cut into chunks (16 elements here: several per row, a partial last one), one
-    program each. Under the interpreter programs run one after another, so every chunk but
-    a row's last finds its peers missing and reads the row itself; the last finds all
-    partials in. On a GPU they wait for each other. Both must agree with torch."""
-    R, N = shape
-    x = _randn(R, N, dtype=dtype, scale=0.5, shift=40.0)
-    w, b = _randn(N, dtype=dtype, seed=1), _randn(N, dtype=dtype, seed=2)
-    for rms in (True, False):
-        for weight, bias in ((w, None if rms else b), (None, None)):
-            out = torch.full_like(x, 7.0)
-            norm_fwd_triton(x, out, N, 1e-5, rms=rms, weight=weight, bias=bias, config=COOP)
-            ref = (rms_norm_reference(x, (N,), weight, 1e-5) if rms
-                   else layer_norm_reference(x, (N,), weight, bias, 1e-5))
-            _close(out, ref, dtype)
-
-
-def test_coop_kernel_strided_and_refusals():
-    # a column slice of a wider tensor, a strided weight, a strided output
-    big = _randn(5, 90, seed=4, dtype=torch.bfloat16)
-    x = big[:, 3:3 + 70]
-    w = _randn(140, seed=5, dtype=torch.bfloat16)[::2]
-    outb = torch.empty(5, 80, dtype=torch.bfloat16)
-    out = outb[:, :70]
-    norm_fwd_triton(x, out, 70, 1e-6, rms=False, weight=w, config=COOP)
-    _close(out, layer_norm_reference(x, (70,), w, None, 1e-6), torch.bfloat16)
-    # a transposed input (column stride 5)
-    xt = _randn(40, 5, seed=6).t()
-    out = torch.empty(5, 40)
-    norm_fwd_triton(xt, out, 40, 1e-6, rms=True, config=COOP)
-    _close(out, rms_norm_reference(xt, (40,), None, 1e-6), torch.float32)
-    # a residual, or the output over the input: the fallback would read written values
-    r = torch.zeros_like(x)
-    with pytest.raises(ValueError, match="cooperative"):
-        norm_fwd_triton(x, x, 70, 1e-6, rms=True, residual=r, config=COOP)
-    with pytest.raises(ValueError, match="cooperative"):
-        norm_fwd_triton(x, x, 70, 1e-6, rms=True, config=COOP)
-    # empty inputs launch nothing
-    e = torch.empty(0, 40)
-    assert norm_fwd_triton(e, torch.empty_like(e), 40, 1e-6, rms=True, config=COOP).numel() == 0
-
-
-def test_int64_offsets(monkeypatch):
-    """Every kernel's int64 path (the limit lowered so that small tensors take it)."""
-    monkeypatch.setattr(norm_mod, "_INT32_LIMIT", 10)
-    x = _randn(5, 37, dtype=torch.float16, shift=3.0)
-    w, b = _randn(37, dtype=torch.float16, seed=1), _randn(37, dtype=torch.float16, seed=2)
-    for cfg in (None, LOOPED, PACKED._replace(block=64), TILED._replace(block=64), COOP):
-        out = torch.empty_like(x)
-        norm_fwd_triton(x, out, 37, 1e-5, rms=False, weight=w, bias=b, config=cfg)
-        _close(out, layer_norm_reference(x, (37,), w, b, 1e-5), torch.float16)
-        if cfg is not COOP:
-            xi, r = x.clone(), _randn(5, 37, dtype=torch.float16, seed=3)
-            want_y, want_s = fused_add_rms_norm_reference(xi, r, w, 1e-5)
-            norm_fwd_triton(xi, xi, 37, 1e-5, rms=True, weight=w, residual=r, config=cfg)
-            _assert_sum(r, want_s)
-            _close(xi, want_y, torch.float16)
-
-
-_COMPILE_SCRIPT = r"""
-import json, re, sys
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-import opspec.kernels.norm as K
-
-def build(fn, args, consts, num_warps):
-    # As the launcher specialises: pointers and multiples of 16 are 16-divisible, 1 is a constant.
-    sig, attrs, cexpr = {}, {}, dict(consts)
-    for i, name in enumerate(fn.arg_names):
-        if name in consts:
-            sig[name] = "constexpr"
-            continue
-        v = args[name]
-        if isinstance(v, str):
-            sig[name], attrs[(i,)] = v, [["tt.divisibility", 16]]
-        elif isinstance(v, float):
-            sig[name] = "fp32"
-        elif v == 1:
-            sig[name], cexpr[name] = "constexpr", 1
-        else:
-            sig[name] = "i32"
-            if v % 16 == 0:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-    src = ASTSource(fn=fn, signature=sig, constexprs=cexpr, attrs=attrs)
-    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps}).asm["ptx"]
-    return {"ld": re.findall(r"ld\.global[.\w:]*", ptx), "st": re.findall(r"st\.global[.\w:]*", ptx),
-            "local": ptx.count(".local")}
-
-def rows(dt, n, flags, rows_, tiles, warps):
-    a = dict(x_ptr=dt, r_ptr=dt, w_ptr=dt, b_ptr=dt, y_ptr=dt, M=8192, N=n, eps=1e-5,
-             stride_xm=n, stride_xn=1, stride_rm=n, stride_rn=1, stride_ym=n, stride_yn=1,
-             stride_w=1, stride_b=1)
-    return build(K._norm_fwd_rows_kernel, a, dict(ROWS=rows_, TILES=tiles, BLOCK_N=n, USE_INT64=False,
-                                                  **flags), warps)
-
-RMS = dict(IS_RMS=True, HAS_RESIDUAL=False, HAS_WEIGHT=True, HAS_BIAS=False, LATE_AFFINE=True)
-FUSED = dict(RMS, HAS_RESIDUAL=True, LATE_AFFINE=False)
-LN = dict(IS_RMS=False, HAS_RESIDUAL=False, HAS_WEIGHT=True, HAS_BIAS=True, LATE_AFFINE=True)
-coop = dict(x_ptr="*bf16", w_ptr="*bf16", b_ptr="*bf16", y_ptr="*bf16", ws_ptr="*fp32",
-            cnt_ptr="*i32", M=2048, N=32768, G=4, spin=65536, eps=1e-5, stride_xm=32768,
-            stride_xn=1, stride_ym=32768, stride_yn=1, stride_w=1, stride_b=1)
-out = {
-    "rms": rows("*bf16", 4096, RMS, 2, 2, 16),
-    "fused": rows("*fp32", 4096, FUSED, 1, 2, 8),
-    "ln": rows("*fp16", 8192, LN, 1, 1, 16),
-    "coop_ln": build(K._norm_fwd_coop_kernel, coop, dict(BLOCK=8192, FB=1024, G_POW2=4, IS_RMS=False,
-                     HAS_WEIGHT=True, HAS_BIAS=True, USE_INT64=False), 8),
-    "coop_rms": build(K._norm_fwd_coop_kernel, dict(coop, x_ptr="*fp32", y_ptr="*fp32"),
-                      dict(BLOCK=8192, FB=1024, G_POW2=4, IS_RMS=True, HAS_WEIGHT=False,
-                           HAS_BIAS=False, USE_INT64=True), 8),
-}
-json.dump(out, sys.stdout)
-"""
-
-
-def test_kernels_build_for_sm90_with_16_byte_accesses():
-    """The register and cooperative kernels compile for sm_90 (ptxas included) the way the
-    launcher specialises them, without local memory, and every access to a contiguous row
-    (and to the weight and bias) is one 16-byte vector; the cooperative kernel adds its
-    scalar partials and the acquiring poll of the arrival count. Compiled in a fresh
-    process: under the interpreter, triton.language is patched."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], capture_output=True, text=True,
-                         env=env, timeout=600)
-    assert res.returncode == 0, res.stderr[-3000:]
-    built = json.loads(res.stdout)
-    other = lambda ops: [op for op in ops if ".v4." not in op]  # noqa: E731
-    for name, k in built.items():
-        assert k["ld"] and k["st"] and k["local"] == 0, (name, k)
-    for name in ("rms", "fused", "ln"):
-        assert not other(built[name]["ld"]) and not other(built[name]["st"]), built[name]
-    for name, partials in (("coop_ln", 2), ("coop_rms", 1)):
-        k = built[name]
-        assert any(".v4." in op and "evict_first" in op for op in k["ld"]), k
-        assert any("acquire" in op for op in k["ld"]), k
-        assert len(other(k["st"])) == partials and any(".v4." in op for op in k["st"]), k
+    assert MAX_REGISTER_BLOCK == 32768
+    assert norm_config(4, 32768).looped is False
+    assert norm_config(4, 32769) == (True, 1, 1, 4096, 8)
+    assert norm_config(64, 196608).looped
 
 
 # ============================================================================ ops
