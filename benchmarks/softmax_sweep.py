@@ -1,11 +1,11 @@
-"""Offline sweep of the norm and last-axis softmax launch tables on an H200: per workload
-row, time the table's choice (the launcher with no override), torch eager, torch.compile
-of the eager function and candidate variants of the tables (``NORM_TUNING`` in
-opspec.kernels.norm, ``ROW_TUNING`` in opspec.kernels.softmax), each variant a change of one or
-two fields. Every variant's output (the table's too) is checked once against the float32
-torch reference before it is timed; a wrong one is reported and never "best".
+"""Offline sweep of the last-axis softmax launch table on an H200: per softmax or
+log-softmax workload row, time the table's choice (the launcher with no override), torch
+eager, torch.compile of the eager function and candidate variants of the table
+(``ROW_TUNING`` in opspec.kernels.softmax), each variant a change of one or two fields.
+Every variant's output (the table's too) is checked once against the float32 torch
+reference before it is timed; a wrong one is reported and never "best".
 
-    python benchmarks/normsoftmax_sweep.py [--budget-s 150] [--json PATH] [--rows SUBSTR ...]
+    python benchmarks/softmax_sweep.py [--budget-s 150] [--json PATH] [--rows SUBSTR ...]
 
 Prints per row and variant: us (median, L2 flushed between samples: triton's do_bench),
 TB/s (bytes read + written, as the ops' rooflines count them) and the speedup against
@@ -32,91 +32,39 @@ if "--smoke" in sys.argv:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import torch
-import torch.nn.functional as F
 import triton
 
-import opspec.kernels.norm as NK
 import opspec.kernels.softmax as SK
 
 TOL = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 1.5e-2}
 DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "f32": torch.float32}
 
 # -- rows -------------------------------------------------------------------------------------
-# (op, label, M rows, N, input dtype, extra). op: rms | ln | fused | softmax | log.
-# extra: norms (weight, bias, eps); softmax the output dtype name (None: the input's).
+# (op, label, M rows, N, input dtype, extra). op: softmax | log (log-softmax).
+# extra: the output dtype name (None: the input's).
 # Order: the rows that fail on the H200 first (below 3.8 TB/s or slower than eager and
-# compile), then rows that check the tables do not regress elsewhere.
+# compile), then rows that check the table does not regress elsewhere.
 ROWS = [
-    ("ln", "long-row-32k-float32", 2048, 32768, "f32", (True, True, 1e-5)),
-    ("ln", "long-row-32k-bfloat16", 2048, 32768, "bf16", (True, True, 1e-5)),
     ("softmax", "llama3-vocab-prefill-bfloat16", 4096, 128256, "bf16", None),
     ("softmax", "qwen2.5-vocab-prefill-float32", 1024, 151936, "f32", None),
     ("softmax", "llama3-8b-attn-1k-bfloat16", 32 * 1024, 1024, "bf16", None),
     ("softmax", "llama3-8b-attn-2k-bfloat16", 32 * 2048, 2048, "bf16", None),
-    ("rms", "dsv3-q-a-norm-bfloat16", 16384, 1536, "bf16", (True, False, 1e-6)),
-    ("rms", "qwen2.5-7b-prefill-bfloat16", 8192, 3584, "bf16", (True, False, 1e-6)),
-    ("rms", "olmo2-7b-q-norm-bfloat16", 8192, 4096, "bf16", (True, False, None)),
-    ("rms", "no-weight-4096-bfloat16", 8192, 4096, "bf16", (False, False, None)),
-    ("fused", "llama3-8b-prefill-bfloat16", 4096, 4096, "bf16", (True, False, 1e-5)),
-    ("fused", "qwen2.5-7b-prefill-float32", 8192, 3584, "f32", (True, False, 1e-6)),
-    ("ln", "dsv3-prefill-bfloat16", 8192, 7168, "bf16", (True, True, 1e-5)),
-    ("ln", "qwen2.5-7b-prefill-bfloat16", 8192, 3584, "bf16", (True, True, 1e-5)),
-    ("ln", "qwen2.5-7b-prefill-float32", 8192, 3584, "f32", (True, True, 1e-5)),
-    ("ln", "command-r-prefill-float16", 4096, 8192, "fp16", (True, False, 1e-5)),
-    ("ln", "dit-xl-adaln-bfloat16", 32 * 1024, 1152, "bf16", (False, False, 1e-6)),
     ("log", "llama3-vocab-train-bfloat16", 4096, 128256, "bf16", None),
     ("log", "llama3-vocab-prefill-bfloat16-float32", 2048, 128256, "bf16", "f32"),
     ("log", "llama3-8b-attn-1k-bfloat16", 32 * 1024, 1024, "bf16", None),
-    # rows that pass: the tables must not make them worse
-    ("rms", "llama3-70b-prefill-16k-bfloat16", 16384, 8192, "bf16", (True, False, 1e-5)),
-    ("rms", "qwen2.5-7b-prefill-float32", 8192, 3584, "f32", (True, False, 1e-6)),
-    ("rms", "qwen3-8b-q-norm-bfloat16", 4096 * 32, 128, "bf16", (True, False, 1e-6)),
+    # rows that pass: the table must not make them worse
     ("softmax", "llama3-8b-attn-8k-bfloat16", 4 * 8192, 8192, "bf16", None),
     ("log", "llama3-8b-attn-2k-float32", 32 * 2048, 2048, "f32", None),
-    ("fused", "llama3-70b-prefill-bfloat16", 8192, 8192, "bf16", (True, False, 1e-5)),
 ]
 SMOKE_ROWS = [
-    ("ln", "smoke-ln-coop", 3, 300, "f32", (True, True, 1e-5)),
-    ("fused", "smoke-fused", 40, 96, "bf16", (True, False, 1e-6)),
-    ("rms", "smoke-rms", 33, 80, "fp16", (False, False, None)),
     ("softmax", "smoke-softmax-rows", 40, 45, "bf16", None),
     ("log", "smoke-log-coop", 6, 700, "bf16", "f32"),
 ]
-#: smoke shrinks the register blocks so that tiny rows reach coop and looped
-SMOKE_NORM = dict(coop_min_block=64, coop_block=64, coop_warps=1, max_register_block=128,
-                  loop_block=32)
+#: smoke shrinks the register budget and the SM count so that tiny rows reach coop and looped
 SMOKE_SOFTMAX = dict(max_reg=64, sm_count=1)
 
 
 # -- variants: (name, table fields changed), most promising first ------------------------------
-
-def norm_variants(op: str, M: int, N: int, dt: str, smoke: bool = False
-                  ) -> list[tuple[str, dict]]:
-    t = norm_tuning(smoke)
-    long_row = NK._next_pow2(N) > t.coop_min_block and op != "fused"
-    if long_row:
-        out = [("coop chunks 4096, 4 warps", dict(coop_block=4096, coop_warps=4)),
-               ("whole row in registers (former table)", dict(coop_min_block=1 << 30)),
-               ("coop chunks 16384, 16 warps", dict(coop_block=16384, coop_warps=16)),
-               ("coop chunks 8192, 16 warps", dict(coop_block=8192, coop_warps=16)),
-               ("looped (two passes)", dict(coop_min_block=1 << 30, max_register_block=16384))]
-        return out
-    return [
-        ("2 tiles a program", dict(tiles=2)),
-        # (its affine parameters loaded late only for LayerNorm and float32)
-        ("former table: 1 row, 32 a thread", dict(min_tile=4096, per_thread=(32, 16, 8),
-                                                   max_warps=32,
-                                                   late=op == "ln" or dt == "f32")),
-        ("tiles of 4096", dict(min_tile=4096)),
-        ("2 tiles of 4096", dict(min_tile=4096, tiles=2)),
-        ("8 warps (32 a thread)", dict(max_warps=8)),
-        ("2 tiles, 8 warps", dict(tiles=2, max_warps=8)),
-        ("affine loaded early", dict(late=False)),
-        ("tiles of 16384", dict(min_tile=16384)),
-        ("32 warps (8 a thread)", dict(max_warps=32)),
-        ("4 tiles a program", dict(tiles=4)),
-    ]
-
 
 def softmax_variants(M: int, N: int, in_bytes: int, smoke: bool = False
                      ) -> list[tuple[str, dict]]:
@@ -143,19 +91,12 @@ def softmax_variants(M: int, N: int, in_bytes: int, smoke: bool = False
     return []
 
 
-def norm_tuning(smoke: bool, fields: dict | None = None):
-    return NK.NORM_TUNING._replace(**{**(SMOKE_NORM if smoke else {}), **(fields or {})})
-
-
 # -- one row ----------------------------------------------------------------------------------
 
 def nbytes_of(op, M, N, dt, extra):
     b = torch.tensor([], dtype=DT[dt]).element_size()
-    if op in ("softmax", "log"):
-        ob = torch.tensor([], dtype=DT[extra]).element_size() if extra else b
-        return M * N * (b + ob)
-    w, bias, _ = extra
-    return (4 if op == "fused" else 2) * M * N * b + (int(w) + int(bias)) * N * b
+    ob = torch.tensor([], dtype=DT[extra]).element_size() if extra else b
+    return M * N * (b + ob)
 
 
 class Row:
@@ -169,37 +110,13 @@ class Row:
         M, N = self.M, self.N
         g = torch.Generator(device=device).manual_seed(seed)
         self.x = (torch.randn(M, N, generator=g, device=device) * 2 + 0.5).to(self.dtype)
-        if self.op in ("softmax", "log"):
-            self.out_dtype = DT[self.extra] if self.extra else self.dtype
-            self.out = torch.empty(M, N, dtype=self.out_dtype, device=device)
-            self.w = self.b = self.r = None
-            self.eps = None
-        else:
-            has_w, has_b, self.eps = self.extra
-            self.w = torch.randn(N, generator=g, device=device).to(self.dtype) if has_w else None
-            self.b = torch.randn(N, generator=g, device=device).to(self.dtype) if has_b else None
-            self.r = (torch.randn(M, N, generator=g, device=device).to(self.dtype)
-                      if self.op == "fused" else None)
-            self.out = torch.empty_like(self.x)
+        self.out_dtype = DT[self.extra] if self.extra else self.dtype
+        self.out = torch.empty(M, N, dtype=self.out_dtype, device=device)
         self.bytes = nbytes_of(self.op, M, N, dt, self.extra)
-        # the fused op writes its inputs: they are restored after every timing
-        self.pristine = (self.x.clone(), self.r.clone()) if self.op == "fused" else None
 
-    def restore(self):
-        if self.pristine is not None:
-            self.x.copy_(self.pristine[0])
-            self.r.copy_(self.pristine[1])
-
-    # the op's result(s) from fresh copies of the inputs (the fused op writes in place)
+    # the op's result(s), as a tuple
     def reference(self):
-        if self.op in ("softmax", "log"):
-            return (SK.softmax_reference(self.x, -1, self.out_dtype, self.op == "log"),)
-        if self.op == "fused":
-            y, s = NK.fused_add_rms_norm_reference(self.x, self.r, self.w, self.eps)
-            return (y, s)
-        if self.op == "rms":
-            return (NK.rms_norm_reference(self.x, (self.N,), self.w, self.eps),)
-        return (NK.layer_norm_reference(self.x, (self.N,), self.w, self.b, self.eps),)
+        return (SK.softmax_reference(self.x, -1, self.out_dtype, self.op == "log"),)
 
     def kernel(self, fields=None):
         """The launcher: with no fields the table's choice (the launcher's own, except
@@ -207,64 +124,29 @@ class Row:
         changed. Returns (fn() -> the written results, the launch it makes)."""
         op, M, N = self.op, self.M, self.N
         own = fields is None and not self.smoke   # the launcher plans for itself
-        if op in ("softmax", "log"):
-            kw = SMOKE_SOFTMAX if self.smoke else {}
-            plan = SK.softmax_plan(M, N, 1, self.x.element_size(),
-                                   tuning=SK.ROW_TUNING._replace(**(fields or {})), **kw)
-            use = None if own else plan
-            x, out, log = self.x, self.out, op == "log"
+        kw = SMOKE_SOFTMAX if self.smoke else {}
+        plan = SK.softmax_plan(M, N, 1, self.x.element_size(),
+                               tuning=SK.ROW_TUNING._replace(**(fields or {})), **kw)
+        use = None if own else plan
+        x, out, log = self.x, self.out, op == "log"
 
-            def fn():
-                SK.softmax_triton(x, -1, out, log, plan=use)
-                return (out,)
-            return fn, plan
-        cfg = NK.norm_config(M, N, coop=op != "fused", tuning=norm_tuning(self.smoke, fields))
-        use = None if own else cfg
-        x, out, w, b, r, eps = self.x, self.out, self.w, self.b, self.r, self.eps
-        eps = NK.DEFAULT_RMS_EPS if eps is None else eps
-        if op == "fused":
-            def fn():
-                NK.norm_fwd_triton(x, x, N, eps, rms=True, weight=w, residual=r, config=use)
-                return (x, r)
-        else:
-            def fn():
-                NK.norm_fwd_triton(x, out, N, eps, rms=op == "rms", weight=w, bias=b,
-                                   config=use)
-                return (out,)
-        return fn, cfg
+        def fn():
+            SK.softmax_triton(x, -1, out, log, plan=use)
+            return (out,)
+        return fn, plan
 
     def eager_fn(self):
-        op, N = self.op, self.N
-        if op in ("softmax", "log"):
-            dtype = self.out_dtype if self.extra else None
-            if op == "log":
-                def f(x):
-                    return torch.log_softmax(x, -1, dtype=dtype)
-            else:
-                def f(x):
-                    return torch.softmax(x, -1, dtype=dtype)
-            return f, (self.x,)
-        eps = self.eps
-        if op == "rms":
-            def f(x, w):
-                return F.rms_norm(x, (N,), w, eps)
-            return f, (self.x, self.w)
-        if op == "ln":
-            def f(x, w, b):
-                return F.layer_norm(x, (N,), w, b, 1e-5 if eps is None else eps)
-            return f, (self.x, self.w, self.b)
-
-        def f(x, r, w):
-            r.add_(x)
-            x.copy_(F.rms_norm(r, (N,), w, eps))
-        return f, (self.x, self.r, self.w)
+        dtype = self.out_dtype if self.extra else None
+        if self.op == "log":
+            def f(x):
+                return torch.log_softmax(x, -1, dtype=dtype)
+        else:
+            def f(x):
+                return torch.softmax(x, -1, dtype=dtype)
+        return f, (self.x,)
 
     def results_of(self, fn, args, name):
-        """Run `fn(*args)` on fresh copies of the inputs; the op's results."""
-        if self.op == "fused":
-            x, r = args[0].clone(), args[1].clone()
-            fn(x, r, args[2])
-            return (x, r)
+        """Run `fn(*args)`; the op's results."""
         got = fn(*args)
         return (got,)
 
@@ -335,9 +217,7 @@ def compile_fn(f, smoke):
 
 
 def variants_of(row):
-    if row.op in ("softmax", "log"):
-        return softmax_variants(row.M, row.N, row.x.element_size(), row.smoke)
-    return norm_variants(row.op, row.M, row.N, row.dt, row.smoke)
+    return softmax_variants(row.M, row.N, row.x.element_size(), row.smoke)
 
 
 def precompile(rows_idx, smoke, jobs, timeout_s):
@@ -348,10 +228,7 @@ def precompile(rows_idx, smoke, jobs, timeout_s):
     tasks = []
     for i in rows_idx:
         op, label, M, N, dt, extra = rows[i]
-        if op in ("softmax", "log"):
-            names = [n for n, _ in softmax_variants(M, N, DT[dt].itemsize, smoke)]
-        else:
-            names = [n for n, _ in norm_variants(op, M, N, dt, smoke)]
+        names = [n for n, _ in softmax_variants(M, N, DT[dt].itemsize, smoke)]
         tasks.append((i, ["table"] + names[:4], smoke, True))
         tasks += [(i, names[k:k + 3], smoke, False) for k in range(4, len(names), 3)]
     t0 = time.perf_counter()
@@ -376,10 +253,8 @@ def precompile(rows_idx, smoke, jobs, timeout_s):
 def describe(cfg):
     if cfg is None:
         return None
-    if isinstance(cfg, SK.SoftmaxPlan):
-        keep = ("kind", "block", "num_warps", "grid", "rows", "tiles", "chunks", "vec")
-        return {k: getattr(cfg, k) for k in keep}
-    return dict(cfg._asdict())
+    keep = ("kind", "block", "num_warps", "grid", "rows", "tiles", "chunks", "vec")
+    return {k: getattr(cfg, k) for k in keep}
 
 
 def main() -> None:
@@ -428,7 +303,6 @@ def main() -> None:
                 err, ok = row.check(got, ref)
                 del got
                 ms = bench(fn, smoke)
-                row.restore()
             except Exception as e:  # noqa: BLE001  (a variant that does not build or launch)
                 print(f"  {name:44s} ERROR {type(e).__name__}: {str(e)[:160]}", flush=True)
                 entries.append(dict(name=name, fields=fields, config=describe(cfg),
@@ -446,12 +320,6 @@ def main() -> None:
 
         def kernel_results(fn):
             def results():
-                if row.op == "fused":   # fresh inputs: the call writes them
-                    x0, r0 = row.x.clone(), row.r.clone()
-                    got = tuple(t.clone() for t in fn())
-                    row.x.copy_(x0)
-                    row.r.copy_(r0)
-                    return got
                 return tuple(t.clone() for t in fn())
             return results
 
@@ -513,12 +381,12 @@ def main() -> None:
                             table=table_cfg, entries=entries,
                             best=best and best["name"], best_fields=best and best["fields"],
                             wrong=wrong, seconds=time.perf_counter() - row_start))
-        del row, ref
+        row = ref = None    # free the row's tensors (the closures above hold the names)
         if not smoke:
             torch.cuda.empty_cache()
 
     print(f"\nsummary ({time.perf_counter() - t_start:.0f} s): best per row "
-          f"(fields: the change to NORM_TUNING / ROW_TUNING)")
+          f"(fields: the change to ROW_TUNING)")
     for r in results:
         b = next((e for e in r["entries"] if e["name"] == r["best"]), None)
         tab = next((e for e in r["entries"] if e["name"] == "table" and "ms" in e), None)
@@ -530,9 +398,8 @@ def main() -> None:
         with open(args.json, "w") as f:
             json.dump(dict(device=None if smoke else torch.cuda.get_device_name(),
                            triton=triton.__version__, torch=torch.__version__,
-                           budget_s=args.budget_s, norm_tuning=NK.NORM_TUNING._asdict(),
-                           rows_tuning=SK.ROW_TUNING._asdict(), rows=results), f, indent=1,
-                      default=str)
+                           budget_s=args.budget_s, rows_tuning=SK.ROW_TUNING._asdict(),
+                           rows=results), f, indent=1, default=str)
         print(f"wrote {args.json}")
 
 

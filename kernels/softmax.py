@@ -100,7 +100,7 @@ _L2_BUDGET = 32 * 2**20
 class RowTuning(NamedTuple):
     """Launch constants of the last-axis paths (``rows``, ``coop``, ``looped``): every such
     plan follows from these and the shape (:func:`softmax_plan`; ``split`` is fixed).
-    benchmarks/normsoftmax_sweep.py times alternatives on the H200 and prints the fields a
+    benchmarks/softmax_sweep.py times alternatives on the H200 and prints the fields a
     better variant changes."""
 
     #: rows: short rows are packed into a program until its tile holds ``row_tile``
@@ -145,7 +145,7 @@ class RowTuning(NamedTuple):
 #:   At most 64 chunks a row, far below 132 SMs x 4 resident programs.
 #: * looped (rows of more than 64 chunks): chunks of 32 KB at 16 a thread, one program per
 #:   SM: two chunks in flight per SM (the next loaded ahead), one row per SM in L2.
-#: * H200 sweep (benchmarks/normsoftmax_sweep.py, 2026-11-30): 32 a thread ran rows of
+#: * H200 sweep (benchmarks/softmax_sweep.py, 2026-11-30): 32 a thread ran rows of
 #:   1024 and 2048 at 3.58 and 4.00 TB/s against 3.34 and 3.69 at 8 (8192 ones 4.10
 #:   against 4.19). coop beat looped on float32 logits (qwen2.5 3.26 TB/s with chunks of
 #:   16384 at 16 warps, 3.08 with 8192 at 8, looped 2.67) and lost on bfloat16 ones
