@@ -533,7 +533,7 @@ def main() -> None:
                             compile_s=compile_s, entries=entries,
                             best=best and best["name"], best_config=best and best["config"],
                             skipped_candidates=skipped))
-        del R
+        R = None  # frees the row's tensors (closures above read R)
         if not smoke:
             torch.cuda.empty_cache()
         if args.json:

@@ -386,7 +386,7 @@ def precompile(rows_idx, smoke, jobs, timeout_s):
         row = Row(ROWS[i], device, smoke)
         x = torch.empty(row.shape, dtype=row.dtype, device=device)  # plans read shapes only
         names = [n for n, _, _ in row.variants(x)]
-        del x
+        x = None  # frees the input (closures above read x)
         tasks.append((i, "compile", [], smoke))
         tasks += [(i, "variants", names[k:k + 3], smoke) for k in range(0, len(names), 3)]
     t0 = time.perf_counter()
@@ -514,7 +514,7 @@ def main() -> None:
                             dtype=str(row.dtype), bytes=nbytes, entries=entries,
                             best=best and best["name"], best_hint=best and best.get("hint"),
                             wrong=wrong))
-        del x, ref
+        x = ref = None  # frees the tensors (closures above read them)
         if not smoke:
             torch.cuda.empty_cache()
 

@@ -82,7 +82,7 @@ def decode_variants(M: int, N: int, K: int, dtype: torch.dtype) -> list[tuple[st
     """The candidates of a decode row, most promising first (the table's own choice is timed
     separately): the tensor-core kernel around its table entry, then the older kernels."""
     table = Q.tc_config_for(M, N, K, G, dtype)
-    ks, st, b = table.k_slices, table.num_stages, table.biased
+    ks, b = table.k_slices, table.biased
     other_ks = 8 if ks <= 4 else 4
     tc = lambda **kw: Q.tc_config_for(M, N, K, G, dtype, **kw)  # noqa: E731
     cands = [
@@ -388,7 +388,7 @@ def main() -> None:
                             table=list(table), entries=entries, eager_ms=base.get("eager"),
                             compile_ms=base.get("compile"), best=best and best["name"],
                             best_config=best and best["config"], wrong=wrong))
-        del x, p, s, z, ref, out
+        x = p = s = z = ref = out = None  # frees the tensors (closures above read them)
         if not smoke:
             torch.cuda.empty_cache()
     summarize(results, time.perf_counter() - t_start)
