@@ -589,10 +589,14 @@ class Op:
         """`kernel_for(interface, Call(*values, device=device))` for the interface's call
         spec class `Call`, without building the call spec when the entry is known (the
         eager hot path; see DispatchTable.kernel_for_values)."""
-        if self._opspec_dispatch is None:
+        table = self._opspec_dispatch
+        if table is None:
             from opspec.ops.errors import OpNotAvailableError
             raise OpNotAvailableError(f"{type(self).__name__} declares no kernel interfaces")
-        return self._opspec_dispatch.kernel_for_values(interface, device, *values)
+        try:  # the table's hit path, inlined: one call less on every eager call
+            return table._entries_by_values[(interface, device, values)]
+        except (KeyError, TypeError):
+            return table.kernel_for_values(interface, device, *values)
 
     def key_for(self, interface: str, call: Any, **facts: Any) -> str:
         return self._opspec_dispatch.key_for(interface, call, **facts)
