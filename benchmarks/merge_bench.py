@@ -8,7 +8,8 @@ ceilings; a later file's row replaces an earlier one of the same (op, case), kee
 earlier row's baseline times where the later run did not time that baseline (listed in
 the row's `carried`). The merged
 meta is the first run's, with `ceilings` the median over the runs, `date` the latest, and
-`runs` listing each file's date and ceilings, so nothing measured is hidden.
+`runs` listing each run's date and ceilings (a merged input contributes the runs it was
+merged from), so nothing measured is hidden.
 """
 
 from __future__ import annotations
@@ -34,9 +35,12 @@ def merge(results: list[dict]) -> dict:
                 row = _carry(row, earlier)
             rows[key] = row
     meta = dict(results[0]["meta"])
-    runs = [{"ops": r["meta"].get("ops"), "date": r["meta"].get("date"),
-             "ceilings": {k: r["meta"]["ceilings"].get(k)
-                          for k in ("bandwidth_tbps", "compute_tflops")}} for r in results]
+    # A merged input brings the runs it was merged from, so a merge of merges keeps every
+    # run (and the ceilings' median over all of them), not one entry for the lot.
+    runs = [run for r in results for run in (r["meta"].get("runs") or [{
+        "ops": r["meta"].get("ops"), "date": r["meta"].get("date"),
+        "ceilings": {k: r["meta"]["ceilings"].get(k)
+                     for k in ("bandwidth_tbps", "compute_tflops")}}])]
     for key in ("bandwidth_tbps", "compute_tflops"):
         vals = [r["ceilings"][key] for r in runs if r["ceilings"].get(key)]
         if vals:

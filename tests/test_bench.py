@@ -616,6 +616,22 @@ def test_merge_bench_keeps_every_row_and_says_which_runs(tmp_path):
     assert _merge_bench().main([str(out)]) == 2  # nothing to merge
 
 
+def test_merge_bench_of_a_merged_result_keeps_its_runs():
+    """A merged result merged again contributes the runs it was merged from: the run list
+    and the ceilings' median cover every run, not one entry for the earlier merge."""
+    a, b, c = _fake_result(), _fake_result(), _fake_result()
+    b["meta"]["ceilings"] = {**b["meta"]["ceilings"], "bandwidth_tbps": 4.1}
+    c["meta"]["ceilings"] = {**c["meta"]["ceilings"], "bandwidth_tbps": 4.0}
+    for r, day in ((a, "01"), (b, "02"), (c, "03")):
+        r["meta"]["date"] = f"2026-11-{day}T00:00:00+00:00"
+    first = _merge_bench().merge([a, b])
+    m = _merge_bench().merge([first, c])
+    assert [run["date"] for run in m["meta"]["runs"]] == [
+        "2026-11-01T00:00:00+00:00", "2026-11-02T00:00:00+00:00", "2026-11-03T00:00:00+00:00"]
+    assert m["meta"]["ceilings"]["bandwidth_tbps"] == pytest.approx(4.1)  # 4.3, 4.1, 4.0
+    assert "median over 3 runs, one per op" in R.results_markdown(m)
+
+
 def test_merge_bench_carries_baselines_a_later_run_did_not_time():
     a, b = _fake_result(), _fake_result()
     b["rows"] = [dict(r, times_us={"opspec": r["times_us"]["opspec"] / 2,
