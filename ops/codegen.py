@@ -79,6 +79,9 @@ class BranchCode:
     outputs: Callable
     finish: Callable
     decls: list[Decl]
+    #: call + forward + finish + record in one function, for the plain eager call (every
+    #: input passed, no `out`); None on branches without one.
+    fast: Callable | None = None
 
 
 def _lv(name: str) -> str:
@@ -141,7 +144,7 @@ class BranchGenerator:
 
     # -- generation ------------------------------------------------------------------------
 
-    def generate(self) -> tuple[str, str, str, str, str]:
+    def generate(self) -> tuple[str, str, str, str, str, str | None]:
         spec, b = self.spec, self.branch
         combo = ", ".join(f"{k}={describe_value(v)}" for k, v in b.combo) or "(no discriminants)"
         tag = f"{spec.name}_{self.k}"
@@ -167,6 +170,7 @@ class BranchGenerator:
         # call: checks in the proven order, then the call device and the empty-write test
         fname = f"call_{tag}"
         args = ", ".join(_tv(n) for n in self.call_inputs)
+        call_start = len(w.lines)
         w(f"def {fname}(op, {args + ', ' if args else ''}t_out, ind):")
         with w.indent():
             w(f'"""Signature checks of a call; returns (indices, call device, empty write)."""')
@@ -195,8 +199,9 @@ class BranchGenerator:
                     w(f"_d = {self.decl('signature.outputs', 'the output shapes', 'the output shapes')}")
                 w(f"_empty = {empty}")
             self.handler()
-            w("return {" + ", ".join(f"{n!r}: {_lv(n)}" for n in sorted(self.solved_names()))
-              + "}, _dev, _empty")
+            record = "{" + ", ".join(f"{n!r}: {_lv(n)}" for n in sorted(self.solved_names())) + "}"
+            call_body = w.lines[call_start + 2:]  # after the header and the docstring
+            w(f"return {record}, _dev, _empty")
         w()
         oname = f"outputs_{tag}"
         w(f"def {oname}(op, ind):")
@@ -210,9 +215,39 @@ class BranchGenerator:
         with w.indent():
             w('"""Checks of what forward returned (seed § 1, step 7)."""')
             self.bind_call_state(b.call)
+            checks_start = len(w.lines)
             self.output_checks()
+            finish_checks = w.lines[checks_start:]
             w("return _r")
-        return w.source(), cname, fname, oname, xname
+        sname = None
+        if not b.has_out and all(n in b.present for n in self.call_inputs):
+            sname = f"fast_{tag}"
+            self.fast(sname, args, call_body, record, finish_checks)
+        return w.source(), cname, fname, oname, xname, sname
+
+    def fast(self, sname: str, args: str, call_body: list[str], record: str,
+             finish_checks: list[str]) -> None:
+        """The plain eager call (every input passed, no `out`) as one function: the lines of
+        the call checks, forward, the lines of the output checks and the record, so that
+        the hot path makes one call instead of three and keeps the indices in locals.
+        Returns _SLOW where the call writes nothing (the general path makes the outputs)."""
+        w = self.w
+        w()
+        w(f"def {sname}(op, br{', ' + args if args else ''}):")
+        with w.indent():
+            w('"""call, forward, finish and the record of an eager call in one function."""')
+            w("t_out = None")
+            w("ind = br.ind")
+        w.lines.extend(call_body)
+        with w.indent():
+            w("if _empty:")
+            with w.indent():
+                w("return _SLOW")
+            w(f"_r = op.forward({args})")
+        w.lines.extend(finish_checks)
+        with w.indent():
+            w(f"op._opspec_last = (br, {record}, ({args}{',' if args else ''}), None, _dev, ())")
+            w("return _r")
 
     def absent_inputs(self) -> None:
         """An input that does not exist on this branch (its `optional` expression is false
@@ -608,12 +643,13 @@ class BranchGenerator:
 def generate_branch(spec: ElaboratedSpec, branch: P.Branch, call_inputs: list[str],
                     namespace: dict[str, Any]) -> BranchCode:
     g = BranchGenerator(spec, branch, call_inputs)
-    source, c, f, o, x = g.generate()
+    source, c, f, o, x, fast = g.generate()
     ns = dict(namespace)
     ns["_DECLS"] = g.decls
     code = compile(source, f"<opspec generated: {spec.name}>", "exec")  # generated code only
     exec(code, ns)  # noqa: S102 -- our own source, built from the parsed AST, never spec text
-    return BranchCode(branch.combo, source, ns[c], ns[f], ns[o], ns[x], g.decls)
+    return BranchCode(branch.combo, source, ns[c], ns[f], ns[o], ns[x], g.decls,
+                      ns[fast] if fast else None)
 
 
 def base_namespace() -> dict[str, Any]:

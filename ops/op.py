@@ -107,8 +107,14 @@ def _namespace() -> dict[str, Any]:
                "_EvaluationError": EvaluationError,
                "_check_failed": _check_failed, "_evaluation_failed": _evaluation_failed,
                "_DTYPES": DTYPES_BY_NAME, "_numel": _numel, "_default_device": _default_device,
-               "_shares_storage": _shares_storage, "_is_alias_of": _is_alias_of})
+               "_shares_storage": _shares_storage, "_is_alias_of": _is_alias_of,
+               "_SLOW": _SLOW})
     return ns
+
+
+#: What a generated fast_ function returns when the call writes nothing (the general path
+#: then makes the empty outputs).
+_SLOW = object()
 
 
 # -- per-class state ----------------------------------------------------------------------------
@@ -225,7 +231,8 @@ class Op:
         # The branch of every call without optional inputs or `out`, when it has no error.
         self._opspec_plain = plain if plain is not None and plain.error is None else None
         # __call__'s fast path: the input count where it applies, else 0.
-        self._opspec_fast = (info.n_inputs if self._opspec_plain is not None and not info.optional
+        self._opspec_fast = (info.n_inputs if self._opspec_plain is not None
+                             and self._opspec_plain.code.fast is not None and not info.optional
                              and not info.has_out and not self.delegate_types
                              and not any(t is not None for t in self._opspec_ctensors.values())
                              else 0)
@@ -360,12 +367,8 @@ class Op:
             # cannot have: no binding, its one branch, no construction-time tensor, no
             # composite on this thread, the in-tree kernels already selected.
             br = self._opspec_plain
-            code = br.code
-            ind, device, empty = code.call(self, *args, None, br.ind)
-            if not empty:
-                result = self.forward(*args)
-                code.finish(self, result, *args, None, ind, device)
-                self._opspec_last = (br, ind, args, None, device, ())
+            result = br.code.fast(self, br, *args)  # checks, forward, output checks, record
+            if result is not _SLOW:
                 return result
         return self._run_call(args, kwargs)
 
