@@ -55,6 +55,8 @@ from opspec.kernels.binary import binary_reference, binary_triton
 from opspec.kernels.gelu_and_mul import gelu_and_mul_reference
 from opspec.kernels.silu_and_mul import gated_triton, silu_and_mul_reference
 
+from sweep_pool import run_ahead  # beside this script
+
 FLUSH_BYTES = 256 << 20
 LEAD_US = 200.0
 
@@ -348,9 +350,6 @@ ROWS_BY_INDEX = dict(enumerate(ROWS))
 
 
 def precompile(rows, device: str, smoke: bool, jobs: int, timeout_s: float) -> None:
-    import concurrent.futures as cf
-    import multiprocessing as mp
-
     tasks = []
     for i_row, row in rows:
         numel, eb = _numel_and_bytes(row, smoke)
@@ -359,16 +358,7 @@ def precompile(rows, device: str, smoke: bool, jobs: int, timeout_s: float) -> N
             cfgs = cfgs[:2]
         tasks.append((i_row, [], True, device, smoke))                 # Inductor: its own task
         tasks += [(i_row, cfgs[k:k + 4], False, device, smoke) for k in range(0, len(cfgs), 4)]
-    t0 = time.perf_counter()
-    pool = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"))
-    futures = [pool.submit(_precompile, t) for t in tasks]
-    done, pending = cf.wait(futures, timeout=timeout_s)
-    for f in pending:
-        f.cancel()
-    pool.shutdown(wait=True, cancel_futures=True)
-    n_ok = sum(f.result() for f in done if f.exception() is None)
-    print(f"precompiled {n_ok} launches and compiles in {len(done)}/{len(tasks)} tasks with "
-          f"{jobs} processes in {time.perf_counter() - t0:.0f} s", flush=True)
+    run_ahead(_precompile, tasks, jobs, timeout_s, what="launches and compiles")
 
 
 def _numel_and_bytes(row: Row, smoke: bool) -> tuple[int, int]:

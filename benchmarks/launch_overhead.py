@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
+
+from overhead import _time  # beside this script: the same timed loop
 
 
 def _cases():
@@ -31,15 +32,6 @@ def _cases():
         "SoftmaxFwdOp": (SoftmaxFwdOp(-1), (r,)),
         "RMSNormFwdOp": (RMSNormFwdOp([64]), (r,)),
     }
-
-
-def _time(fn, calls: int) -> float:
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / calls * 1e6
 
 
 def _path(kernel, grid, args, kwargs) -> str:
@@ -89,7 +81,7 @@ def main(argv=None) -> int:
             samples = {k: [] for k in fns}
             for _ in range(args.rounds):
                 for k, fn in fns.items():
-                    samples[k].append(_time(fn, args.calls))
+                    samples[k].append(_time(fn, args.calls, torch.device("cuda")))
             med = {k: statistics.median(v) for k, v in samples.items()}
             print(f"{name} {kernel.fn.__name__ if hasattr(kernel, 'fn') else kernel}: "
                   + ", ".join(f"{k} {v:.2f} us" for k, v in med.items())

@@ -40,6 +40,8 @@ import opspec.kernels.reduction as R
 import opspec.kernels.softmax as S
 from opspec.kernels.launch import launch
 
+from sweep_pool import run_ahead  # beside this script
+
 # -- rows ---------------------------------------------------------------------------------------
 # (label, family, shape, params, dtype name, weight). family: "sum" | "mean" | "amax" with
 # params {dim, keepdim, dtype}, or "softmax" | "log_softmax" with params {dim}. The rows the
@@ -377,9 +379,6 @@ def _precompile(task):
 
 
 def precompile(rows_idx, smoke, jobs, timeout_s):
-    import concurrent.futures as cf
-    import multiprocessing as mp
-
     device = "cpu" if smoke else "cuda"
     tasks = []
     for i in rows_idx:
@@ -389,16 +388,7 @@ def precompile(rows_idx, smoke, jobs, timeout_s):
         x = None  # frees the input (closures above read x)
         tasks.append((i, "compile", [], smoke))
         tasks += [(i, "variants", names[k:k + 3], smoke) for k in range(0, len(names), 3)]
-    t0 = time.perf_counter()
-    pool = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"))
-    futures = [pool.submit(_precompile, t) for t in tasks]
-    done, pending = cf.wait(futures, timeout=timeout_s)
-    for f in pending:
-        f.cancel()
-    pool.shutdown(wait=True, cancel_futures=True)
-    n_ok = sum(f.result() for f in done if f.exception() is None)
-    print(f"precompiled {n_ok} launches/compiles in {len(done)}/{len(tasks)} tasks with {jobs} "
-          f"processes in {time.perf_counter() - t0:.0f} s", flush=True)
+    run_ahead(_precompile, tasks, jobs, timeout_s, what="launches/compiles")
 
 
 # -- main ---------------------------------------------------------------------------------------

@@ -36,6 +36,8 @@ import triton
 
 import opspec.kernels.softmax as SK
 
+from sweep_pool import run_ahead  # beside this script
+
 TOL = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 1.5e-2}
 DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "f32": torch.float32}
 
@@ -221,9 +223,6 @@ def variants_of(row):
 
 
 def precompile(rows_idx, smoke, jobs, timeout_s):
-    import concurrent.futures as cf
-    import multiprocessing as mp
-
     rows = SMOKE_ROWS if smoke else ROWS
     tasks = []
     for i in rows_idx:
@@ -231,21 +230,9 @@ def precompile(rows_idx, smoke, jobs, timeout_s):
         names = [n for n, _ in softmax_variants(M, N, DT[dt].itemsize, smoke)]
         tasks.append((i, ["table"] + names[:4], smoke, True))
         tasks += [(i, names[k:k + 3], smoke, False) for k in range(4, len(names), 3)]
-    t0 = time.perf_counter()
-    pool = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"))
-    futures = [pool.submit(_precompile, t) for t in tasks]
-    done, pending = cf.wait(futures, timeout=timeout_s)
-    procs = list(getattr(pool, "_processes", {}).values())
-    pool.shutdown(wait=False, cancel_futures=True)
-    if pending:   # workers still compiling would share the GPU with the timings: stop them
-        for p in procs:
-            if p.is_alive():
-                p.terminate()
-        for p in procs:
-            p.join(timeout=10)
-    n_ok = sum(f.result() for f in done if f.exception() is None)
-    print(f"precompiled {n_ok} launches and compiles in {len(done)}/{len(tasks)} tasks with "
-          f"{jobs} processes in {time.perf_counter() - t0:.0f} s", flush=True)
+    # workers still compiling would share the GPU with the timings: stopped
+    run_ahead(_precompile, tasks, jobs, timeout_s, what="launches and compiles",
+              stop_running=True)
 
 
 # -- main -------------------------------------------------------------------------------------

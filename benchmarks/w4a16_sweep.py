@@ -47,6 +47,8 @@ from triton.testing import do_bench
 import opspec.kernels.quant_gemm as Q
 from opspec.kernels.quant_gemm import DecodeConfig, PrefillConfig
 
+from sweep_pool import run_ahead  # beside this script
+
 SMS = 132
 COPY_TBPS = 4.21       # measured device-to-device copy bandwidth (read + written), TB/s
 G = 128                # group size of every row (the workloads' choice)
@@ -188,9 +190,6 @@ def precompile(rows, device: str, jobs: int, timeout_s: float, smoke: bool) -> N
     """Compile every row's candidates (and warm torch.compile) in `jobs` processes at once:
     the compiles, not the timings, dominate the sweep; whatever is not done by `timeout_s`
     compiles inline later."""
-    import concurrent.futures as cf
-    import multiprocessing as mp
-
     tasks, seen = [], set()
     for r in rows:
         kind, label, M, N, K, dt, sdt = r
@@ -212,16 +211,8 @@ def precompile(rows, device: str, jobs: int, timeout_s: float, smoke: bool) -> N
         tasks += [(kind, M, N, K, dn, sn, device, todo[i:i + 3]) for i in range(0, len(todo), 3)]
     # torch.compile warm-ups first (the longest), then prefill, then decode
     tasks.sort(key=lambda t: {"compile": 0, "prefill": 1, "decode": 2}[t[0]])
-    t0 = time.perf_counter()
-    pool = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"))
-    futures = [pool.submit(_precompile, t) for t in tasks]
-    done, pending = cf.wait(futures, timeout=timeout_s)
-    for f in pending:
-        f.cancel()
-    pool.shutdown(wait=True, cancel_futures=True)   # running tasks end (a few launches each)
-    n_ok = sum(f.result() for f in done if f.exception() is None)
-    print(f"precompiled {n_ok} launches in {len(done)}/{len(tasks)} tasks with {jobs} processes "
-          f"in {time.perf_counter() - t0:.0f} s", flush=True)
+    # running tasks end (a few launches each)
+    run_ahead(_precompile, tasks, jobs, timeout_s, what="launches")
 
 
 def variants_of(row):
