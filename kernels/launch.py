@@ -22,6 +22,15 @@ Triton's own path is taken whenever the fast one could differ from it: under Tri
 interpreter, for objects that are not plain ``JITFunction`` instances (autotuners,
 heuristics), while launch hooks (profilers) or pre-run hooks are installed, or when the
 environment sets ``OPSPEC_TRITON_LAUNCH=triton``.
+
+A launcher that is called again and again with tensors of one layout can go further:
+:func:`prepare` fixes one launch (kernel, grid, every argument but the leading tensors, the
+options) to the compiled kernel found for it, and the returned :class:`Prepared` replays it
+with new tensors, with no argument binding, specialization or cache key at all. It is only
+as right as the caller's key: a launcher keeps its ``Prepared`` objects in a
+:class:`LaunchMemo` under a key that fixes everything the kernel is specialised on (the
+shapes and strides that give the integer arguments, the dtypes, the 16-byte alignment of
+every pointer) and everything the launcher derives the frozen arguments from.
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ import contextlib
 import os
 from typing import Any, Iterator
 
-__all__ = ["launch", "fast_launch_enabled", "recording"]
+__all__ = ["LaunchMemo", "Prepared", "fast_launch_enabled", "launch", "prepare", "recording"]
 
 try:  # no Triton, or one without these internals: Triton's own path, always
     import triton
@@ -110,3 +119,84 @@ def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> Any
                  drv.get_current_stream(device), compiled.function, compiled.packed_metadata,
                  None, None, None, *bound.values())
     return compiled
+
+
+class Prepared:
+    """One launch of a compiled specialization, replayed with new leading tensors:
+    ``prepared(*tensors)`` runs what ``launch(kernel, grid, *tensors, *frozen, **kwargs)``
+    would, calling Triton's native launcher directly. It takes Triton's path (and so stays
+    right) while a launch hook or a pre-run hook is installed, inside :func:`recording`, and
+    when the current device is not the one it was prepared on."""
+
+    __slots__ = ("kernel", "grid", "frozen", "kwargs", "device", "compiled", "grid3", "tail")
+
+    def __init__(self, kernel: Any, grid: tuple[int, ...], frozen: tuple, kwargs: dict,
+                 device: Any, compiled: Any, tail: tuple) -> None:
+        self.kernel, self.grid, self.frozen, self.kwargs = kernel, grid, frozen, kwargs
+        self.device, self.compiled, self.tail = device, compiled, tail
+        self.grid3 = tuple(grid) + (1,) * (3 - len(grid))
+
+    def __call__(self, *tensors: Any) -> None:
+        kernel = self.kernel
+        if _recorded is not None or kernel.pre_run_hooks \
+                or _hooked(_knobs.runtime.launch_enter_hook) \
+                or _hooked(_knobs.runtime.launch_exit_hook) \
+                or _driver.get_current_device() != self.device:
+            launch(kernel, self.grid, *tensors, *self.frozen, **self.kwargs)
+            return
+        c = self.compiled
+        g0, g1, g2 = self.grid3
+        c.run(g0, g1, g2, _driver.get_current_stream(self.device), c.function,
+              c.packed_metadata, None, None, None, *tensors, *self.tail)
+
+
+def prepare(n_tensors: int, kernel: Any, grid: tuple[int, ...], *args: Any,
+            **kwargs: Any) -> Prepared | None:
+    """A :class:`Prepared` replay of ``launch(kernel, grid, *args, **kwargs)``, which must
+    have just run, with the first ``n_tensors`` arguments left free; None where the fast
+    path does not apply (no fast launch in this process, a kernel object that is not a
+    plain ``JITFunction``, a specialization not compiled through :func:`launch` yet, or
+    arguments Triton's binder does not keep in the order given)."""
+    if not _ENABLED or type(kernel) is not _JITFunction or _driver is None:
+        return None
+    device = _driver.get_current_device()
+    caches = kernel.device_caches.get(device)
+    if caches is None:
+        return None
+    bound, specialization, options = caches[4](*args, **kwargs)
+    try:
+        held = _compiled.get((id(kernel), device, tuple(specialization),
+                              tuple(options.items())))
+    except TypeError:
+        return None
+    if held is None or held[0] is not kernel:
+        return None
+    values = tuple(bound.values())
+    # The tensors and frozen arguments must be the binder's leading values, in order: the
+    # native launcher takes the bound values positionally.
+    if len(values) < len(args) or any(v is not a for v, a in zip(values, args)):
+        return None
+    return Prepared(kernel, grid, args[n_tensors:], kwargs, device, held[1],
+                    values[n_tensors:])
+
+
+class LaunchMemo(dict):
+    """``key -> Prepared`` for one launcher, at most ``limit`` entries (a full memo is
+    cleared: the keys are shapes, and a workload has few)."""
+
+    def __init__(self, limit: int = 1024) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def launch(self, key: Any, n_tensors: int, kernel: Any, grid: tuple[int, ...],
+               *args: Any, **kwargs: Any) -> Any:
+        """``launch(kernel, grid, *args, **kwargs)``, then keep its :func:`prepare` replay
+        under ``key``; the caller's next call with ``key`` calls ``self[key](*tensors)``."""
+        compiled = launch(kernel, grid, *args, **kwargs)
+        if key is not None:
+            prepared = prepare(n_tensors, kernel, grid, *args, **kwargs)
+            if prepared is not None:
+                if len(self) >= self.limit:
+                    self.clear()
+                self[key] = prepared
+        return compiled

@@ -34,7 +34,7 @@ import triton.language as tl
 from opspec.kernels.activation import (
     ACTIVATIONS, StreamConfig, _activate, _cdiv, _pow2, pick_config, stream_grid,
 )
-from opspec.kernels.launch import launch
+from opspec.kernels.launch import LaunchMemo
 
 __all__ = [
     "GATED_TABLE",
@@ -51,6 +51,9 @@ _INT32_LIMIT = 2**31 - 1
 _MIN_BLOCK_N = 128
 
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
+#: Prepared launches of 2-D calls, by (act, shapes, strides, dtypes, device, pointer
+#: alignments): everything the launch below is computed from (GATED_TABLE is fixed).
+_PREPARED = LaunchMemo()
 
 # ---- the configuration table (SiluAndMul and GeluAndMul) ---------------------------------
 # Set from benchmarks/elementwise_sweep.py on an H200: each sweep row prints its best
@@ -227,6 +230,14 @@ def gated_triton(x: torch.Tensor, out: torch.Tensor, act: str,
     allocation, no host sync. ``config`` overrides :data:`GATED_TABLE` (the sweep's
     variants).
     """
+    key = None
+    if config is None and x.dim() == 2:
+        key = (act, x.shape, x.stride(), out.shape, out.stride(), x.dtype, out.dtype,
+               x.get_device(), x.data_ptr() % 16, out.data_ptr() % 16)
+        prepared = _PREPARED.get(key)
+        if prepared is not None:  # this very launch ran before: replay it
+            prepared(x, out)
+            return out
     code = ACTIVATIONS[act]
     x, out, M, N = gated_operands(x, out)
     if M == 0 or N == 0:
@@ -242,11 +253,12 @@ def gated_triton(x: torch.Tensor, out: torch.Tensor, act: str,
         or (pad_m - 1) * abs(out.stride(0)) + (pad_n - 1) * abs(out.stride(1)) > _INT32_LIMIT
     )
     grid, persist = stream_grid(cfg, n_tiles, x.device)
-    launch(_gated_kernel, (grid,), x, out, M, N, n_col_blocks, n_tiles,
-           x.stride(0), x.stride(1), out.stride(0), out.stride(1),
-           ACT=code, BLOCK_M=block_m, BLOCK_N=block_n, MASK_M=M % block_m != 0,
-           MASK_N=N % block_n != 0, USE_INT64=use_int64, PERSIST=persist,
-           LOAD_POLICY="evict_first" if cfg.evict_first else "", num_warps=num_warps)
+    _PREPARED.launch(key, 2, _gated_kernel, (grid,), x, out, M, N, n_col_blocks, n_tiles,
+                     x.stride(0), x.stride(1), out.stride(0), out.stride(1),
+                     ACT=code, BLOCK_M=block_m, BLOCK_N=block_n, MASK_M=M % block_m != 0,
+                     MASK_N=N % block_n != 0, USE_INT64=use_int64, PERSIST=persist,
+                     LOAD_POLICY="evict_first" if cfg.evict_first else "",
+                     num_warps=num_warps)
     return out
 
 

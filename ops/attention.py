@@ -31,7 +31,7 @@ class GroupedQueryAttentionDenseFwdOp(Op):
         super().__init__(target=target)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        out = q.new_empty(q.shape)
         call = AttentionCall(DTYPE_NAMES[q.dtype], q.shape[-1], bool(self.is_causal),
                              device=q.device)
         return self.kernel_for("attention_dense", call).forward(q, k, v, out, self.scale)
@@ -60,7 +60,7 @@ class GroupedQueryAttentionVarlenFwdOp(Op):
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor) -> torch.Tensor:
         # every row lies in a sequence (the offsets end at total_q): the kernel writes all
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        out = q.new_empty(q.shape)
         call = AttentionCall(DTYPE_NAMES[q.dtype], q.shape[-1], bool(self.causal),
                              device=q.device)
         return self.kernel_for("attention_varlen", call).forward(

@@ -36,7 +36,7 @@ class GroupedGemmFwdOp(Op):
     def forward(self, a: torch.Tensor, b: torch.Tensor, batch_sizes: torch.Tensor) -> torch.Tensor:
         M = a.shape[1] if self.transpose_a else a.shape[0]
         N = b.shape[1] if self.transpose_b else b.shape[2]
-        out = torch.empty((M, N), dtype=a.dtype, device=a.device)
+        out = a.new_empty((M, N))
         call = GroupedGemmCall(DTYPE_NAMES[a.dtype], self.transpose_a, self.transpose_b,
                                device=a.device)
         return self.kernel_for("grouped_gemm", call).forward(a, b, batch_sizes, out)

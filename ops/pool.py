@@ -22,8 +22,7 @@ class _Pool2d:
 
     def _pool(self, input: torch.Tensor, call: Pool2dCall) -> torch.Tensor:
         H_out, W_out = pool2d_out_size(input.shape[-2], input.shape[-1], call.geometry)
-        out = torch.empty((*input.shape[:-2], H_out, W_out), dtype=input.dtype,
-                          device=input.device)
+        out = input.new_empty((*input.shape[:-2], H_out, W_out))
         return self.kernel_for("pool2d", call).forward(input, out)
 
 

@@ -56,7 +56,7 @@ class GemmW4A16FwdOp(Op):
                 zeros: torch.Tensor) -> torch.Tensor:
         M, K = x.shape
         N = packed_weight.shape[0]
-        out = torch.empty((M, N), dtype=x.dtype, device=x.device)
+        out = x.new_empty((M, N))
         call = GemmW4A16Call(M, N, K, self.group_size, DTYPE_NAMES[x.dtype],
                              DTYPE_NAMES[scales.dtype], device=x.device)
         return self.kernel_for("gemm_w4a16", call).forward(x, packed_weight, scales, zeros, out)

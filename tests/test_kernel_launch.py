@@ -130,3 +130,74 @@ def test_interpreter_disables_the_fast_path():
     import os
     if os.environ.get("TRITON_INTERPRET") == "1":
         assert not L.fast_launch_enabled()
+
+
+# -- prepared launches ---------------------------------------------------------------------
+
+def test_memo_keeps_a_prepared_replay_once_the_specialization_is_compiled(fake):
+    k, _ = fake
+    memo = L.LaunchMemo()
+    memo.launch(("x", 32), 1, k, (4,), "x", 32, BLOCK=128)  # builds the binder only
+    assert memo == {}
+    memo.launch(("x", 32), 1, k, (4,), "x", 32, BLOCK=128)  # compiled through launch: kept
+    prepared = memo[("x", 32)]
+    assert (prepared.frozen, prepared.tail, prepared.grid3) == ((32,), (32, 128), (4, 1, 1))
+    prepared("y")
+    assert len(k.slow_runs) == 2  # the replay bound nothing and compiled nothing
+    (run,) = prepared.compiled.fast_runs
+    assert run == (4, 1, 1, 1234, prepared.compiled.function, prepared.compiled.packed_metadata,
+                   None, None, None, "y", 32, 128)
+
+
+def test_a_memo_without_key_only_launches(fake):
+    k, _ = fake
+    memo = L.LaunchMemo()
+    for _ in range(3):
+        memo.launch(None, 1, k, (4,), "x", 32, BLOCK=128)
+    assert memo == {} and len(k.slow_runs) == 2
+
+
+def test_a_full_memo_starts_over(fake):
+    k, _ = fake
+    memo = L.LaunchMemo(limit=2)
+    for key in ("a", "a", "b", "c"):
+        memo.launch(key, 1, k, (4,), "x", 32, BLOCK=128)
+    assert list(memo) == ["c"]
+
+
+def test_prepared_takes_the_launch_path_under_hooks_recording_or_another_device(fake, monkeypatch):
+    k, knobs = fake
+    memo = L.LaunchMemo()
+    for _ in range(2):
+        memo.launch("key", 1, k, (4,), "x", 32, BLOCK=128)
+    prepared = memo["key"]
+    knobs.runtime.launch_enter_hook = lambda *a: None  # a profiler sees every launch
+    prepared("y")
+    assert k.slow_runs[-1] == ((4,), ("y", 32), {"BLOCK": 128}) and len(k.slow_runs) == 3
+    knobs.runtime.launch_enter_hook = None
+    with L.recording() as launches:
+        prepared("z")
+    assert launches == [(k, (4,), ("z", 32), {"BLOCK": 128})]
+    monkeypatch.setattr(L._driver, "get_current_device", lambda: 1)
+    prepared("w")  # another current device: Triton's path, which builds that device's binder
+    assert k.slow_runs[-1] == ((4,), ("w", 32), {"BLOCK": 128})
+    assert prepared.compiled.fast_runs[-1][9] == "z"  # the device-0 replay was not used for w
+
+
+def test_prepare_refuses_what_it_cannot_replay(fake, monkeypatch):
+    k, _ = fake
+    for _ in range(2):
+        L.launch(k, (4,), "x", 32, BLOCK=128)
+    assert L.prepare(1, k, (4,), "x", 32, BLOCK=128) is not None
+    assert L.prepare(1, k, (4,), "x", 33, BLOCK=128) is None  # a specialization not compiled
+    # a binder that reorders the arguments: the replay could not pass them positionally
+    def reordering(x, n, *, BLOCK):
+        return {"n": n, "x": x, "BLOCK": BLOCK}, [("i32", "D"), ("*fp16", "D"),
+                                                   ("constexpr", BLOCK)], {}
+    k.device_caches[0] = ({}, {}, None, None, reordering)
+    k.binder = reordering
+    for _ in range(2):
+        L.launch(k, (4,), "x", 32, BLOCK=128)
+    assert L.prepare(1, k, (4,), "x", 32, BLOCK=128) is None
+    monkeypatch.setattr(L, "_ENABLED", False)
+    assert L.prepare(1, k, (4,), "x", 32, BLOCK=128) is None

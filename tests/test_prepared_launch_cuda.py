@@ -1,0 +1,52 @@
+"""Prepared launches (opspec.kernels.launch.Prepared) on a GPU: a launcher's replay of an
+earlier launch must compute what a fresh launch does, for new tensors of the memoised
+layout, and a tensor of another layout or alignment must not reuse it. Needs CUDA (the
+replay calls Triton's native launcher; the interpreter never prepares): skipped elsewhere.
+The CPU tests of the memo itself are in test_kernel_launch.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import opspec.kernels.gemm as gemm
+import opspec.kernels.launch as L
+import opspec.kernels.silu_and_mul as sm
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available() or not L.fast_launch_enabled(),
+                                reason="prepared launches need CUDA and the fast launch path")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gated_replay_matches_fresh_launches(dtype):
+    sm._PREPARED.clear()
+    M, N = 5, 136
+    for _ in range(3):  # the first builds Triton's binder, the second prepares, the third replays
+        x = torch.randn(M, 2 * N, dtype=dtype, device="cuda")
+        out = torch.empty(M, N, dtype=dtype, device="cuda")
+        sm.silu_and_mul_triton(x, out)
+        torch.testing.assert_close(out, sm.silu_and_mul_reference(x), rtol=2e-2, atol=2e-2)
+    assert len(sm._PREPARED) == 1
+    # a column-offset view: another alignment and row stride, so another key
+    base = torch.randn(M, 2 * N + 1, dtype=dtype, device="cuda")
+    x = base[:, 1:]
+    for _ in range(3):
+        out = torch.empty(M, N, dtype=dtype, device="cuda")
+        sm.silu_and_mul_triton(x, out)
+        torch.testing.assert_close(out, sm.silu_and_mul_reference(x), rtol=2e-2, atol=2e-2)
+    assert len(sm._PREPARED) == 2
+
+
+@pytest.mark.parametrize("trans_b", [False, True])
+def test_gemv_replay_matches_fresh_launches(trans_b):
+    gemm._PREPARED.clear()
+    M, N, K = 3, 200, 96
+    for _ in range(4):
+        a = torch.randn(M, K, dtype=torch.bfloat16, device="cuda")
+        b = torch.randn(N, K, dtype=torch.bfloat16, device="cuda")
+        b = b if trans_b else b.t().contiguous()
+        out = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
+        gemm.gemv_launch(a, b, out, M, N, K, False, trans_b)
+        ref = a.float() @ (b.float().t() if trans_b else b.float())
+        torch.testing.assert_close(out.float(), ref, rtol=2e-2, atol=1e-1)
+    assert len(gemm._PREPARED) == 1
