@@ -38,7 +38,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from opspec.kernels.launch import launch
+from opspec.kernels.launch import LaunchMemo
 from opspec.kernels.tiling import sm_count
 
 __all__ = [
@@ -60,6 +60,8 @@ ACTIVATIONS = {"relu": 0, "silu": 1, "gelu": 2, "gelu_tanh": 3}
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
 _TILE = 2048          # elements per program of the strided kernel
 _INT32_LIMIT = 2**31 - 1
+#: Prepared launches of the flat kernel (opspec.kernels.launch), by activation_triton's key.
+_PREPARED = LaunchMemo()
 
 
 class StreamConfig(NamedTuple):
@@ -338,15 +340,16 @@ def merge_dims(shape, *strides) -> tuple[list[int], list[list[int]]]:
 
 
 def _launch_flat(x: torch.Tensor, out: torch.Tensor, code: int,
-                 config: StreamConfig | None = None) -> None:
+                 config: StreamConfig | None = None, key=None) -> None:
     n = x.numel()
     cfg = config or pick_config(ACTIVATION_TABLE, n, x.element_size())
     n_tiles = _cdiv(n, cfg.block)
     grid, persist = stream_grid(cfg, n_tiles, x.device)
-    launch(_activation_flat_kernel, (grid,), x, out, n, n_tiles,
-           ACT=code, BLOCK=cfg.block, USE_INT64=n + cfg.block > _INT32_LIMIT,
-           EVEN=n % cfg.block == 0, PERSIST=persist,
-           LOAD_POLICY="evict_first" if cfg.evict_first else "", num_warps=cfg.num_warps)
+    _PREPARED.launch(key, 2, _activation_flat_kernel, (grid,), x, out, n, n_tiles,
+                     ACT=code, BLOCK=cfg.block, USE_INT64=n + cfg.block > _INT32_LIMIT,
+                     EVEN=n % cfg.block == 0, PERSIST=persist,
+                     LOAD_POLICY="evict_first" if cfg.evict_first else "",
+                     num_warps=cfg.num_warps)
 
 
 def _launch_2d(x: torch.Tensor, out: torch.Tensor, R: int, C: int, sx, so, code: int) -> None:
@@ -378,6 +381,16 @@ def activation_triton(x: torch.Tensor, out: torch.Tensor, act: str,
     described in the module docstring. ``config`` overrides :data:`ACTIVATION_TABLE` for
     the flat kernel (the sweep's variants); the strided kernel ignores it.
     """
+    key = None
+    if config is None:
+        # Everything the flat launch below is decided and computed from: a later call with
+        # the same key replays it (shape, dtype and in-place checks included: they passed).
+        key = (act, x.shape, x.stride(), out.shape, out.stride(), x.dtype, out.dtype,
+               x.get_device(), x.data_ptr() % 16, out.data_ptr() % 16)
+        prepared = _PREPARED.get(key)
+        if prepared is not None:
+            prepared(x, out)
+            return out
     code = ACTIVATIONS.get(act)
     if code is None:
         raise ValueError(f"unknown activation {act!r}; expected one of {sorted(ACTIVATIONS)}")
@@ -396,7 +409,7 @@ def activation_triton(x: torch.Tensor, out: torch.Tensor, act: str,
     # is_contiguous first: it is a flag read, and the common case
     if ((x.is_contiguous() and (inplace or out.is_contiguous()))
             or (x.stride() == out.stride() and _is_dense(x))):
-        _launch_flat(x, out, code, config)
+        _launch_flat(x, out, code, config, key)
         return out
     sizes, (sx, so) = merge_dims(x.shape, x.stride(), out.stride())
     if len(sizes) == 1:

@@ -26,9 +26,12 @@ class GemmFwdOp(Op):
         super().__init__(target=target)
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        M, K = (a.shape[1], a.shape[0]) if self.trans_a else (a.shape[0], a.shape[1])
-        N = b.shape[0] if self.trans_b else b.shape[1]
+        trans_a, trans_b = self.trans_a, self.trans_b
+        M, K = a.shape  # one shape read each: every read builds a torch.Size
+        if trans_a:
+            M, K = K, M
+        N = b.shape[0 if trans_b else 1]
         out = a.new_empty((M, N))  # a's dtype and device; cheaper than torch.empty
         kernel = self.kernel_for_values("gemm", a.device,
-                                        M, N, K, DTYPE_NAMES[a.dtype], self.trans_a, self.trans_b)
+                                        M, N, K, DTYPE_NAMES[a.dtype], trans_a, trans_b)
         return kernel.forward(a, b, out)

@@ -50,3 +50,36 @@ def test_gemv_replay_matches_fresh_launches(trans_b):
         ref = a.float() @ (b.float().t() if trans_b else b.float())
         torch.testing.assert_close(out.float(), ref, rtol=2e-2, atol=1e-1)
     assert len(gemm._PREPARED) == 1
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+def test_activation_replay_matches_fresh_launches(inplace):
+    import opspec.kernels.activation as act
+    act._PREPARED.clear()
+    for _ in range(3):
+        x = torch.randn(7, 300, dtype=torch.bfloat16, device="cuda")
+        ref = torch.nn.functional.silu(x.float()).to(x.dtype)
+        out = x if inplace else torch.empty_like(x)
+        act.activation_triton(x, out, "silu")
+        torch.testing.assert_close(out, ref, rtol=2e-2, atol=2e-2)
+    assert len(act._PREPARED) == 1
+
+
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_rows_replay_matches_fresh_launches(log):
+    import opspec.kernels.softmax as sf
+    sf._PREPARED.clear()
+    for _ in range(3):
+        x = torch.randn(3, 5, 1000, dtype=torch.float16, device="cuda")
+        out = torch.empty_like(x)
+        sf.softmax_triton(x, -1, out, log)
+        ref = (torch.log_softmax if log else torch.softmax)(x.float(), -1).to(x.dtype)
+        torch.testing.assert_close(out, ref, rtol=2e-2, atol=2e-2)
+    assert len(sf._PREPARED) == 1
+    # a transposed input: the rows kernel reads it through its strides (another key)
+    xt = torch.randn(1000, 15, dtype=torch.float16, device="cuda").t()
+    for _ in range(2):
+        out = torch.empty(15, 1000, dtype=torch.float16, device="cuda")
+        sf.softmax_triton(xt, -1, out, log)
+        ref = (torch.log_softmax if log else torch.softmax)(xt.float(), -1).to(xt.dtype)
+        torch.testing.assert_close(out, ref, rtol=2e-2, atol=2e-2)
