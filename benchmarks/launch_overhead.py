@@ -46,13 +46,10 @@ def _path(kernel, grid, args, kwargs) -> str:
     caches = kernel.device_caches.get(device)
     if caches is None:
         return "triton (no binder yet)"
-    bound, spec, options = caches[4](*args, **kwargs)
-    key = (id(kernel), device, tuple(spec), tuple(options.items()))
-    try:
-        hit = key in L._compiled
-    except TypeError as exc:
-        return f"triton (unhashable specialization: {exc})"
-    return "fast" if hit else f"triton (no cached kernel for {key})"
+    _, key, held = L.lookup(kernel, device, caches[4], args, kwargs)
+    if key is None:
+        return "triton (unhashable specialization)"
+    return "fast" if held is not None else f"triton (no cached kernel for {key})"
 
 
 def main(argv=None) -> int:

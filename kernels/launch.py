@@ -83,6 +83,19 @@ def fast_launch_enabled() -> bool:
     return _ENABLED
 
 
+def lookup(kernel: Any, device: Any, binder: Any, args: tuple, kwargs: dict
+           ) -> tuple[Any, tuple | None, tuple[Any, Any] | None]:
+    """``(bound arguments, cache key, (kernel, compiled kernel) kept under it or None)`` for
+    a launch of ``kernel`` on ``device``, ``binder`` being Triton's argument binder for it;
+    the key is None for a specialization that cannot key a dict (a tuple argument)."""
+    bound, specialization, options = binder(*args, **kwargs)
+    key = (id(kernel), device, tuple(specialization), tuple(options.items()))
+    try:
+        return bound, key, _compiled.get(key)
+    except TypeError:
+        return bound, None, None
+
+
 def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> Any:
     """Launch the Triton ``kernel`` on ``grid`` (a tuple of 1 to 3 ints) with ``args`` and
     the constexpr and launch options ``kwargs`` (``num_warps``, ``num_stages``, ...), as
@@ -101,11 +114,8 @@ def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> Any
     caches = kernel.device_caches.get(device)
     if caches is None:  # first launch on this device: Triton builds its binder
         return kernel[grid](*args, **kwargs)
-    bound, specialization, options = caches[4](*args, **kwargs)
-    key = (id(kernel), device, tuple(specialization), tuple(options.items()))
-    try:
-        held = _compiled.get(key)
-    except TypeError:  # an unhashable specialization (a tuple argument): Triton's path
+    bound, key, held = lookup(kernel, device, caches[4], args, kwargs)
+    if key is None:  # an unhashable specialization (a tuple argument): Triton's path
         return kernel[grid](*args, **kwargs)
     if held is None or held[0] is not kernel:
         compiled = kernel[grid](*args, **kwargs)
@@ -163,12 +173,7 @@ def prepare(n_tensors: int, kernel: Any, grid: tuple[int, ...], *args: Any,
     caches = kernel.device_caches.get(device)
     if caches is None:
         return None
-    bound, specialization, options = caches[4](*args, **kwargs)
-    try:
-        held = _compiled.get((id(kernel), device, tuple(specialization),
-                              tuple(options.items())))
-    except TypeError:
-        return None
+    bound, key, held = lookup(kernel, device, caches[4], args, kwargs)
     if held is None or held[0] is not kernel:
         return None
     values = tuple(bound.values())
