@@ -345,37 +345,18 @@ def test_variants_int64_offsets(monkeypatch):
 
 
 _COMPILE_SCRIPT = r"""
-import json, re, sys
+import json, sys
 import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 import opspec.kernels.activation as A
 import opspec.kernels.silu_and_mul as S
 from opspec.kernels.activation import StreamConfig
-
-HINT = re.compile(r"\.L1::evict_\w+|\.L2::cache_hint")
+from sm90_build import build, evict_hints, pointers, strip_hints
 
 def compile_(fn, ptr, ints, cexpr, warps):
-    # specialised as the launcher does: pointers 16-divisible, an int equal to 1 a
-    # constant, a multiple of 16 divisible
-    sig, attrs = {}, {}
-    for i, name in enumerate(fn.arg_names):
-        if name in cexpr:
-            sig[name] = "constexpr"
-        elif name.endswith("_ptr"):
-            sig[name], attrs[(i,)] = ptr, [["tt.divisibility", 16]]
-        elif ints[name] == 1:
-            sig[name], cexpr[name] = "constexpr", 1
-        else:
-            sig[name] = "i32"
-            if ints[name] % 16 == 0:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-    ptx = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=cexpr, attrs=attrs),
-                         target=GPUTarget("cuda", 90, 32), options={"num_warps": warps}).asm["ptx"]
-    lds = re.findall(r"ld\.global[.\w:]*", ptx)
-    return {"ld": sorted(set(HINT.sub("", x) for x in lds)), "n_ld": len(lds),
-            "hints": sorted(set(re.findall(r"L1::evict_\w+", " ".join(lds)))),
-            "st": sorted(set(re.findall(r"st\.global[.\w:]*", ptx))), "local": ptx.count(".local")}
+    k = build(fn, dict(ints, **pointers(fn, ptr)), cexpr, warps)
+    lds = k.loads
+    return {"ld": sorted(set(strip_hints(x) for x in lds)), "n_ld": len(lds),
+            "hints": evict_hints(lds), "st": sorted(set(k.stores)), "local": k.local}
 
 def flat(n, eb, act, config=None, persist=False):
     cfg = config or A.activation_config(n, eb)
@@ -423,16 +404,9 @@ def test_flat_and_gated_kernels_build_for_sm90_with_16_byte_accesses():
     16 keeps the vectors on full tiles (only the last tile's code is element-wise); a
     persistent grid and the evict_first hint build too. Compiled in a fresh process:
     under the interpreter, triton.language is patched."""
-    import json
-    import os
-    import subprocess
-    import sys
+    from sm90_build import run_script
 
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], capture_output=True,
-                         text=True, env=env, timeout=900)
-    assert res.returncode == 0, res.stderr[-3000:]
-    built = json.loads(res.stdout)
+    built = run_script(_COMPILE_SCRIPT, timeout=900)
     v4 = ["ld.global.v4.b32"], ["st.global.v4.b32"]
     for name, k in built.items():
         assert k["local"] == 0, (name, k)

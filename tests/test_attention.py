@@ -283,11 +283,9 @@ def test_dense_triton_tma_falls_back_where_strides_do_not_allow():
 
 
 _SM90_SCRIPT = r"""
-import json, os, re, subprocess, sys
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+import json, re, sys
 import opspec.kernels.attention as K
+import sm90_build as sm90
 
 fn = K._attn_fwd_kernel
 H, S, D = 32, 4096, 128
@@ -311,29 +309,17 @@ for label, varlen, cfg in builds:
                   KV_TMA=tma, PRESCALE="prescale" in fl, LAZY="lazy" in fl, LAZY_TAU=8.0,
                   GQA_ORDER="gqa" in fl, WARP_SPEC="ws" in fl, PIPE="pipe" in fl, PERSIST="persist" in fl,
                   stride_qd=1, stride_kd=1, stride_vd=1, stride_od=1)
-    # as the launcher specialises: pointers and multiples of 16 are 16-divisible
-    sig, attrs = {}, {}
-    for i, name in enumerate(fn.arg_names):
-        if name in consts:
-            sig[name] = "constexpr"
-        elif name in ints:
-            sig[name] = "i32"
-            if ints[name] % 16 == 0:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-        elif name == "qk_scale":
-            sig[name] = "fp32"
-        elif tma and name in ("K", "V"):
-            sig[name] = f"tensordesc<bf16[1,1,{bn},{D}]>"
-        else:
-            sig[name] = "*i32" if name.startswith("CU_") else "*bf16"
-            attrs[(i,)] = [["tt.divisibility", 16]]
-    src = ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
-    c = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                       options={"num_warps": warps, "num_stages": stages})
-    ptx = c.asm["ptx"]
+    # the tensors: K and V as TMA descriptors in the TMA variants, the others pointers
+    args = dict(ints, qk_scale="fp32")
+    for name in fn.arg_names:
+        if name not in consts and name not in args:
+            args[name] = (f"tensordesc<bf16[1,1,{bn},{D}]>" if tma and name in ("K", "V")
+                          else "*i32" if name.startswith("CU_") else "*bf16")
+    c = sm90.build(fn, args, consts, warps, stages)
+    ptx = c.ptx
     out[label] = {"wgmma": len(re.findall(r"wgmma\.mma_async", ptx)),
                   "tma": ptx.count("cp.async.bulk.tensor"), "want_tma": tma,
-                  "local": ptx.count(".local"), "shared": c.metadata.shared}
+                  "local": ptx.count(".local"), "shared": c.shared}
 json.dump(out, sys.stdout)
 """
 
@@ -344,16 +330,9 @@ def test_kernel_builds_for_sm90():
     the products are wgmma, the TMA variant's loads are bulk tensor copies, nothing goes
     to local memory, and the shared memory fits the H200's 227 KiB. In a fresh process: under the interpreter,
     triton.language is patched."""
-    import json
-    import os
-    import subprocess
-    import sys
+    from sm90_build import run_script
 
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, "-c", _SM90_SCRIPT], capture_output=True, text=True,
-                         env=env, timeout=600)
-    assert res.returncode == 0, res.stderr[-3000:]
-    builds = json.loads(res.stdout)
+    builds = run_script(_SM90_SCRIPT)
     assert len(builds) == 6
     for label, facts in builds.items():
         assert facts["wgmma"] > 0 and facts["local"] == 0, (label, facts)

@@ -325,18 +325,15 @@ def test_variants_int64_offsets(monkeypatch):
 # ============================================================================ sm_90 build
 
 _COMPILE_SCRIPT = r"""
-import json, re, sys
-import triton
+import json, sys
 import triton.language as tl
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 import opspec.kernels.binary as K
 from opspec.kernels.activation import StreamConfig
+import sm90_build as sm90
 
 FLAT = ["n", "n_tiles"]
 TILED = ["R", "N", "n_col_blocks", "n_tiles", "O1", "O2", "O3", "a_s0", "a_s1", "a_s2", "a_s3",
          "a_sn", "b_s0", "b_s1", "b_s2", "b_s3", "b_sn"]
-HINT = re.compile(r"\.L1::evict_\w+|\.L2::cache_hint")
 
 def contiguous(shape):
     st, acc = [], 1
@@ -346,35 +343,15 @@ def contiguous(shape):
     return tuple(reversed(st))
 
 def build(shape, a, b, ptrs, alpha, consts, eb, a_stride=None, config=None, persist=False):
-    # The launch the op plans for this layout, specialised as the launcher does: pointers
-    # and multiples of 16 are 16-divisible, an integer equal to 1 is a constant.
+    # The launch the op plans for this layout, specialised as the launcher does.
     (L,) = K._plan(shape, a, a_stride or contiguous(a), b, contiguous(b), eb, config)
     fn = L.kernel
     names = FLAT if fn is K._binary_flat_kernel else TILED
     args = dict(zip(names, L.args), a_ptr=ptrs[0], b_ptr=ptrs[1], out_ptr=ptrs[2], alpha=alpha)
-    cexpr = dict(consts, PERSIST=persist, **L.constexprs)
-    sig, attrs = {}, {}
-    for i, name in enumerate(fn.arg_names):
-        v = args.get(name)
-        if name in cexpr:
-            sig[name] = "constexpr"
-        elif isinstance(v, str):
-            sig[name] = v
-            if v.startswith("*"):
-                attrs[(i,)] = [["tt.divisibility", 16]]
-        elif v == 1:
-            sig[name], cexpr[name] = "constexpr", 1
-        else:
-            sig[name] = "i64" if abs(v) >= 2**31 else "i32"
-            if v % 16 == 0:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-    src = ASTSource(fn=fn, signature=sig, constexprs=cexpr, attrs=attrs)
-    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                         options={"num_warps": L.num_warps}).asm["ptx"]
-    lds = re.findall(r"ld\.global[.\w:]*", ptx)
-    return {"kernel": fn.fn.__name__, "ld": [HINT.sub("", x) for x in lds],
-            "hints": sorted(set(re.findall(r"L1::evict_\w+", " ".join(lds)))),
-            "st": re.findall(r"st\.global[.\w:]*", ptx), "local": ptx.count(".local")}
+    k = sm90.build(fn, args, dict(consts, PERSIST=persist, **L.constexprs), L.num_warps)
+    lds = k.loads
+    return {"kernel": fn.fn.__name__, "ld": [sm90.strip_hints(x) for x in lds],
+            "hints": sm90.evict_hints(lds), "st": k.stores, "local": k.local}
 
 B, F, D, I8, I64 = "*bf16", "*fp32", "*fp64", "*i8", "*i64"
 ADD = dict(OP=0, ALPHA=0, COMPUTE=tl.float32)
@@ -420,16 +397,9 @@ def test_kernel_builds_for_sm90_with_16_byte_accesses():
     odd (only the last tile's code is masked); a broadcast operand's loads carry
     evict_last, streamed ones evict_first where the configuration asks. Compiled in a
     fresh process: under the interpreter, triton.language is patched."""
-    import json
-    import os
-    import subprocess
-    import sys
+    from sm90_build import run_script
 
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], capture_output=True,
-                         text=True, env=env, timeout=900)
-    assert res.returncode == 0, res.stderr[-3000:]
-    built = json.loads(res.stdout)
+    built = run_script(_COMPILE_SCRIPT, timeout=900)
     for name, k in built.items():
         assert k["ld"] and k["st"] and k["local"] == 0, (name, k)
     v4 = "ld.global.v4.b32", "st.global.v4.b32"

@@ -458,10 +458,8 @@ def test_workload_cases_instantiate():
 
 _COMPILE_SCRIPT = r"""
 import json, re, sys
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 import opspec.kernels.bmm as K
+import sm90_build as sm90
 
 def build(B, M, N, Kd, dt, precision="tf32x3"):
     # The launch the table plans for a contiguous problem, specialised as a launch is.
@@ -473,22 +471,8 @@ def build(B, M, N, Kd, dt, precision="tf32x3"):
     cexpr = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
                  GROUP_M=cfg.group_m, EVEN_K=Kd % cfg.block_k == 0, USE_INT64=False,
                  INPUT_PRECISION=precision if dt == "fp32" else "tf32", UPCAST=False)
-    sig, attrs = {}, {}
-    for i, name in enumerate(fn.arg_names):
-        if name in cexpr:
-            sig[name] = "constexpr"
-        elif name.endswith("_ptr"):
-            sig[name] = "*" + dt
-            attrs[(i,)] = [["tt.divisibility", 16]]
-        elif ints[name] == 1:
-            sig[name], cexpr[name] = "constexpr", 1
-        else:
-            sig[name] = "i32"
-            if ints[name] % 16 == 0:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-    src = ASTSource(fn=fn, signature=sig, constexprs=cexpr, attrs=attrs)
-    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                         options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}).asm["ptx"]
+    ptx = sm90.build(fn, dict(ints, **sm90.pointers(fn, "*" + dt)), cexpr, cfg.num_warps,
+                     cfg.num_stages).ptx
     return {"cp_async": ptx.count("cp.async"), "local": ptx.count(".local"),
             "wgmma": "wgmma" in ptx, "mma": "mma.sync" in ptx, "tf32": ".tf32" in ptx}
 
@@ -503,27 +487,13 @@ def tma(B, M, N, Kd, dt="bf16", ta=False, tb=False, tc=False):
     cexpr = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m, TRANS_A=ta,
                  TRANS_B=tb, TRANS_C=tc, PROGRAMS=132, INPUT_PRECISION="tf32", UPCAST=False,
                  STORE_SPLIT=1)
-    sig, attrs = {}, {}
-    for i, name in enumerate(fn.arg_names):
-        if name in cexpr:
-            sig[name] = "constexpr"
-        elif name in types:
-            sig[name] = types[name]
-        elif ints[name] == 1:
-            sig[name], cexpr[name] = "constexpr", 1
-        else:
-            sig[name] = "i32"
-            if ints[name] % 16 == 0:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-    src = ASTSource(fn=fn, signature=sig, constexprs=cexpr, attrs=attrs)
-    k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                       options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})
-    ptx, ttgir = k.asm["ptx"], k.asm["ttgir"]
+    k = sm90.build(fn, dict(ints, **types), cexpr, cfg.num_warps, cfg.num_stages)
+    ptx, ttgir = k.ptx, k.ttgir
     # The store's wait sits in the pipelined loop, before the store buffer is next written.
     deferred = re.search(r"scf\.for.*async_tma_copy_global_to_local.*async_tma_store_wait "
                          r"\{pendings = 0 : i32, read_only\}.*local_to_global", ttgir, re.S)
     return {"tma": ptx.count("cp.async.bulk.tensor"), "local": ptx.count(".local"),
-            "wgmma": "wgmma" in ptx, "mma": "mma.sync" in ptx, "smem": k.metadata.shared,
+            "wgmma": "wgmma" in ptx, "mma": "mma.sync" in ptx, "smem": k.shared,
             "deferred_store": deferred is not None}
 
 out = {
@@ -549,16 +519,9 @@ def test_kernel_builds_for_sm90():
     (no spills), 16-bit tiles of 64 rows or more and float32 (3xTF32) on Hopper's wgmma, the
     ieee float32 path on FMAs. TMA kernel: see the assertions. Compiled in a fresh process:
     under the interpreter, triton.language is patched."""
-    import json
-    import os
-    import subprocess
-    import sys
+    from sm90_build import run_script
 
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], capture_output=True,
-                         text=True, env=env, timeout=600)
-    assert res.returncode == 0, res.stderr[-3000:]
-    built = json.loads(res.stdout)
+    built = run_script(_COMPILE_SCRIPT)
     for name, k in built.items():
         if name.startswith("tma"):
             # TMA loads and stores, the store overlapping the next tile, no spills, within

@@ -534,31 +534,12 @@ def test_workload_sizes_are_balanced_and_add_up():
 _COMPILE_SCRIPT = r"""
 import json, sys, time
 import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 import opspec.kernels.grouped_gemm as GG
+import sm90_build as sm90
 
 def build(fn, types, ints, consts, num_warps, num_stages):
-    # Specialised as a launch is: pointers and multiples of 16 are 16-divisible, an
-    # integer equal to 1 is a constant.
-    sig, attrs, cexpr = {}, {}, dict(consts)
-    for i, name in enumerate(fn.arg_names):
-        if name in cexpr:
-            sig[name] = "constexpr"
-        elif name in types:
-            sig[name] = types[name]
-            if types[name].startswith("*"):
-                attrs[(i,)] = [["tt.divisibility", 16]]
-        elif ints[name] == 1:
-            sig[name], cexpr[name] = "constexpr", 1
-        else:
-            sig[name] = "i32"
-            if ints[name] % 16 == 0:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-    src = ASTSource(fn=fn, signature=sig, constexprs=cexpr, attrs=attrs)
     t = time.time()
-    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                         options={"num_warps": num_warps, "num_stages": num_stages}).asm["ptx"]
+    ptx = sm90.build(fn, dict(ints, **types), consts, num_warps, num_stages).ptx
     return {"cp_async": ptx.count("cp.async"), "tma": ptx.count("cp.async.bulk.tensor"),
             "local": ptx.count(".local"), "wgmma": "wgmma" in ptx, "s": round(time.time() - t, 1)}
 
@@ -607,16 +588,9 @@ def test_kernels_build_for_sm90():
     workload shapes: pipelined loads (cp.async; TMA bulk tensor copies in the TMA kernel),
     no local memory (no spills), Hopper's wgmma for 16-bit tiles of 64 rows or more.
     Compiled in a fresh process: under the interpreter, triton.language is patched."""
-    import json
-    import os
-    import subprocess
-    import sys
+    from sm90_build import run_script
 
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], capture_output=True,
-                         text=True, env=env, timeout=600)
-    assert res.returncode == 0, res.stderr[-3000:]
-    built = json.loads(res.stdout)
+    built = run_script(_COMPILE_SCRIPT)
     for name, k in built.items():
         assert k["local"] == 0 and k["cp_async"] > 0, (name, k)
         if name.startswith("tma"):

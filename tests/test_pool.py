@@ -575,33 +575,8 @@ def test_int64_offsets(monkeypatch):
 _COMPILE_SCRIPT = r"""
 import json, re, sys
 import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 import opspec.kernels.pool as K
-
-
-def compile_fn(fn, args, cexpr, num_warps):
-    # Specialised as Triton does: pointers and multiples of 16 are 16-divisible, an integer
-    # equal to 1 is a constant.
-    sig, attrs, cexpr = {}, {}, dict(cexpr)
-    for i, name in enumerate(fn.arg_names):
-        v = args.get(name)
-        if name in cexpr:
-            sig[name] = "constexpr"
-        elif isinstance(v, str):
-            sig[name] = v
-            if v.startswith("*"):
-                attrs[(i,)] = [["tt.divisibility", 16]]
-        elif isinstance(v, float):
-            sig[name] = "fp32"
-        elif v == 1:
-            sig[name], cexpr[name] = "constexpr", 1
-        else:
-            sig[name] = "i32"
-            if v % 16 == 0:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-    src = ASTSource(fn=fn, signature=sig, constexprs=cexpr, attrs=attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
+import sm90_build as sm90
 
 
 def build(shape, dt, mode, g, cip=True, div=None, int64=False, strides=None):
@@ -651,8 +626,7 @@ def build(shape, dt, mode, g, cip=True, div=None, int64=False, strides=None):
                      PLANE_TILES=p.plane_tiles, COUNT_INCLUDE_PAD=cip,
                      HAS_DIVISOR=div is not None, BLOCK_R=p.block_r, BLOCK_W=p.block_w,
                      USE_INT64=int64)
-    k = compile_fn(fn, args, cexpr, p.num_warps)
-    ptx = k.asm["ptx"]
+    ptx = sm90.build(fn, args, cexpr, p.num_warps).ptx
     return {"plan": [p.block_r, p.block_w, p.num_warps, p.unroll, p.plane_tiles, p.path],
             "ld": len(re.findall(r"ld\.global", ptx)), "local": ptx.count(".local"),
             "shfl": ptx.count("shfl.sync"),
@@ -700,16 +674,9 @@ def test_kernel_builds_for_sm90():
     128 threads), combined across lanes once (three shuffle steps for 8 lanes, a few rows
     a thread). Compiled in a fresh process: under the interpreter, triton.language is
     patched."""
-    import json
-    import os
-    import subprocess
-    import sys
+    from sm90_build import run_script
 
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], capture_output=True,
-                         text=True, env=env, timeout=600)
-    assert res.returncode == 0, res.stderr[-3000:]
-    built = json.loads(res.stdout)
+    built = run_script(_COMPILE_SCRIPT)
     for name, k in built.items():
         assert k["ld"] > 0 and k["local"] == 0, (name, k)
     assert built["stem"]["plan"] == [8, 64, 2, True, True, "tile"]

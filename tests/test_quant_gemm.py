@@ -504,52 +504,18 @@ def test_workload_cases_instantiate():
 # ============================================================================ sm_90 build
 
 _COMPILE_SCRIPT = r"""
-import json, os, re, subprocess, sys, tempfile
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+import json, re, sys
 import opspec.kernels.quant_gemm as Q
+import sm90_build as sm90
 
 def build(fn, ptrs, ints, consts, num_warps, num_stages, **extra):
-    # Specialised as a launch is: pointers and multiples of 16 are 16-divisible, an
-    # integer equal to 1 is a constant.
-    sig, attrs, cexpr = {}, {}, dict(consts)
-    for i, name in enumerate(fn.arg_names):
-        if name in cexpr:
-            sig[name] = "constexpr"
-        elif name in ptrs:
-            sig[name] = ptrs[name]
-            attrs[(i,)] = [["tt.divisibility", 16]]
-        elif ints[name] == 1:
-            sig[name], cexpr[name] = "constexpr", 1
-        else:
-            sig[name] = "i32"
-            if ints[name] % 16 == 0:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-    src = ASTSource(fn=fn, signature=sig, constexprs=cexpr, attrs=attrs)
-    k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                       options={"num_warps": num_warps, "num_stages": num_stages, **extra})
-    ptx = k.asm["ptx"]
-    # registers a thread, from the cubin's resource usage (ptxas' allocation)
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "k.cubin")
-        with open(path, "wb") as f:
-            f.write(k.asm["cubin"])
-        tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-        usage = subprocess.run([tool, "--dump-resource-usage", path], capture_output=True,
-                               text=True).stdout
-        sass = subprocess.run([tool, "--dump-sass", path], capture_output=True, text=True).stdout
-    regs = re.search(r"REG:(\d+)", usage)
-    # instructions inside loops (from a backward branch's target to the branch)
-    lines = [l for l in sass.splitlines() if re.match(r"\s+/\*[0-9a-f]{4}\*/", l)]
-    addr = lambda l: int(re.search(r"/\*([0-9a-f]{4})\*/", l).group(1), 16)
-    loops = [(int(m.group(1), 16), addr(l)) for l in lines
-             for m in [re.search(r"BRA (0x[0-9a-f]+)", l)] if m and int(m.group(1), 16) < addr(l)]
-    in_loop = [l for l in lines if any(lo <= addr(l) <= hi for lo, hi in loops)]
-    return {"ld": sorted(set(re.findall(r"ld\.global[.\w:]*", ptx))),
+    k = sm90.build(fn, dict(ints, **ptrs), consts, num_warps, num_stages, **extra)
+    ptx = k.ptx
+    in_loop = k.loop_lines()
+    return {"ld": sorted(set(k.loads)),
             "loop_bar": sum("BAR" in l or "LDS" in l or "STS" in l for l in in_loop),
             "loop_hmma": sum("HMMA" in l for l in in_loop),
-            "regs": int(regs.group(1)) if regs else None,
+            "regs": k.registers,
             "cp_async": ptx.count("cp.async"), "local": ptx.count(".local"),
             "mma": "wgmma" in ptx or "mma.sync" in ptx,
             "i2f": len(re.findall(r"cvt\.rn\.(?:b?f16|f32)\.[su]\d+", ptx))}
@@ -617,16 +583,9 @@ def test_kernels_build_for_sm90():
     weight in 16-byte vectors and its operand loads are software-pipelined (cp.async), as
     are the prefill kernel's. Compiled in a fresh process: under the interpreter,
     triton.language is patched."""
-    import json
-    import os
-    import subprocess
-    import sys
+    from sm90_build import run_script
 
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], capture_output=True,
-                         text=True, env=env, timeout=600)
-    assert res.returncode == 0, res.stderr[-3000:]
-    built = json.loads(res.stdout)
+    built = run_script(_COMPILE_SCRIPT)
     assert len(built) == 17
     for name, k in built.items():
         if name.startswith("tc"):

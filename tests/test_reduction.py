@@ -152,61 +152,16 @@ def test_plan_for_workload_shapes():
 # ============================================================================ sm_90 build
 
 _COMPILE_SCRIPT = r"""
-import json, os, re, subprocess, sys, tempfile
+import json, sys
 import torch
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 import opspec.kernels.reduction as K
-
-TY = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32"}
-BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+import sm90_build as sm90
 
 def build(fn, args, kw):
-    # As the launcher specialises: pointers and multiples of 16 are 16-divisible, 1 is a constant.
     num_warps = kw.pop("num_warps")
-    sig, attrs, cexpr = {}, {}, dict(kw)
-    for i, (name, v) in enumerate(zip(fn.arg_names, args + [None] * len(kw))):
-        if name in kw:
-            sig[name] = "constexpr"
-        elif isinstance(v, torch.Tensor):
-            sig[name], attrs[(i,)] = TY[v.dtype], [["tt.divisibility", 16]]
-        elif v == 1:
-            sig[name], cexpr[name] = "constexpr", 1
-        else:
-            sig[name] = "i64" if abs(v) >= 2**31 else "i32"
-            if v % 16 == 0:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-    src = ASTSource(fn=fn, signature=sig, constexprs=cexpr, attrs=attrs)
-    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
-    ptx = k.asm["ptx"]
-    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
-        f.write(k.asm["cubin"])
-    sass = subprocess.run([os.path.join(BIN, "cuobjdump"), "--dump-sass", f.name],
-                          capture_output=True, text=True).stdout
-    os.unlink(f.name)
-    return {"ld": re.findall(r"ld\.global[.\w:]*", ptx), "local": ptx.count(".local"),
-            "in_flight": in_flight(sass), "loop": cexpr["ONE_BLOCK"] is False,
-            "bar": sass.count("BAR.SYNC")}
-
-def in_flight(sass):
-    # The most 16-byte loads outstanding at once: a load is outstanding from its issue until
-    # an instruction reads one of its destination registers.
-    most, pend = 0, []
-    for line in sass.splitlines():
-        m = re.match(r"\s+/\*[0-9a-f]{4}\*/\s+(.*?);", line)
-        if not m:
-            continue
-        ins = m.group(1)
-        regs = [int(r) for r in re.findall(r"\bR(\d+)\b", ins)]
-        ld = re.search(r"LDG\.E\S*\.128\s+R(\d+)", ins)
-        srcs = set(regs[1:]) if ld or not ins.startswith(("ST", "@")) else set(regs)
-        pend = [p for p in pend if not p & srcs]
-        if ld:
-            b = int(ld.group(1))
-            pend.append(set(range(b, b + 4)))
-            most = max(most, len(pend))
-    return most
+    k = sm90.build(fn, dict(zip(fn.arg_names, args)), kw, num_warps)
+    return {"ld": k.loads, "local": k.local, "in_flight": k.loads_in_flight(),
+            "loop": k.constexprs["ONE_BLOCK"] is False, "bar": k.sass.count("BAR.SYNC")}
 
 class Capture:
     def __init__(self, fn):
@@ -252,16 +207,9 @@ def test_kernels_build_for_sm90_with_loads_in_flight():
     consumed each before issuing the next when the loop carried a whole-block accumulator
     and masked its loads), the column loop its 16 rows. Compiled in a fresh process: under
     the interpreter, triton.language is patched."""
-    import json
-    import os
-    import subprocess
-    import sys
+    from sm90_build import run_script
 
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], capture_output=True, text=True,
-                         env=env, timeout=600)
-    assert res.returncode == 0, res.stderr[-3000:]
-    built = json.loads(res.stdout)
+    built = run_script(_COMPILE_SCRIPT)
     assert len(built) == 11, sorted(built)
     for name, k in built.items():
         assert k["local"] == 0, (name, k)

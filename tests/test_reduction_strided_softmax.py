@@ -228,63 +228,14 @@ def test_empty_tensors_launch_nothing(shape, dim):
 # ============================================================================ sm_90 build
 
 _COMPILE_SCRIPT = r"""
-import json, os, re, subprocess, sys, tempfile
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+import json, sys
 import opspec.kernels.softmax as K
-
-BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-
-def in_flight(sass):
-    # The most 16-byte loads outstanding at once: from issue until an instruction reads
-    # one of the load's destination registers.
-    most, pend = 0, []
-    for line in sass.splitlines():
-        m = re.match(r"\s+/\*[0-9a-f]{4}\*/\s+(.*?);", line)
-        if not m:
-            continue
-        ins = m.group(1)
-        regs = [int(r) for r in re.findall(r"\bR(\d+)\b", ins)]
-        ld = re.search(r"LDG\.E\S*\.128\s+R(\d+)", ins)
-        srcs = set(regs[1:]) if ld or not ins.startswith(("ST", "@")) else set(regs)
-        pend = [p for p in pend if not p & srcs]
-        if ld:
-            b = int(ld.group(1))
-            pend.append(set(range(b, b + 4)))
-            most = max(most, len(pend))
-    return most
+import sm90_build as sm90
 
 def build(fn, args, consts, num_warps):
-    # As the launcher specialises: pointers and multiples of 16 are 16-divisible, 1 is a constant.
-    sig, attrs, cexpr = {}, {}, dict(consts)
-    for i, name in enumerate(fn.arg_names):
-        if name in consts:
-            sig[name] = "constexpr"
-            continue
-        v = args[name]
-        if isinstance(v, str):
-            sig[name], attrs[(i,)] = v, [["tt.divisibility", 16]]
-        elif v == 1:
-            sig[name], cexpr[name] = "constexpr", 1
-        else:
-            sig[name] = "i32"
-            if v % 16 == 0:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-    src = ASTSource(fn=fn, signature=sig, constexprs=cexpr, attrs=attrs)
-    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
-    ptx = k.asm["ptx"]
-    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
-        f.write(k.asm["cubin"])
-    sass = subprocess.run([os.path.join(BIN, "cuobjdump"), "--dump-sass", f.name],
-                          capture_output=True, text=True).stdout
-    res = subprocess.run([os.path.join(BIN, "cuobjdump"), "-res-usage", f.name],
-                         capture_output=True, text=True).stdout
-    os.unlink(f.name)
-    regs = int(re.search(r"REG:(\d+)", res).group(1))
-    return {"ld": re.findall(r"ld\.global[.\w:]*", ptx),
-            "st": re.findall(r"st\.global[.\w:]*", ptx), "local": ptx.count(".local"),
-            "in_flight": in_flight(sass), "regs": regs}
+    k = sm90.build(fn, args, consts, num_warps)
+    return {"ld": k.loads, "st": k.stores, "local": k.local, "in_flight": k.loads_in_flight(),
+            "regs": k.registers}
 
 B, F = "*bf16", "*fp32"
 def tile(dt, N, inner, bn, bn2, bi, warps, log):
@@ -317,16 +268,9 @@ def test_strided_kernels_build_for_sm90():
     aside), no local memory, a thread's loads in flight together, and few enough registers
     for 4 programs of 4 warps per SM. Compiled in a fresh process (the interpreter patches
     triton.language)."""
-    import json
-    import os
-    import subprocess
-    import sys
+    from sm90_build import run_script
 
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], capture_output=True, text=True,
-                         env=env, timeout=600)
-    assert res.returncode == 0, res.stderr[-3000:]
-    built = json.loads(res.stdout)
+    built = run_script(_COMPILE_SCRIPT)
     for name, k in built.items():
         assert k["local"] == 0 and set(k["ld"]) == {"ld.global.v4.b32"}, (name, k)
         if name != "split-partials":

@@ -385,32 +385,13 @@ def test_plans_of_the_workload_shapes():
 # ============================================================================ sm_90 build
 
 _COMPILE_SCRIPT = r"""
-import json, re, sys
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+import json, sys
 import opspec.kernels.softmax as K
+import sm90_build as sm90
 
 def build(fn, args, consts, num_warps):
-    # As the launcher specialises: pointers and multiples of 16 are 16-divisible, 1 is a constant.
-    sig, attrs, cexpr = {}, {}, dict(consts)
-    for i, name in enumerate(fn.arg_names):
-        if name in consts:
-            sig[name] = "constexpr"
-            continue
-        v = args[name]
-        if isinstance(v, str):
-            sig[name], attrs[(i,)] = v, [["tt.divisibility", 16]]
-        elif v == 1:
-            sig[name], cexpr[name] = "constexpr", 1
-        else:
-            sig[name] = "i32"
-            if v % 16 == 0:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-    src = ASTSource(fn=fn, signature=sig, constexprs=cexpr, attrs=attrs)
-    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps}).asm["ptx"]
-    return {"ld": re.findall(r"ld\.global[.\w:]*", ptx), "st": re.findall(r"st\.global[.\w:]*", ptx),
-            "local": ptx.count(".local")}
+    k = sm90.build(fn, args, consts, num_warps)
+    return {"ld": k.loads, "st": k.stores, "local": k.local}
 
 B, F = "*bf16", "*fp32"
 V = 128256
@@ -444,16 +425,9 @@ def test_kernels_build_for_sm90_with_16_byte_accesses():
     and every global load and store of a contiguous row is one 16-byte vector; the looped
     kernels carry their L2 eviction hints. Compiled in a fresh process: under the
     interpreter, triton.language is patched."""
-    import json
-    import os
-    import subprocess
-    import sys
+    from sm90_build import run_script
 
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], capture_output=True, text=True,
-                         env=env, timeout=600)
-    assert res.returncode == 0, res.stderr[-3000:]
-    built = json.loads(res.stdout)
+    built = run_script(_COMPILE_SCRIPT)
     v4 = lambda ops: [op for op in ops if not op.endswith(".v4.b32")]  # the other accesses
     for name, k in built.items():
         assert k["ld"] and k["st"] and k["local"] == 0, (name, k)
