@@ -41,6 +41,10 @@ Plain functions; the dispatch classes are in ``moe_impl.py``.
   - on Hopper (compute capability >= 9.0, fp16/bf16, operands TMA can describe) the same
     tiles through TMA tensor descriptors: every masked call, and contiguous calls whose
     tiles each hold one expert (aligned packing); the pointer kernels serve the rest.
+  - on Hopper, contiguous, a configuration with ``kernel='span'`` (the table's choice for
+    alignments 16 to 64 with silu_and_mul): 128-row TMA tiles that may hold several
+    experts, one K loop per expert present, each expert's rows kept by the store;
+    ``'span_persistent'``: the same with one program per SM walking the tiles.
 
 Tile choices are plain Python in :func:`moe_config_for` (constants below). fp32 inputs
 run with ``input_precision="tf32x3"`` (three TF32 products: float32 accuracy on tensor
@@ -50,6 +54,7 @@ for bf16: test the kernels in fp16/fp32 there.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import torch
@@ -59,6 +64,7 @@ import triton.language as tl
 from opspec.kernels.launch import launch
 from opspec.kernels.tiling import element_extent as _extent
 from opspec.kernels.tiling import grouped_tile
+from opspec.kernels.tiling import sm_count
 
 __all__ = [
     "MoeConfig",
@@ -79,15 +85,47 @@ class MoeConfig(NamedTuple):
     group_m: int
     num_warps: int
     num_stages: int
+    # Contiguous layouts on the TMA path: "tile" runs the kernel whose tiles each hold one
+    # expert (BLOCK_M divides the alignment); "span" the kernel whose tiles may hold several
+    # experts (one K loop per expert present); "span_persistent" that kernel with one
+    # program per SM walking the tiles. Ignored by the pointer kernels and masked layouts.
+    kernel: str = "tile"
+    # span kernels: a tile of one expert stores through its TMA descriptor (else, and for
+    # tiles of several experts, masked pointer stores).
+    tma_store: bool = True
 
 
-# --- the table (Hopper, to be refined from H200 timings) ------------------------------
+# --- the table (Hopper; H200 sweep, benchmarks/moe_sweep.py, 2026-11-30) -----------------
 # Shared memory per stage is (BLOCK_M + BLOCK_N * (2 if silu_and_mul else 1)) * BLOCK_K * 2
-# bytes: 48 KB for 128 x 256 x 64 and for 128 x (2 x 128) x 64; 3 stages = 144 KB.
-_PREFILL = MoeConfig(128, 256, 64, 8, 8, 3)  # plain GEMM, M tiles of 128
-_PREFILL_SILU = MoeConfig(128, 128, 64, 8, 8, 3)  # two accumulators: 2 x 128 weight rows
+# bytes: 48 KB for 128 x 256 x 64 and for 128 x (2 x 128) x 64; 4 stages = 192 KB.
+# Four stages on the alignment-128 rows: dsv3-down-prefill 499 -> 421 us (482 -> 571
+# TFLOP/s), dsv3-gate-up-prefill 803 -> 747, dsv3-gate-up-ep32 2902 -> 2610 (737 TFLOP/s).
+_PREFILL = MoeConfig(128, 256, 64, 8, 8, 4)  # plain GEMM, M tiles of 128
+_PREFILL_SILU = MoeConfig(128, 128, 64, 8, 8, 4)  # two accumulators: 2 x 128 weight rows
+# The segments kernel (pointer loads, tight packing with expert ends) keeps 3 stages: the
+# sweep timed 4 only on the TMA kernels.
+_SEGMENTS_STAGES = 3
 _MID = MoeConfig(64, 256, 64, 8, 8, 3)  # alignment 16..64: 64-row tiles, 2 warpgroups on N
-_MID_SILU = MoeConfig(64, 128, 64, 8, 8, 3)
+# 64 x 256 tiles with silu_and_mul too: mixtral-gate-up-prefill (alignment 64) ran 1946 us
+# with 64 x 128 (0.96x eager), 1386 with 64 x 256 (1.34x eager), and 1700 (1.13x) with
+# every expert boundary moved 64 rows, where the 128-row span tiles below lost to eager
+# (1963-2762 us): tiles of one expert are the robust choice when boundaries fall anywhere.
+_MID_SILU = MoeConfig(64, 256, 64, 8, 8, 3)
+# Alignment 16..64 on the TMA path: 128-row tiles that may hold two (or, below alignment
+# 64, more) experts, one K loop per expert present. Off: on the mixtral row they ran
+# 1360-1538 us (persistent with pointer stores best) when no boundary fell inside a tile,
+# but 1963-2762 us when every boundary did. Set a MoeConfig(..., "span") to use them.
+_SPAN_SILU = None
+# Without the activation (qwen3-30b-ep16-down, 256 rows an expert, 64 x 256 tiles 39.9
+# us): 256 x 128 span tiles ran 23.7 us, but that row's boundaries are all 256-aligned,
+# which routing does not give; off for the reason above.
+_SPAN = None
+# A span tile across a segment boundary runs a second K loop over all its rows: likely at
+# every boundary not on a multiple of 128 rows. That costs under about a quarter (the gain
+# of 128-row over 64-row tiles) where the average segment, M / E rows, is at least
+# _SPAN_MIN_SEGMENT * (128 - alignment) rows (256 at alignment 64, 448 at 16); shorter
+# segments keep the tiles of one expert.
+_SPAN_MIN_SEGMENT = 4
 _SMALL_TILE = MoeConfig(64, 128, 64, 8, 4, 4)  # tiles that may span experts
 _SMALL_TILE_SILU = MoeConfig(64, 64, 64, 8, 4, 4)
 # Masked (decode): bound by streaming w; 64-row tiles, BLOCK_N 128 (64 with two
@@ -99,32 +137,45 @@ _MASKED_SILU = MoeConfig(64, 64, 64, 1, 4, 4)
 # H200. Shared memory per stage is (BLOCK_M + BLOCK_N) * BLOCK_K * 4 bytes.
 _FP32 = MoeConfig(64, 64, 32, 8, 4, 3)
 _MIN_BLOCK = 16  # tl.dot's smallest tile
+_SPAN_KERNELS = ("span", "span_persistent")
 
 
 def moe_config_for(kind: str, alignment: int, max_m: int, N_out: int, K: int,
-                   dtype: torch.dtype, silu: bool, segments: bool = False) -> MoeConfig:
+                   dtype: torch.dtype, silu: bool, segments: bool = False,
+                   tma: bool = False, rows_per_expert: float | None = None) -> MoeConfig:
     """The tile configuration of one call.
 
     Contiguous: ``BLOCK_M`` divides ``alignment`` where it can (aligned packing with an
     alignment of 16 or more) so that a tile never spans two experts; tight packing
     (alignment 1) uses 64-row tiles, which may span experts, or, with ``segments`` (tight
     packing with expert ends: tiles start at each expert's first row), the 128-row tiles.
+    With ``tma`` (the call can take the TMA kernels), alignments of 16 to 64 take the span
+    configurations where the table has one (128-row tiles that may hold several experts)
+    and the segments are long enough (``rows_per_expert``, M / E; None: assumed long).
     Masked: ``BLOCK_M`` at most ``max_m`` rounded up to a power of two.
     """
+    span = None
     if dtype == torch.float32:
         cfg = _FP32
     elif kind == "masked":
         cfg = _MASKED_SILU if silu else _MASKED
-    elif alignment >= 128 or segments:
+    elif segments:  # the segments kernel (pointer loads) whatever the prefill entry's kernel
+        cfg = (_PREFILL_SILU if silu else _PREFILL)._replace(kernel="tile",
+                                                             num_stages=_SEGMENTS_STAGES)
+    elif alignment >= 128:
         cfg = _PREFILL_SILU if silu else _PREFILL
     elif alignment >= _MIN_BLOCK:
-        cfg = _MID_SILU if silu else _MID
+        span = _SPAN_SILU if silu else _SPAN
+        if (not tma or span is None or (rows_per_expert is not None and rows_per_expert
+                                        < _SPAN_MIN_SEGMENT * (span.block_m - alignment))):
+            span = None
+        cfg = span or (_MID_SILU if silu else _MID)
     else:
         cfg = _SMALL_TILE_SILU if silu else _SMALL_TILE
     bm = cfg.block_m
     if kind == "masked":
         bm = min(bm, max(_MIN_BLOCK, triton.next_power_of_2(max_m)))
-    elif alignment >= _MIN_BLOCK and not segments:
+    elif alignment >= _MIN_BLOCK and not segments and span is None:
         bm = min(bm, alignment)
     bn = min(cfg.block_n, max(_MIN_BLOCK, triton.next_power_of_2(max(N_out, 1))))
     bk = min(cfg.block_k, max(_MIN_BLOCK, triton.next_power_of_2(max(K, 1))))
@@ -513,6 +564,87 @@ def _moe_masked_tma_kernel(
     y_desc.store([e, off_m, off_n], res.reshape(1, BLOCK_M, BLOCK_N).to(y_desc.dtype))
 
 
+# The span kernel: contiguous layouts whose tiles may hold rows of several experts (BLOCK_M
+# above the alignment, or tight packing), so that alignment-64 calls get 128-row tiles. A
+# tile runs one K loop per expert present in it (the experts between its lowest and
+# highest; one absent in between, an empty expert, runs no K step) over all BLOCK_M rows,
+# and keeps that expert's rows. A tile of one expert (the usual case: segments are mostly
+# far longer than a tile) stores through the descriptor like the tile kernel; a tile of
+# several stores each expert's rows by masked pointer stores (a descriptor store writes
+# whole tiles), then zeros for rows of no expert. Optionally persistent: one program per
+# SM walking the tiles in grouped order.
+
+
+@triton.jit
+def _span_tile(x_desc, w_desc, meta_ptr, y_desc, y_ptr, stride_ym, tile, M, N_OUT, K, E, ALIGN,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+               BLOCK_E: tl.constexpr, LOG_E: tl.constexpr, GROUP_M: tl.constexpr,
+               PER_ROW: tl.constexpr, SILU: tl.constexpr, STAGES: tl.constexpr,
+               TMA_STORE: tl.constexpr):
+    pid_m, pid_n = grouped_tile(tile, tl.cdiv(M, BLOCK_M), tl.cdiv(N_OUT, BLOCK_N), GROUP_M)
+    off_m = pid_m * BLOCK_M
+    off_n = pid_n * BLOCK_N
+    offs_m = off_m + tl.arange(0, BLOCK_M)
+    offs_n = off_n + tl.arange(0, BLOCK_N)
+    row_ok = offs_m < M
+    ids = _row_experts(meta_ptr, offs_m, row_ok, E, ALIGN, BLOCK_M, BLOCK_E, LOG_E, PER_ROW)
+    e_hi = tl.max(ids, axis=0)
+    # The experts e_first .. e_hi; a tile of no expert makes one pass for "expert -1" (no
+    # K step: its rows, all of no expert, get 0).
+    e_first = tl.where(e_hi >= 0, tl.min(tl.where(ids >= 0, ids, E), axis=0), -1)
+    n_experts = e_hi - e_first + 1
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    y_rows = y_ptr + offs_m.to(tl.int64)[:, None] * stride_ym + offs_n[None, :]
+    out_ok = row_ok[:, None] & (offs_n < N_OUT)[None, :]
+    for i in range(0, n_experts):
+        e = e_first + i
+        mine = ids == e
+        live = (e >= 0) & (tl.max(mine.to(tl.int32), axis=0) > 0)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in tl.range(0, tl.where(live, k_tiles, 0), num_stages=STAGES):
+            off_k = k * BLOCK_K
+            a = x_desc.load([off_m, off_k])
+            b = w_desc.load([e, off_n, off_k]).reshape(BLOCK_N, BLOCK_K)
+            acc = tl.dot(a, b.T, acc)
+            if SILU:
+                bu = w_desc.load([e, N_OUT + off_n, off_k]).reshape(BLOCK_N, BLOCK_K)
+                acc_up = tl.dot(a, bu.T, acc_up)
+        res = tl.where(mine[:, None], _epilogue(acc, acc_up, SILU), 0.0).to(y_ptr.dtype.element_ty)
+        if TMA_STORE and n_experts == 1:
+            # one expert: rows of no expert are 0 in res; the descriptor clips M and N
+            y_desc.store([off_m, off_n], res)
+        else:
+            tl.store(y_rows, res, mask=out_ok & mine[:, None])
+    if TMA_STORE:
+        zero_rest = n_experts > 1
+    else:
+        zero_rest = True
+    if zero_rest:
+        zeros = tl.zeros((BLOCK_M, BLOCK_N), dtype=y_ptr.dtype.element_ty)
+        tl.store(y_rows, zeros, mask=out_ok & (ids < 0)[:, None])
+
+
+@triton.jit
+def _moe_span_tma_kernel(
+    x_desc, w_desc, meta_ptr, y_desc, y_ptr, stride_ym, M, N_OUT, K, E, ALIGN,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_E: tl.constexpr, LOG_E: tl.constexpr, GROUP_M: tl.constexpr, PER_ROW: tl.constexpr,
+    SILU: tl.constexpr, STAGES: tl.constexpr, TMA_STORE: tl.constexpr,
+    PERSISTENT: tl.constexpr,
+):
+    if PERSISTENT:
+        tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N_OUT, BLOCK_N)
+        for tile in tl.range(tl.program_id(0), tiles, tl.num_programs(0)):
+            _span_tile(x_desc, w_desc, meta_ptr, y_desc, y_ptr, stride_ym, tile, M, N_OUT, K,
+                       E, ALIGN, BLOCK_M, BLOCK_N, BLOCK_K, BLOCK_E, LOG_E, GROUP_M, PER_ROW,
+                       SILU, STAGES, TMA_STORE)
+    else:
+        _span_tile(x_desc, w_desc, meta_ptr, y_desc, y_ptr, stride_ym, tl.program_id(0), M,
+                   N_OUT, K, E, ALIGN, BLOCK_M, BLOCK_N, BLOCK_K, BLOCK_E, LOG_E, GROUP_M,
+                   PER_ROW, SILU, STAGES, TMA_STORE)
+
+
 def _descriptor_ok(t: torch.Tensor) -> bool:
     """TMA's rules: unit inner stride, every other stride and the base 16-byte aligned."""
     size = t.element_size()
@@ -524,8 +656,13 @@ def tma_eligible(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> bool:
     """Whether the TMA kernels can run a call: a CUDA device of compute capability 9.0 or
     later, fp16/bf16, and x, w, out as TMA describes them."""
     return (x.is_cuda and x.dtype in (torch.float16, torch.bfloat16)
-            and torch.cuda.get_device_capability(x.device)[0] >= 9
+            and _capability(x.device)[0] >= 9
             and _descriptor_ok(x) and _descriptor_ok(w) and _descriptor_ok(out))
+
+
+@functools.lru_cache(maxsize=16)
+def _capability(device: torch.device) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(device)
 
 
 def _launch_tma(x, w, metadata, out, kind, metadata_kind, alignment, silu, cfg) -> None:
@@ -547,7 +684,18 @@ def _launch_tma(x, w, metadata, out, kind, metadata_kind, alignment, silu, cfg) 
     M = x.shape[0]
     x_desc = TensorDescriptor.from_tensor(x, [bm, bk])
     y_desc = TensorDescriptor.from_tensor(out, [bm, bn])
-    grid = (triton.cdiv(M, bm) * triton.cdiv(n_out, bn),)
+    tiles = triton.cdiv(M, bm) * triton.cdiv(n_out, bn)
+    if cfg.kernel in _SPAN_KERNELS:
+        persistent = cfg.kernel == "span_persistent"
+        grid = (min(tiles, sm_count(x.device)) if persistent else tiles,)
+        launch(_moe_span_tma_kernel, grid,
+            x_desc, w_desc, metadata, y_desc, out, out.stride(0), M, n_out, K, E,
+            max(alignment, 1), BLOCK_E=triton.next_power_of_2(E),
+            LOG_E=triton.next_power_of_2(E).bit_length() - 1, GROUP_M=cfg.group_m,
+            PER_ROW=metadata_kind == "per_row", TMA_STORE=cfg.tma_store,
+            PERSISTENT=persistent, **opts)
+        return
+    grid = (tiles,)
     launch(_moe_contiguous_tma_kernel, grid,
         x_desc, w_desc, metadata, y_desc, M, n_out, K, E, max(alignment, 1),
         BLOCK_E=triton.next_power_of_2(E), LOG_E=triton.next_power_of_2(E).bit_length() - 1,
@@ -567,7 +715,8 @@ def moe_grouped_gemm_triton(x: torch.Tensor, w: torch.Tensor, metadata: torch.Te
     x, w, out: any strides, one dtype of float16 / bfloat16 / float32; metadata: int32,
     contiguous. ``config=`` forces a tile configuration. ``tma`` picks the TMA kernels
     (True), the pointer kernels (False), or (None) TMA where :func:`tma_eligible` holds
-    and, for a contiguous layout, every tile holds one expert.
+    and, for a contiguous layout, every tile holds one expert or the configuration is a
+    span one (``MoeConfig.kernel``).
     """
     if x.dtype not in _SUPPORTED or w.dtype != x.dtype or out.dtype != x.dtype:
         raise TypeError(f"x, w and out must share a dtype in {_SUPPORTED}; got {x.dtype}, "
@@ -580,15 +729,19 @@ def moe_grouped_gemm_triton(x: torch.Tensor, w: torch.Tensor, metadata: torch.Te
     metadata = metadata.contiguous()
     max_m = x.shape[1] if kind == "masked" else 0
     segments = kind == "contiguous" and alignment <= 1 and metadata_kind == "physical_psum"
-    cfg = config or moe_config_for(kind, alignment, max_m, n_out, K, x.dtype, silu, segments)
+    eligible = tma_eligible(x, w, out) if tma is None else tma
+    cfg = config or moe_config_for(kind, alignment, max_m, n_out, K, x.dtype, silu, segments,
+                                   tma=eligible, rows_per_expert=x.shape[0] / max(E, 1))
     one_expert = kind == "masked" or (alignment >= cfg.block_m and alignment % cfg.block_m == 0)
+    span = kind == "contiguous" and cfg.kernel in _SPAN_KERNELS
     if tma is None:
-        tma = one_expert and tma_eligible(x, w, out)
+        tma = (one_expert or span) and eligible
     if tma:
-        if not (one_expert and x.dtype != torch.float32 and _descriptor_ok(x)
+        if not ((one_expert or span) and x.dtype != torch.float32 and _descriptor_ok(x)
                 and _descriptor_ok(w) and _descriptor_ok(out)):
             raise ValueError("the TMA kernels need float16/bfloat16, unit inner strides, "
-                             "16-byte aligned strides and bases, and tiles of one expert")
+                             "16-byte aligned strides and bases, and tiles of one expert "
+                             "(or a span configuration)")
         _launch_tma(x, w, metadata, out, kind, metadata_kind, alignment, silu, cfg)
         return out
     use_int64 = max(_extent(x), _extent(w), _extent(out)) > _INT32_LIMIT

@@ -68,7 +68,8 @@ class _MoeTritonKernel(Kernel, MoeGroupedGemmFwdInterface):
 
 class MoeContiguousTritonKernel(_MoeTritonKernel):
     """Output tiles over the packed rows; each tile reads its rows' experts on the device
-    and runs one K loop per expert it holds (one with aligned packing)."""
+    and runs one K loop per expert it holds (one where the tile divides the alignment; the
+    128-row span tiles of alignment-64 calls on Hopper may hold two)."""
 
     applies = "kind == 'contiguous'"
 

@@ -196,6 +196,33 @@ def test_config_table():
     assert moe_config_for("contiguous", 64, 0, 4096, 14336, bf, False)[:3] == (64, 256, 64)
     assert moe_config_for("contiguous", 64, 0, 14336, 4096, bf, True).num_warps == 8
     assert moe_config_for("contiguous", 1, 0, 768, 2048, bf, True, segments=True).block_m == 128
+    # the TMA path: the table's span tiles are off, so alignment 16..64 keeps 64 x 256
+    # tiles of one expert; tight packing with expert ends keeps the segments kernel's
+    # tiles at 3 stages, the alignment-128 TMA tiles take 4
+    mid = moe_config_for("contiguous", 64, 0, 14336, 4096, bf, True, tma=True)
+    assert (mid.kernel, mid[:3]) == ("tile", (64, 256, 64))
+    seg = moe_config_for("contiguous", 1, 0, 768, 2048, bf, True, True, tma=True)
+    assert (seg.kernel, seg.num_stages) == ("tile", 3)
+    big = moe_config_for("contiguous", 128, 0, 2048, 7168, bf, True, tma=True)
+    assert (big.block_m, big.num_stages) == (128, 4)
+
+
+def test_config_table_span_tiles(monkeypatch):
+    # With span tiles in the table, alignment 16..64 with silu_and_mul on the TMA path takes
+    # them where segments are long enough; short segments (M / E rows) keep the 64-row
+    # tiles of one expert, and so does every call off the TMA path.
+    import opspec.kernels.moe as moe
+    monkeypatch.setattr(moe, "_SPAN_SILU", MoeConfig(128, 128, 64, 8, 8, 3, "span"))
+    bf = torch.bfloat16
+    span = moe_config_for("contiguous", 64, 0, 14336, 4096, bf, True, tma=True)
+    assert span.kernel in ("span", "span_persistent") and span.block_m == 128
+    assert moe_config_for("contiguous", 64, 0, 14336, 4096, bf, True).kernel == "tile"
+    for rows, kernel in ((512, "span"), (256, "span"), (128, "tile")):
+        cfg = moe_config_for("contiguous", 64, 0, 14336, 4096, bf, True, tma=True,
+                             rows_per_expert=rows)
+        assert (cfg.kernel != "tile") == (kernel == "span"), (rows, cfg)
+    assert moe_config_for("contiguous", 16, 0, 14336, 4096, bf, True, tma=True,
+                          rows_per_expert=256).kernel == "tile"
     # masked: at most max_m rounded up to a power of two (16 at least)
     assert moe_config_for("masked", 1, 8, 4096, 7168, bf, False).block_m == 16
     assert moe_config_for("masked", 1, 256, 4096, 7168, bf, False).block_m == 64
@@ -464,6 +491,94 @@ def test_tma_kernels_match_reference(activation):
     torch.testing.assert_close(got, want, **TOL[torch.float16])
 
 
+# Span kernel: TMA tiles that may hold rows of several experts (the table's choice for
+# alignments 16..64 with silu_and_mul on Hopper). Interpreted here in float16.
+SPAN_LAYOUTS = [  # (name, metadata_kind, alignment, rows, metadata)
+    # 32-row tiles over 16-aligned segments: tiles of two experts, an empty expert between
+    ("per_row-16", "per_row", 16, 96, lambda: _ids(16, 48, 0, 32)),
+    # ends with padding rows between experts and rows of no expert past the last end
+    ("psum-16", "physical_psum", 16, 96, lambda: _i32(10, 40, 40, 70)),
+    # tight packing: segments anywhere, up to 3 experts in a tile
+    ("psum-tight", "physical_psum", 1, 90, lambda: _i32(7, 30, 30, 61)),
+    ("per_row-tight", "per_row", 1, 90, lambda: _ids(5, 20, 0, 65)),
+    # one expert only: every tile of one expert (the descriptor store)
+    ("per_row-one", "per_row", 16, 96, lambda: _ids(0, 0, 96, 0)),
+]
+
+
+@needs_triton
+@pytest.mark.parametrize("kernel", ["span", "span_persistent"])
+@pytest.mark.parametrize("tma_store", [True, False])
+@pytest.mark.parametrize("activation", ["none", "silu_and_mul"])
+@pytest.mark.parametrize("name,mk,align,rows,meta", SPAN_LAYOUTS, ids=[c[0] for c in SPAN_LAYOUTS])
+def test_span_kernels_match_reference(name, mk, align, rows, meta, activation, tma_store,
+                                      kernel, monkeypatch):
+    import opspec.kernels.moe as moe_mod
+    # persistent: 3 programs walk the tiles (the tile loop runs several times)
+    monkeypatch.setattr(moe_mod, "sm_count", lambda device: 3)
+    K, N, E = 40, 48, 4  # K: full blocks and a tail; N_out 24 or 48: a partial N tile
+    x = _t(rows, K, dtype=torch.float16, seed=16)
+    w = _t(E, N, K, dtype=torch.float16, seed=17)
+    metadata = meta()
+    cfg = MoeConfig(32, 16, 16, 2, 4, 2, kernel, tma_store)
+    want = moe_grouped_gemm_reference(x, w, metadata, "contiguous", mk, align, activation)
+    got = moe_grouped_gemm_triton(x, w, metadata, torch.full_like(want, 7.0), "contiguous", mk,
+                                  align, activation, config=cfg, tma=True)
+    torch.testing.assert_close(got, want, **TOL[torch.float16])
+
+
+@needs_triton
+def test_span_kernel_table_choice_strided_views_and_fallbacks(monkeypatch):
+    # A span configuration in the table (off by default: see _SPAN_SILU) chosen for
+    # 128-row tiles over alignment-64 segments of 256 rows on average, a boundary inside a
+    # tile; x and out row-strided views of wider buffers.
+    import opspec.kernels.moe as moe_mod
+    monkeypatch.setattr(moe_mod, "_SPAN_SILU", MoeConfig(128, 128, 64, 8, 8, 3, "span"))
+    K, N, E = 72, 96, 2
+    base = _t(512, K + 8, dtype=torch.float16, seed=18)
+    x = base[:, 8:]  # row stride K + 8 (16-byte aligned), offset base
+    w = _t(E, N, K, dtype=torch.float16, seed=19)
+    ids = _ids(192, 320)
+    want = moe_grouped_gemm_reference(x, w, ids, "contiguous", "per_row", 64, "silu_and_mul")
+    out_base = torch.full((512, 64), 7.0, dtype=torch.float16, device=DEVICE)
+    out = out_base[:, 8:56]
+    cfg = moe_config_for("contiguous", 64, 0, N // 2, K, torch.float16, True, tma=True,
+                         rows_per_expert=512 / E)
+    assert cfg.kernel == "span" and cfg.block_m == 128
+    launched = []
+    real_launch = moe_mod.launch
+
+    def spy(kernel, grid, *args, **kwargs):
+        launched.append(kernel)
+        return real_launch(kernel, grid, *args, **kwargs)
+
+    moe_mod.launch = spy
+    try:
+        got = moe_grouped_gemm_triton(x, w, ids, out, "contiguous", "per_row", 64,
+                                      "silu_and_mul", tma=True)
+    finally:
+        moe_mod.launch = real_launch
+    assert launched == [moe_mod._moe_span_tma_kernel]
+    assert got is out
+    torch.testing.assert_close(got, want, **TOL[torch.float16])
+    assert (out_base[:, :8] == 7).all() and (out_base[:, 56:] == 7).all()
+    # A span configuration off the TMA path (float32, a column-strided x): the pointer
+    # kernel with the same tiles, one K loop per expert of a tile.
+    span = MoeConfig(32, 16, 16, 2, 4, 2, "span")
+    for xx, ww in ((x.float(), w.float()), (_t(512, 2 * K, seed=20)[:, ::2], w.float())):
+        want = moe_grouped_gemm_reference(xx, ww, ids, "contiguous", "per_row", 16, "silu_and_mul")
+        got = moe_grouped_gemm_triton(xx, ww, ids, torch.empty_like(want), "contiguous",
+                                      "per_row", 16, "silu_and_mul", config=span)
+        torch.testing.assert_close(got, want, **TOL[torch.float32])
+    with pytest.raises(ValueError, match="float16/bfloat16"):
+        moe_grouped_gemm_triton(x.float(), w.float(), ids, torch.empty_like(want), "contiguous",
+                                "per_row", 16, config=span, tma=True)
+    # empty: no rows
+    empty = torch.empty(0, 48, dtype=torch.float16, device=DEVICE)
+    assert moe_grouped_gemm_triton(_t(0, K, dtype=torch.float16), w, _ids(), empty, "contiguous",
+                                   "per_row", 64, config=span, tma=True) is empty
+
+
 def test_tma_refuses_what_it_cannot_serve():
     x, w = torch.zeros(32, 8, dtype=torch.float16), torch.zeros(2, 8, 8, dtype=torch.float16)
     out = torch.zeros(32, 8, dtype=torch.float16)
@@ -503,6 +618,16 @@ out = {"contiguous-tma": ptx(K._moe_contiguous_tma_kernel, dict(
     E="i32", ALIGN="i32"), dict(BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k,
                                 BLOCK_E=32, LOG_E=5, GROUP_M=c.group_m, PER_ROW=True,
                                 SILU=True, STAGES=c.num_stages), c)}
+c = K.moe_config_for("contiguous", 64, 0, 14336, 4096, bf, True, tma=True)
+for kern in ("span", "span_persistent"):
+    out[kern] = ptx(K._moe_span_tma_kernel, dict(
+        x_desc=f"tensordesc<bf16[{c.block_m},{c.block_k}]>",
+        w_desc=f"tensordesc<bf16[1,{c.block_n},{c.block_k}]>", meta_ptr="*i32",
+        y_desc=f"tensordesc<bf16[{c.block_m},{c.block_n}]>", y_ptr="*bf16", stride_ym="i32",
+        M="i32", N_OUT="i32", K="i32", E="i32", ALIGN="i32"),
+        dict(BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k, BLOCK_E=8, LOG_E=3,
+             GROUP_M=c.group_m, PER_ROW=True, SILU=True, STAGES=c.num_stages,
+             TMA_STORE=c.tma_store, PERSISTENT=kern == "span_persistent"), c)
 c = K.moe_config_for("contiguous", 1, 0, 768, 2048, bf, True)
 out["contiguous-tight"] = ptx(K._moe_contiguous_kernel, dict(
     x_ptr="*bf16", w_ptr="*bf16", meta_ptr="*i32", y_ptr="*bf16", M="i32", N_OUT="i32",
@@ -546,6 +671,7 @@ def test_sm90_build_uses_wgmma_and_no_local_memory():
     built = json.loads(res.stdout)
     for name, k in built.items():
         assert k["wgmma"] and k["local"] == 0, (name, k)
-    assert built["contiguous-tma"]["bulk"]
+    for name in ("contiguous-tma", "span", "span_persistent"):
+        assert built[name]["bulk"], (name, built[name])
     for name in ("contiguous-tight", "segments", "masked"):
         assert built[name]["cp_async"], (name, built[name])
