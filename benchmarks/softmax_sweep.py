@@ -82,12 +82,17 @@ def softmax_variants(M: int, N: int, in_bytes: int, smoke: bool = False
             ("4 tiles a program", dict(row_tiles=4)),
         ]
     if plan.kind in ("coop", "looped"):
+        # coop_min_in_bytes=1: coop for 16-bit inputs too (the table keeps them on looped)
         return [
-            ("looped, 1 program per SM (former table)", dict(coop_max_chunks=0)),
-            ("coop chunks 4096, 4 warps", dict(coop_block=4096, coop_warps=4)),
-            ("coop chunks 16384, 16 warps", dict(coop_block=16384, coop_warps=16)),
-            ("looped, 1 program per 2 SMs", dict(coop_max_chunks=0, loop_programs_per_sm=0.5)),
-            ("coop chunks 8192, 16 warps", dict(coop_warps=16)),
+            ("coop chunks 16384, 16 warps, any dtype",
+             dict(coop_block=16384, coop_warps=16, coop_min_in_bytes=1)),
+            ("looped, 1 program per SM", dict(coop_max_chunks=0)),
+            ("coop chunks 8192, 8 warps, any dtype",
+             dict(coop_block=8192, coop_warps=8, coop_min_in_bytes=1)),
+            ("coop chunks 4096, 4 warps, any dtype",
+             dict(coop_block=4096, coop_warps=4, coop_min_in_bytes=1)),
+            ("coop chunks 8192, 16 warps, any dtype",
+             dict(coop_block=8192, coop_warps=16, coop_min_in_bytes=1)),
             ("looped, 2 programs per SM", dict(coop_max_chunks=0, loop_programs_per_sm=2.0)),
         ]
     return []

@@ -197,6 +197,17 @@ class StridedTuning(NamedTuple):
 STRIDED = StridedTuning(col_bytes=128, min_programs_per_sm=4, tile_elems=8192,
                         elems_per_thread=32, split_remainder=True, split_long=True)
 _NEG_BIG = tl.constexpr(-3.4028234663852886e38)  # -FLT_MAX
+_LOG2E = tl.constexpr(1.4426950408889634)
+
+
+@triton.jit
+def _exp(x):
+    # exp(x) as exp2(x * log2(e)): for sm_90 this builds to one FMUL and one MUFU.EX2 (the
+    # flush-to-zero form), where tl.exp also tests for and rescales a subnormal result (an
+    # FSETP and two more FMULs). The bf16 vocabulary rows are bound by instruction issue
+    # (24 SASS instructions an element in the looped kernel), so the three count. A result
+    # below 2**-126 becomes 0: a softmax probability that small is 0 to any dtype's sum.
+    return tl.math.exp2(x * _LOG2E)
 
 
 def softmax_reference(x: torch.Tensor, dim: int, out_dtype: torch.dtype | None = None,
@@ -242,7 +253,7 @@ def _rows_kernel(x_ptr, out_ptr, n_rows, N, sxr, sxn, sor, son,
         x = x.to(out_ptr.dtype.element_ty).to(tl.float32)
         m = tl.max(x, axis=1)
         z = x - m[:, None]
-        e = tl.exp(z)
+        e = _exp(z)
         s = tl.sum(e, axis=1)
         if LOG:
             y = z - tl.log(s)[:, None]
@@ -282,10 +293,10 @@ def _looped_kernel(x_ptr, out_ptr, n_rows, N, sxr, sxn, sor, son,
                           eviction_policy="evict_last")
             x = cur.to(out_ptr.dtype.element_ty).to(tl.float32)
             m_new = tl.maximum(m, tl.max(x, axis=1))
-            s = s * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new[:, None]), axis=1)
+            s = s * _exp(m - m_new) + tl.sum(_exp(x - m_new[:, None]), axis=1)
             m = m_new
         row_max = tl.max(m, axis=0)
-        row_sum = tl.sum(s * tl.exp(m - row_max), axis=0)
+        row_sum = tl.sum(s * _exp(m - row_max), axis=0)
         shift = row_max + tl.log(row_sum)
         inv = 1.0 / row_sum
         # Pass 2: the last chunk first (the most recently read, still in L2).
@@ -303,7 +314,7 @@ def _looped_kernel(x_ptr, out_ptr, n_rows, N, sxr, sxn, sor, son,
             if LOG:
                 y = x - shift
             else:
-                y = tl.exp(x - row_max) * inv
+                y = _exp(x - row_max) * inv
             tl.store(o_row + cols * son, y.to(out_ptr.dtype.element_ty), mask=cols < N,
                      eviction_policy="evict_first")
 
@@ -340,7 +351,10 @@ def _coop_kernel(x_ptr, out_ptr, ws_ptr, cnt_ptr, n_rows, N, G, spin, sxr, sxn, 
     x = x.to(out_ptr.dtype.element_ty).to(tl.float32)
     # -FLT_MAX, not -inf, for a chunk of -inf only: its sum is then 0, not NaN.
     m = tl.maximum(tl.max(x, axis=0), _NEG_BIG)
-    s = tl.sum(tl.exp(x - m), axis=0)
+    # One exponential an element: e is kept, and rescaled to the row's max below (the
+    # former second exp(x - row_max) per element cost a subtract, a multiply and an EX2).
+    e = _exp(x - m)
+    s = tl.sum(e, axis=0)
     tl.store(ws_ptr + ticket, m)
     tl.store(ws_ptr + n_rows * G + ticket, s)
     # Release: the partials above are visible to whoever sees the incremented count.
@@ -355,7 +369,7 @@ def _coop_kernel(x_ptr, out_ptr, ws_ptr, cnt_ptr, n_rows, N, G, spin, sxr, sxn, 
         ps = tl.load(ws_ptr + n_rows * G + row * G + k, mask=k < G, other=0.0,
                      volatile=True)
         row_max = tl.max(pm, axis=0)
-        row_sum = tl.sum(ps * tl.exp(pm - row_max), axis=0)
+        row_sum = tl.sum(ps * _exp(pm - row_max), axis=0)
     else:
         # Small steps of FB elements with a scalar running (max, sum), so that the fallback
         # holds few registers beside the chunk (the kernel's count is the larger path's).
@@ -369,12 +383,13 @@ def _coop_kernel(x_ptr, out_ptr, ws_ptr, cnt_ptr, n_rows, N, G, spin, sxr, sxn, 
             xj = tl.load(x_row + jc * sxn, mask=jc < N, other=-float("inf"))
             xj = xj.to(out_ptr.dtype.element_ty).to(tl.float32)
             m_new = tl.maximum(row_max, tl.max(xj, axis=0))
-            row_sum = row_sum * tl.exp(row_max - m_new) + tl.sum(tl.exp(xj - m_new), axis=0)
+            row_sum = row_sum * _exp(row_max - m_new) + tl.sum(_exp(xj - m_new), axis=0)
             row_max = m_new
     if LOG:
         y = x - (row_max + tl.log(row_sum))
     else:
-        y = tl.exp(x - row_max) * (1.0 / row_sum)
+        # exp(x - row_max) / row_sum = e * exp(m - row_max) / row_sum
+        y = e * (_exp(m - row_max) / row_sum)
     tl.store(out_ptr + row * sor + cols * son, y.to(out_ptr.dtype.element_ty), mask=cmask)
 
 
@@ -392,7 +407,7 @@ def _split_partials_kernel(x_ptr, out_ptr, ws_ptr, n_rows, N, C, sxr, sxn,
     x = x.to(out_ptr.dtype.element_ty).to(tl.float32)
     # -FLT_MAX, not -inf, for a chunk of -inf only: its sum is then 0, not NaN.
     m = tl.maximum(tl.max(x, axis=0), _NEG_BIG)
-    s = tl.sum(tl.exp(x - m), axis=0)
+    s = tl.sum(_exp(x - m), axis=0)
     tl.store(ws_ptr + pid, m)
     tl.store(ws_ptr + n_rows * C + pid, s)
 
@@ -408,7 +423,7 @@ def _split_finish_kernel(x_ptr, out_ptr, ws_ptr, n_rows, N, C, sxr, sxn, sor, so
     pm = tl.load(ws_ptr + row * C + k, mask=k < C, other=_NEG_BIG)
     ps = tl.load(ws_ptr + n_rows * C + row * C + k, mask=k < C, other=0.0)
     row_max = tl.max(pm, axis=0)
-    row_sum = tl.sum(ps * tl.exp(pm - row_max), axis=0)
+    row_sum = tl.sum(ps * _exp(pm - row_max), axis=0)
     cols = c * CHUNK + tl.arange(0, CHUNK)
     if USE_INT64:
         row = row.to(tl.int64)
@@ -419,7 +434,7 @@ def _split_finish_kernel(x_ptr, out_ptr, ws_ptr, n_rows, N, C, sxr, sxn, sor, so
     if LOG:
         y = x - (row_max + tl.log(row_sum))
     else:
-        y = tl.exp(x - row_max) * (1.0 / row_sum)
+        y = _exp(x - row_max) * (1.0 / row_sum)
     tl.store(out_ptr + row * sor + cols * son, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -450,7 +465,7 @@ def _strided_kernel(x_ptr, out_ptr, n_outer, N, inner, n_iblk, sxo, sxn, sxi, so
             x = x.to(out_ptr.dtype.element_ty).to(tl.float32)
             m = tl.max(x, axis=0)
             z = x - m[None, :]
-            e = tl.exp(z)
+            e = _exp(z)
             s = tl.sum(e, axis=0)
             if LOG:
                 y = z - tl.log(s)[None, :]
@@ -468,7 +483,7 @@ def _strided_kernel(x_ptr, out_ptr, n_outer, N, inner, n_iblk, sxo, sxn, sxi, so
                             eviction_policy="evict_last")
                 x = x.to(out_ptr.dtype.element_ty).to(tl.float32)
                 m_new = tl.maximum(m, tl.max(x, axis=0))
-                s = s * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new[None, :]), axis=0)
+                s = s * _exp(m - m_new) + tl.sum(_exp(x - m_new[None, :]), axis=0)
                 m = m_new
             lse = tl.log(s)
             inv = 1.0 / s
@@ -482,7 +497,7 @@ def _strided_kernel(x_ptr, out_ptr, n_outer, N, inner, n_iblk, sxo, sxn, sxi, so
                     # (x - m) - log(s): log(s) would vanish beside a large m
                     y = (x - m[None, :]) - lse[None, :]
                 else:
-                    y = tl.exp(x - m[None, :]) * inv[None, :]
+                    y = _exp(x - m[None, :]) * inv[None, :]
                 tl.store(ob + rows[:, None] * son, y.to(out_ptr.dtype.element_ty), mask=mask,
                          eviction_policy="evict_first")
 
@@ -525,11 +540,11 @@ def _strided_tile_kernel(x_ptr, out_ptr, N, inner, n_iblk, sxo, sxn, sxi, soo, s
         x2 = x2.to(OUT_TY).to(tl.float32)
         m = tl.maximum(m, tl.max(x2, axis=0))
     z = x - m[None, :]
-    e = tl.exp(z)
+    e = _exp(z)
     s = tl.sum(e, axis=0)
     if BLOCK_N2 > 0:
         z2 = x2 - m[None, :]
-        e2 = tl.exp(z2)
+        e2 = _exp(z2)
         s += tl.sum(e2, axis=0)
     if LOG:
         shift = tl.log(s)[None, :]
@@ -584,7 +599,7 @@ def _strided_split_kernel(x_ptr, out_ptr, ws_ptr, N, inner, n_iblk, C, ws_half,
     if not FINISH:
         # -FLT_MAX, not -inf, for a chunk column of -inf only: its sum is then 0, not NaN.
         m = tl.maximum(tl.max(x, axis=0), _NEG_BIG)
-        s = tl.sum(tl.exp(x - m[None, :]), axis=0)
+        s = tl.sum(_exp(x - m[None, :]), axis=0)
         w = (o * C + c) * inner + icols
         tl.store(ws_ptr + w, m, mask=imask)
         tl.store(ws_s + w, s, mask=imask)
@@ -595,13 +610,13 @@ def _strided_split_kernel(x_ptr, out_ptr, ws_ptr, N, inner, n_iblk, C, ws_half,
         pm = tl.load(ws_ptr + pw, mask=pmask, other=_NEG_BIG)
         ps = tl.load(ws_s + pw, mask=pmask, other=0.0)
         m = tl.max(pm, axis=0)
-        s = tl.sum(ps * tl.exp(pm - m[None, :]), axis=0)
+        s = tl.sum(ps * _exp(pm - m[None, :]), axis=0)
         z = x - m[None, :]
         if LOG:
             # (x - m) - log(s), not x - (m + log(s)): log(s) vanishes beside a large m
             y = z - tl.log(s)[None, :]
         else:
-            y = tl.exp(z) * (1.0 / s)[None, :]
+            y = _exp(z) * (1.0 / s)[None, :]
         tl.store(out_ptr + o * soo + rn[:, None] * son + icols[None, :] * soi, y.to(OUT_TY),
                  mask=mask)
 
