@@ -27,13 +27,22 @@ plain Python from ``N`` and ``R``, with no autotuning at call time:
   sum of squared deviations, merged at the end, which stays accurate when the mean is large)
   and once to write the result, re-reading the row mostly from L2.
 
+* **coop** (off in :data:`TUNING` until measured): a long row cut into chunks, one
+  program a chunk; the chunks exchange partial statistics through a small workspace and
+  each writes its chunk from registers (one read of HBM, several programs per SM).
+
+LayerNorm's statistics in the register and coop kernels are two reductions in turn (the
+mean, then the centred sum of squares) or, as variants, one: sums about each row's first
+element with a two-pass fallback, or Chan's merge of per-thread groups (``ln_stats``). The
+constants of all of this are one block, :class:`NormTuning` / :data:`TUNING`.
+
 Offsets are computed in int64 when any of them could pass ``2**31 - 1``.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import torch
 import triton
@@ -45,6 +54,8 @@ __all__ = [
     "DEFAULT_RMS_EPS",
     "MAX_REGISTER_BLOCK",
     "NormConfig",
+    "NormTuning",
+    "TUNING",
     "fused_add_rms_norm_reference",
     "fused_add_rms_norm_triton",
     "layer_norm_reference",
@@ -71,14 +82,101 @@ MAX_REGISTER_BLOCK = 32768
 _LATE_AFFINE_BLOCK = 16384
 #: Chunk of the looped kernel.
 _LOOP_BLOCK = 4096
-#: Elements a program of the register kernel covers at least (short rows are packed).
-_MIN_TILE = 4096
 #: Streaming multiprocessors of an H200, and a grid that gives each a few programs.
 _SMS = 132
 _TARGET_PROGRAMS = 4 * _SMS
 _INT32_LIMIT = 2**31 - 1
 
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
+
+
+class NormTuning(NamedTuple):
+    """The launch table's constants (:func:`norm_config` and the launcher follow from these and
+    the shape). benchmarks/norm_sweep.py times alternatives on the H200 and prints the fields
+    a better variant changes."""
+
+    #: LayerNorm's statistics in the register and coop kernels: ``"twopass"`` (the mean, then
+    #: the centred sum of squares: two cross-warp reductions in sequence), ``"shifted"`` (the
+    #: sums of ``x - K`` and its square about the row's first element ``K``, one reduction of
+    #: the pair; rows whose ``K`` lies more than ``sqrt(shift_limit)`` standard deviations
+    #: from the mean take the two reductions afterwards) or ``"chan"`` (exact mean and
+    #: squared deviations of each thread's 16-byte groups, merged by Chan's formula in one
+    #: reduction of (mean, M2, count)).
+    ln_stats: str
+    #: ``"shifted"``: the largest ``(mean - K)**2 / var`` kept. The variance from shifted sums
+    #: carries about ``(1 + 3 r) c eps`` relative error for ``r = (mean - K)**2 / var`` (c
+    #: the summation's error growth, eps float32's), two-pass about ``c eps``: 16 bounds it
+    #: at ~50x two-pass, ~1e-5 typical, below bfloat16/float16 rounding and fp32's tolerance.
+    #: A Gaussian row passes it unless its first element is beyond 4 sigma (6e-5 of rows).
+    shift_limit: float
+    #: rows kernel: short rows are packed to tiles of at least ``min_tile`` elements while the
+    #: grid keeps ``programs_per_sm`` programs per SM.
+    min_tile: int
+    programs_per_sm: int
+    #: rows kernel: elements a thread holds on a large grid (>= programs_per_sm per SM), a
+    #: grid of at least one program per SM, and a smaller one (decode).
+    per_thread_large: int
+    per_thread_mid: int
+    per_thread_small: int
+    #: coop kernel (rows cut into chunks, one program a chunk, the chunks of a row exchanging
+    #: partial statistics through a workspace): rows with ``next_power_of_2(N) >=
+    #: coop_min_block`` (0: never), of at least ``coop_min_programs`` programs in all and at
+    #: most ``coop_max_chunks`` chunks a row, and only LayerNorm and RMSNorm (not the fused
+    #: residual add, whose fallback could not re-read a residual already overwritten).
+    coop_min_block: int
+    coop_block: int
+    coop_warps: int
+    coop_max_chunks: int = 64
+    coop_min_programs: int = 4 * 132
+    #: ptxas' register cap (``maxnreg``; 0: none) of LayerNorm's rows kernel on large grids
+    #: (where its weight and bias load late) and of the coop kernel. Compiled for sm_90 (32
+    #: elements a thread): bf16 LayerNorm of 7168 at 8 warps takes 63 registers two-pass
+    #: (4 programs an SM), 71 shifted and 73 chan (3 programs), 64 under a cap of 64 with no
+    #: spill; fp32 of 3584 at 4 warps 72 two-pass (7 programs), 64 capped (8), no spill. The
+    #: coop kernel: 64 (bf16) and 80 (fp32) at 8 warps, 64 capped, no spill.
+    ln_maxnreg: int = 0
+    coop_maxnreg: int = 64
+
+
+#: Why these values (the table as measured before the variants; the variants are off until an
+#: H200 sweep shows them ahead):
+#: * ln_stats "twopass": LayerNorm dsv3-prefill ran at 3.64 TB/s against RMSNorm's 3.88 with
+#:   the same kernel and launch; the difference is the second reduction (a shared-memory
+#:   round trip and barrier more, in sequence). "shifted" keeps one reduction of a pair
+#:   (for Triton still two shared-memory round trips, but back to back: no elementwise pass
+#:   between them) for one scalar load a row and a compare; "chan" the same for a fast
+#:   division (``div.full``) a 16-byte group and a merge. Compiled for sm_90 (bf16 LayerNorm
+#:   of 7168, 8 warps) the kernel has 544 SASS instructions two-pass, 808 shifted (the
+#:   fallback's code included, not run), 848 chan (17 MUFU). Both are exact enough (see
+#:   shift_limit; Chan's merge is as accurate as two-pass) and tested; the sweep decides.
+#: * rows: 32 elements a thread on large grids, tiles of 4096 (see norm_config).
+#: * coop off: the 32k-element rows (LayerNorm [2, 16384]) run one program of 32 warps a
+#:   row, one per SM, at 2.84 (bf16) / 3.39 (fp32) TB/s: HBM idles while each row is
+#:   reduced and stored. Chunks of 8192 at 8 warps (32 a thread) give 4 programs per SM
+#:   that overlap one another's reductions; softmax's coop ran fp32 vocabulary rows at 3.26
+#:   TB/s against looped 2.67 (lost on bf16 ones, against a looped kernel that re-read from
+#:   L2). Unmeasured here: the sweep times chunks of 4096 to 16384.
+#: * ln_maxnreg 0 (no cap, today's build); coop_maxnreg 64, so that coop's 8-warp chunks
+#:   keep 4 programs an SM in fp32 too (80 registers uncapped: 3). The one-reduction
+#:   statistics need the cap of 64 to keep two-pass's programs per SM (see ln_maxnreg):
+#:   switch ln_stats and ln_maxnreg together.
+#: * H200 sweep (benchmarks/norm_sweep.py, 2026-11-30), TB/s table -> best variant: every
+#:   LayerNorm variant stayed within 4 % of the table, so the table is unchanged. dsv3 bf16
+#:   3.58 -> 3.63 (two-pass capped at 64 registers; shifted 3.52, chan 2.26); qwen2.5 bf16
+#:   3.35 -> 3.38 (capped); qwen2.5 fp32 3.64 -> 3.78 (shifted; capped 3.60); command-r
+#:   3.40 -> 3.46 (16 a thread); dit-xl 3.57 (table best); 32k bf16 2.82 -> 2.84 (shifted;
+#:   coop 2.31-2.46); 32k fp32 3.41 (table best; coop 2.50-3.01). The coop kernel lost on
+#:   every row it was tried on: its rows wait on one another's partials. torch.compile ran
+#:   these rows at 1.33-3.49 TB/s (32k fp32 3.43, command-r 3.49: ties), RMSNorm dsv3 and
+#:   qwen2.5 fp32 at 3.90 against the table's 3.68 and 3.63.
+TUNING = NormTuning(ln_stats="twopass", shift_limit=16.0, min_tile=4096, programs_per_sm=4,
+                    per_thread_large=32, per_thread_mid=16, per_thread_small=8,
+                    coop_min_block=0, coop_block=8192, coop_warps=8)
+_STATS = {"twopass": 0, "shifted": 1, "chan": 2}
+#: Polls of a row's arrival count before a coop program reads the row itself (see the kernel).
+_COOP_SPIN = 1 << 16
+#: Elements a step of the coop kernel's fallback reads.
+_COOP_FB = 1024
 
 
 # -- references -------------------------------------------------------------------------------
@@ -148,6 +246,73 @@ def fused_add_rms_norm_reference(x: torch.Tensor, residual: torch.Tensor,
 # -- kernels ----------------------------------------------------------------------------------
 
 @triton.jit
+def _add_pair(a1, a2, b1, b2):
+    return a1 + b1, a2 + b2
+
+
+@triton.jit
+def _welford_combine(mean_a, m2_a, n_a, mean_b, m2_b, n_b):
+    """Chan's merge of two (mean, sum of squared deviations, count) partials."""
+    n = n_a + n_b
+    delta = mean_b - mean_a
+    frac = tl.where(n > 0, n_b / tl.maximum(n, 1.0), 0.0)
+    return mean_a + delta * frac, m2_a + m2_b + delta * delta * n_a * frac, n
+
+
+@triton.jit
+def _chan_combine(mean_a, m2_a, n_a, mean_b, m2_b, n_b):
+    """:func:`_welford_combine` with the fast division (``div.full``, 2 ulp): it only weighs
+    the two means, and the IEEE one costs a dozen instructions a merge."""
+    n = n_a + n_b
+    delta = mean_b - mean_a
+    frac = tl.where(n > 0, tl.fdiv(n_b, tl.maximum(n, 1.0), ieee_rounding=False), 0.0)
+    return mean_a + delta * frac, m2_a + m2_b + delta * delta * n_a * frac, n
+
+
+@triton.jit
+def _ln_stats(x, mask, shift, n, STATS: tl.constexpr, SHIFT_LIMIT: tl.constexpr,
+              GROUP: tl.constexpr):
+    """``(mean, M2)`` of each row of the float32 tile ``x`` ``[R, B]`` (masked lanes hold 0):
+    the mean and the sum of squared deviations of its ``n`` valid elements.
+
+    * ``STATS == 0``: the mean, then the centred sum of squares (two reductions in turn).
+    * ``STATS == 1``: one reduction of the pair (sum, sum of squares) of ``x - shift`` (a
+      value of each row); ``M2 = S2 - S1**2 / n``. That subtraction loses
+      ``(mean - shift)**2 / var`` times float32's precision, so a tile holding a row whose
+      shift is more than ``sqrt(SHIFT_LIMIT)`` standard deviations from its mean (or whose
+      variance vanished in the subtraction) takes the two reductions of ``STATS == 0``.
+    * ``STATS == 2``: each thread's ``GROUP`` contiguous elements (one 16-byte vector) give an
+      exact (mean, M2, count) in registers, and one reduction merges the groups by Chan's
+      formula (as accurate as two passes, for a division per merge).
+    """
+    if STATS == 1:
+        d = tl.where(mask, x - shift[:, None], 0.0)
+        s1, s2 = tl.reduce((d, d * d), 1, _add_pair)
+        md = s1 / n
+        m2 = tl.maximum(s2 - s1 * md, 0.0)
+        mean = shift + md
+        # (mean - shift)**2 > SHIFT_LIMIT * var, written without a division
+        far = md * md * n > SHIFT_LIMIT * m2
+        if tl.max(far.to(tl.int32), axis=0) > 0:
+            mean = tl.sum(x, axis=1) / n
+            xc = tl.where(mask, x - mean[:, None], 0.0)
+            m2 = tl.sum(xc * xc, axis=1)
+    elif STATS == 2:
+        xg = tl.reshape(x, [x.shape[0], x.shape[1] // GROUP, GROUP])
+        mg = tl.reshape(mask, [x.shape[0], x.shape[1] // GROUP, GROUP])
+        cnt = tl.sum(mg.to(tl.float32), axis=2)
+        mean_g = tl.fdiv(tl.sum(xg, axis=2), tl.maximum(cnt, 1.0), ieee_rounding=False)
+        dg = tl.where(mg, xg - mean_g[:, :, None], 0.0)
+        m2_g = tl.sum(dg * dg, axis=2)
+        mean, m2, _ = tl.reduce((mean_g, m2_g, cnt), 1, _chan_combine)
+    else:
+        mean = tl.sum(x, axis=1) / n
+        xc = tl.where(mask, x - mean[:, None], 0.0)
+        m2 = tl.sum(xc * xc, axis=1)
+    return mean, m2
+
+
+@triton.jit
 def _norm_fwd_rows_kernel(
     x_ptr, r_ptr, w_ptr, b_ptr, y_ptr,
     M, N, eps,
@@ -155,13 +320,16 @@ def _norm_fwd_rows_kernel(
     ROWS: tl.constexpr, TILES: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
     HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, USE_INT64: tl.constexpr,
-    LATE_AFFINE: tl.constexpr,
+    LATE_AFFINE: tl.constexpr, STATS: tl.constexpr = 0, SHIFT_LIMIT: tl.constexpr = 16.0,
+    GROUP: tl.constexpr = 8,
 ):
     """``TILES`` tiles of ``ROWS`` whole rows per program, one after the other, each row held
     in registers (``BLOCK_N >= N``). The weight and bias are loaded once per program, before
     the rows so that their latency overlaps the row loads; or, with ``LATE_AFFINE``, once
     per tile after its statistics, which keeps fewer registers live while the rows load
-    (more programs per SM, for an L2 round trip per tile)."""
+    (more programs per SM, for an L2 round trip per tile). ``STATS`` picks how LayerNorm's
+    statistics are reduced (see :class:`NormTuning`); ``GROUP`` is the elements of a 16-byte
+    vector (``STATS == 2``)."""
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     if USE_INT64:
@@ -196,9 +364,15 @@ def _norm_fwd_rows_kernel(
             rstd = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps)
             y = x * rstd[:, None]
         else:
-            mean = tl.sum(x, axis=1) / N
+            if STATS == 1:
+                # the shift: each row's first element (column offset 0)
+                shift = tl.load(x_ptr + rows * stride_xm, mask=rows < M,
+                                other=0.0).to(tl.float32)
+            else:
+                shift = tl.zeros([ROWS], dtype=tl.float32)
+            mean, m2 = _ln_stats(x, mask, shift, N, STATS, SHIFT_LIMIT, GROUP)
             xc = tl.where(mask, x - mean[:, None], 0.0)
-            rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / N + eps)
+            rstd = tl.rsqrt(m2 / N + eps)
             y = xc * rstd[:, None]
         if HAS_WEIGHT:
             if LATE_AFFINE:
@@ -212,15 +386,6 @@ def _norm_fwd_rows_kernel(
             y = y + b[None, :]
         y_offs = rows[:, None] * stride_ym + cols[None, :] * stride_yn
         tl.store(y_ptr + y_offs, y.to(y_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _welford_combine(mean_a, m2_a, n_a, mean_b, m2_b, n_b):
-    """Chan's merge of two (mean, sum of squared deviations, count) partials."""
-    n = n_a + n_b
-    delta = mean_b - mean_a
-    frac = tl.where(n > 0, n_b / tl.maximum(n, 1.0), 0.0)
-    return mean_a + delta * frac, m2_a + m2_b + delta * delta * n_a * frac, n
 
 
 @triton.jit
@@ -296,24 +461,145 @@ def _norm_fwd_looped_kernel(
         tl.store(y_row + cols * stride_yn, y.to(y_ptr.dtype.element_ty), mask=m)
 
 
+@triton.jit
+def _norm_fwd_coop_kernel(
+    x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
+    M, N, C, spin, eps,
+    stride_xm, stride_xn, stride_ym, stride_yn, stride_w, stride_b,
+    BLOCK: tl.constexpr, FB: tl.constexpr, C_POW2: tl.constexpr,
+    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+    USE_INT64: tl.constexpr, STATS: tl.constexpr, SHIFT_LIMIT: tl.constexpr,
+    GROUP: tl.constexpr,
+):
+    """A row cut into ``C`` chunks of ``BLOCK`` elements, one program a chunk, the row's ``C``
+    programs cooperating: each holds its chunk in registers, publishes the chunk's partial
+    statistics (RMSNorm: its sum of squares; LayerNorm: its mean and sum of squared
+    deviations), waits until the row's ``C`` partials are in, merges them and writes its
+    chunk from registers. One read and one write of HBM, several programs per SM.
+
+    Chunks are handed out in arrival order (a ticket from an atomic counter, ``cnt_ptr[0]``),
+    not by program id: every smaller ticket belongs to a program that has started, so only
+    the row of the newest ticket can wait on programs not yet resident, and those start as
+    soon as any other program finishes (no deadlock while ``C`` programs fit on the GPU). A
+    program still waiting after ``spin`` polls computes the row's statistics itself from
+    global memory (slow, correct: nothing here writes the input). Triton's interpreter runs
+    programs one after another; with ``spin == 0`` every chunk but a row's last takes that
+    path, so both are tested on the CPU."""
+    ticket = tl.atomic_add(cnt_ptr, 1)
+    row = ticket // C
+    c = ticket - row * C
+    offs = tl.arange(0, BLOCK)
+    k = tl.arange(0, C_POW2)
+    if USE_INT64:
+        row = row.to(tl.int64)
+        c = c.to(tl.int64)
+        offs = offs.to(tl.int64)
+    slot = row * C + c
+    x_row = x_ptr + row * stride_xm
+    start = c * BLOCK
+    # The chunk as a [1, BLOCK] tile, the rows kernel's shape (its statistics code as is).
+    cols = start + offs[None, :]
+    cmask = cols < N
+    x = tl.load(x_row + cols * stride_xn, mask=cmask, other=0.0,
+                eviction_policy="evict_first").to(tl.float32)
+    if IS_RMS:
+        p1 = tl.sum(tl.sum(x * x, axis=1), axis=0)
+        p2 = 0.0
+    else:
+        n_c = tl.minimum(N - start, BLOCK).to(tl.float32)
+        if STATS == 1:
+            shift = tl.load(x_row + (start + tl.arange(0, 1)) * stride_xn).to(tl.float32)
+        else:
+            shift = tl.zeros([1], dtype=tl.float32)
+        mean_c, m2_c = _ln_stats(x, cmask, shift, n_c, STATS, SHIFT_LIMIT, GROUP)
+        p1 = tl.sum(mean_c, axis=0)
+        p2 = tl.sum(m2_c, axis=0)
+    tl.store(ws_ptr + slot, p1)
+    if not IS_RMS:
+        tl.store(ws_ptr + M * C + slot, p2)
+    # Release: the partials above are visible to whoever sees the incremented count.
+    done = tl.atomic_add(cnt_ptr + 1 + row, 1, sem="acq_rel") + 1
+    polls = 0
+    while (done < C) & (polls < spin):
+        done = tl.atomic_add(cnt_ptr + 1 + row, 0, sem="acquire")
+        polls += 1
+    if done >= C:
+        # volatile: bypass L1, which may hold an older copy of the workspace line.
+        km = k < C
+        pm = tl.load(ws_ptr + row * C + k, mask=km, other=0.0, volatile=True)
+        if IS_RMS:
+            var = tl.sum(pm, axis=0) / N
+        else:
+            pq = tl.load(ws_ptr + M * C + row * C + k, mask=km, other=0.0, volatile=True)
+            nk = tl.minimum(tl.maximum(N - k * BLOCK, 0), BLOCK).to(tl.float32)
+            # Chan's formula for C parts at once: M2 = sum M2_c + sum n_c (mean_c - mean)**2
+            mean = tl.sum(nk * pm, axis=0) / N
+            dm = tl.where(km, pm - mean, 0.0)
+            var = (tl.sum(pq, axis=0) + tl.sum(nk * dm * dm, axis=0)) / N
+    else:
+        # The row from global memory in steps of FB: the sum of squares, or the mean and
+        # then the centred sum of squares.
+        fo = tl.arange(0, FB)
+        if USE_INT64:
+            fo = fo.to(tl.int64)
+        acc = tl.zeros([FB], dtype=tl.float32)
+        for j in range(0, tl.cdiv(N, FB)):
+            jc = j * FB + fo
+            xj = tl.load(x_row + jc * stride_xn, mask=jc < N, other=0.0).to(tl.float32)
+            if IS_RMS:
+                acc += xj * xj
+            else:
+                acc += xj
+        if IS_RMS:
+            var = tl.sum(acc, axis=0) / N
+        else:
+            mean = tl.sum(acc, axis=0) / N
+            acc2 = tl.zeros([FB], dtype=tl.float32)
+            for j in range(0, tl.cdiv(N, FB)):
+                jc = j * FB + fo
+                jm = jc < N
+                xj = tl.load(x_row + jc * stride_xn, mask=jm, other=0.0).to(tl.float32)
+                dj = tl.where(jm, xj - mean, 0.0)
+                acc2 += dj * dj
+            var = tl.sum(acc2, axis=0) / N
+    rstd = tl.rsqrt(var + eps)
+    if IS_RMS:
+        y = x * rstd
+    else:
+        y = (x - mean) * rstd
+    # The affine parameters after the statistics: fewer registers live while the chunk loads.
+    if HAS_WEIGHT:
+        y = y * tl.load(w_ptr + cols * stride_w, mask=cmask, other=0.0,
+                        eviction_policy="evict_last").to(tl.float32)
+    if HAS_BIAS:
+        y = y + tl.load(b_ptr + cols * stride_b, mask=cmask, other=0.0,
+                        eviction_policy="evict_last").to(tl.float32)
+    tl.store(y_ptr + row * stride_ym + cols * stride_yn, y.to(y_ptr.dtype.element_ty),
+             mask=cmask)
+
+
 # -- launch configuration ---------------------------------------------------------------------
 
 class NormConfig(tuple):
-    """``(looped, rows, tiles, block, num_warps)``: the launch for ``[M, N]``. The register
-    kernel runs ``cdiv(M, rows * tiles)`` programs, each taking ``tiles`` tiles of ``rows``
-    rows in turn; the looped kernel one program per row (``rows == tiles == 1``) walking it
-    in ``block``-element chunks."""
+    """``(looped, rows, tiles, block, num_warps, chunks)``: the launch for ``[M, N]``. The
+    register kernel runs ``cdiv(M, rows * tiles)`` programs, each taking ``tiles`` tiles of
+    ``rows`` rows in turn; the looped kernel one program per row (``rows == tiles == 1``)
+    walking it in ``block``-element chunks; ``chunks > 0`` is the coop kernel, ``M *
+    chunks`` programs of one ``block``-element chunk each (``looped`` False, ``rows ==
+    tiles == 1``)."""
 
     __slots__ = ()
 
-    def __new__(cls, looped: bool, rows: int, tiles: int, block: int, num_warps: int):
-        return super().__new__(cls, (looped, rows, tiles, block, num_warps))
+    def __new__(cls, looped: bool, rows: int, tiles: int, block: int, num_warps: int,
+                chunks: int = 0):
+        return super().__new__(cls, (looped, rows, tiles, block, num_warps, chunks))
 
     looped = property(lambda self: self[0])
     rows = property(lambda self: self[1])
     tiles = property(lambda self: self[2])
     block = property(lambda self: self[3])
     num_warps = property(lambda self: self[4])
+    chunks = property(lambda self: self[5])
 
 
 def _next_pow2(n: int) -> int:
@@ -326,13 +612,19 @@ def _cdiv(a: int, b: int) -> int:
 
 @functools.lru_cache(maxsize=4096)
 def norm_config(M: int, N: int, *, max_register_block: int = MAX_REGISTER_BLOCK,
-                loop_block: int = _LOOP_BLOCK) -> NormConfig:
-    """The launch for ``M`` rows of ``N`` elements (the element size does not change it: the
-    math is float32 whatever the input dtype). Memoised: a call costs a dict lookup.
+                loop_block: int = _LOOP_BLOCK, tuning: NormTuning = TUNING,
+                coop: bool = True) -> NormConfig:
+    """The launch for ``M`` rows of ``N`` elements under ``tuning`` (the element size does
+    not change it: the math is float32 whatever the input dtype). Memoised: a call costs a
+    dict lookup. ``coop=False`` leaves the coop kernel out (calls it cannot serve).
 
-    A row fits in registers when ``next_power_of_2(N) <= max_register_block``. Short rows
-    are packed ``rows`` to a tile of up to 4096 elements, fewer while the grid would hold
-    under ``4 * 132`` programs. The warp count sets the elements each thread holds:
+    With ``tuning.coop_min_block`` set, rows of ``next_power_of_2(N) >= coop_min_block``
+    cut into at most ``coop_max_chunks`` chunks of ``coop_block``, on grids of at least
+    ``coop_min_programs`` programs, take the coop kernel. Otherwise a row fits in
+    registers when ``next_power_of_2(N) <= max_register_block``. Short rows are packed
+    ``rows`` to a tile of up to ``min_tile`` (4096) elements, fewer while the grid would
+    hold under ``programs_per_sm * 132`` programs. The warp count sets the elements each
+    thread holds:
 
     * a large grid (``>= 4 * 132`` programs): 32 elements a thread. HBM is kept busy by the
       rows in flight, and those are bounded by the registers of an SM: compiled for sm_90,
@@ -346,16 +638,25 @@ def norm_config(M: int, N: int, *, max_register_block: int = MAX_REGISTER_BLOCK,
     so rows in flight. Longer rows take the looped kernel with ``loop_block``-element
     chunks and 8 warps.
     """
+    t = tuning
     block_n = _next_pow2(max(N, 1))
+    if coop and t.coop_min_block and block_n >= t.coop_min_block:
+        block = min(_next_pow2(max(1, t.coop_block)), block_n, max_register_block)
+        chunks = _cdiv(N, block)
+        if 1 < chunks <= t.coop_max_chunks and M * chunks >= t.coop_min_programs:
+            warps = max(1, min(32, t.coop_warps * block // max(1, t.coop_block)))
+            return NormConfig(False, 1, 1, block, warps, chunks)
     if block_n > max_register_block:
         block = min(loop_block, block_n)
         return NormConfig(True, 1, 1, block, max(1, min(8, block // (32 * 8))))
-    rows = max(1, _MIN_TILE // block_n)
+    target = t.programs_per_sm * _SMS
+    rows = max(1, t.min_tile // block_n)
     rows = min(rows, _next_pow2(max(M, 1)))
-    while rows > 1 and _cdiv(M, rows) < _TARGET_PROGRAMS:
+    while rows > 1 and _cdiv(M, rows) < target:
         rows //= 2
     programs = _cdiv(M, rows)
-    per_thread = 32 if programs >= _TARGET_PROGRAMS else 16 if programs >= _SMS else 8
+    per_thread = (t.per_thread_large if programs >= target
+                  else t.per_thread_mid if programs >= _SMS else t.per_thread_small)
     num_warps = max(1, min(32, rows * block_n // (32 * per_thread)))
     return NormConfig(False, rows, 1, block_n, num_warps)
 
@@ -371,6 +672,10 @@ def _as_rows(t: torch.Tensor, R: int, N: int) -> tuple[torch.Tensor, bool]:
         return t.reshape(R, N).contiguous(), True
 
 
+def _shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
 def _as_vector(t: torch.Tensor, N: int) -> torch.Tensor:
     return t if t.dim() == 1 else t.reshape(N)
 
@@ -380,7 +685,8 @@ def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
                     bias: torch.Tensor | None = None,
                     residual: torch.Tensor | None = None,
                     config: NormConfig | None = None,
-                    late_affine: bool | None = None) -> torch.Tensor:
+                    late_affine: bool | None = None,
+                    tuning: NormTuning | None = None) -> torch.Tensor:
     """Normalise every row of ``N`` trailing elements of ``x`` into ``out``; return ``out``.
 
     ``x`` and ``out`` hold ``R * N`` elements each, of one dtype among float16, bfloat16 and
@@ -389,9 +695,11 @@ def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
     back). ``out`` may be ``x`` itself (rows are read in full before they are written).
     ``rms`` picks RMSNorm (else LayerNorm); ``weight`` and ``bias`` hold ``N`` elements.
     With ``residual`` (same shape as ``x``), ``residual += x`` is stored first and the
-    norm is of the new residual. ``config`` overrides :func:`norm_config` and
-    ``late_affine`` the choice of when the weight and bias are loaded (tests). Nothing is
-    launched when there is nothing to write. No host sync.
+    norm is of the new residual. ``config`` overrides :func:`norm_config`, ``late_affine``
+    the choice of when the weight and bias are loaded and ``tuning`` the table
+    (:data:`TUNING`; tests, benchmarks/norm_sweep.py). Nothing is launched when there is
+    nothing to write. No host sync; the coop kernel allocates a small workspace (a zeroed
+    counter a row, one fill).
 
     The host work is kept small (decode calls are bound by it): the launch is memoised by
     ``(R, N)`` and every check reads only shapes, strides, dtypes and devices.
@@ -436,13 +744,20 @@ def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
         b = _as_vector(bias, N)
         sb = b.stride(0)
 
-    cfg = config if config is not None else norm_config(R, N)
-    looped, rows, tiles, block, num_warps = cfg
+    tun = TUNING if tuning is None else tuning
+    cfg = config if config is not None else norm_config(R, N, tuning=tun)
+    if cfg.chunks and (rv is not None or _shares_storage(xv, ov)):
+        # coop's fallback re-reads the row: not when this call writes over its input
+        if config is not None:
+            raise ValueError("the coop kernel reads the input while it writes the output: "
+                             "it takes neither a residual nor an output over the input")
+        cfg = norm_config(R, N, tuning=tun, coop=False)
+    looped, rows, tiles, block, num_warps, chunks = cfg
     # The largest offset of the padded launch (whole tiles of rows, whole blocks of
     # columns, masked lanes included) decides int64 offsets.
-    if looped:
+    if looped or chunks:
         rows_ix, cols_ix = R, _cdiv(N, block) * block
-        grid = (R,)
+        grid = (R * chunks,) if chunks else (R,)
     else:
         grid = (_cdiv(R, rows * tiles),)
         rows_ix, cols_ix = grid[0] * rows * tiles, block
@@ -456,7 +771,20 @@ def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
     strides = (sxm, sxn, srm, srn, som, son, sw, sb)
     flags = dict(IS_RMS=rms, HAS_RESIDUAL=rv is not None, HAS_WEIGHT=w is not None,
                  HAS_BIAS=b is not None, USE_INT64=use_int64, num_warps=num_warps)
-    if looped:
+    stats = _STATS[tun.ln_stats]
+    group = min(block, max(1, 16 // x.element_size()))
+    if chunks:
+        # [ticket counter, arrivals per row] zeroed; then the partials of each chunk.
+        cnt = torch.zeros(1 + R, dtype=torch.int32, device=device)
+        ws = torch.empty((1 if rms else 2) * R * chunks, dtype=torch.float32, device=device)
+        spin = _COOP_SPIN if device.type == "cuda" else 0
+        flags.pop("HAS_RESIDUAL")
+        launch(_norm_fwd_coop_kernel, grid, xv, args[2], args[3], ov, ws, cnt, R, N, chunks,
+               spin, float(eps), sxm, sxn, som, son, sw, sb, BLOCK=block,
+               FB=min(block, _COOP_FB), C_POW2=_next_pow2(chunks), STATS=stats,
+               SHIFT_LIMIT=float(tun.shift_limit), GROUP=group,
+               **({"maxnreg": tun.coop_maxnreg} if tun.coop_maxnreg else {}), **flags)
+    elif looped:
         launch(_norm_fwd_looped_kernel, grid, *args, N, float(eps), *strides, BLOCK=block, **flags)
     else:
         # On large grids, LayerNorm and float32 load the weight and bias after the
@@ -467,8 +795,12 @@ def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
         late = (block > _LATE_AFFINE_BLOCK
                 or grid[0] >= _TARGET_PROGRAMS and (not rms or dtype == torch.float32)
                 if late_affine is None else late_affine)
+        extra = {} if rms else dict(STATS=stats, SHIFT_LIMIT=float(tun.shift_limit),
+                                    GROUP=group)
+        if not rms and late and tun.ln_maxnreg and grid[0] >= _TARGET_PROGRAMS:
+            extra["maxnreg"] = tun.ln_maxnreg
         launch(_norm_fwd_rows_kernel, grid, *args, R, N, float(eps), *strides, ROWS=rows,
-                                    TILES=tiles, BLOCK_N=block, LATE_AFFINE=late, **flags)
+               TILES=tiles, BLOCK_N=block, LATE_AFFINE=late, **extra, **flags)
     # A written tensor that could not be viewed as rows was computed in a copy.
     if res_copied:
         residual.copy_(rv.view(residual.shape))

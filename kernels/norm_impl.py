@@ -61,7 +61,7 @@ class RMSNormFwdInterface(KernelInterface):
 
 class RMSNormTritonKernel(Kernel, RMSNormFwdInterface):
     """Whole rows in registers (several short rows per program); a looped kernel for rows
-    longer than 16384 elements."""
+    longer than 32768 elements."""
 
     devices = TRITON_DEVICES
 
@@ -99,9 +99,10 @@ class LayerNormFwdInterface(KernelInterface):
 
 
 class LayerNormTritonKernel(Kernel, LayerNormFwdInterface):
-    """Whole rows in registers (mean, then the centred variance, from registers); a looped
-    kernel of two passes (Welford statistics, then the output) for rows longer than 16384
-    elements."""
+    """Whole rows in registers (mean, then the centred variance, from registers; the
+    statistics in one reduction as a variant of the table); a looped kernel of two passes
+    (Welford statistics, then the output) for rows longer than 32768 elements; long rows cut
+    into cooperating chunks where the table enables it (kernels/norm.py ``TUNING``)."""
 
     devices = TRITON_DEVICES
 

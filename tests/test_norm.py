@@ -174,7 +174,7 @@ def test_rows_of_32k_stay_in_registers(dtype, monkeypatch):
     parameters loaded late whatever the grid (the register cap of 32 warps)."""
     x = _randn(2, 20000, dtype=dtype, scale=0.5, shift=3.0)
     w, b = _randn(20000, dtype=dtype, seed=1), _randn(20000, dtype=dtype, seed=2)
-    assert norm_config(2, 20000) == (False, 1, 1, 32768, 32)
+    assert norm_config(2, 20000) == (False, 1, 1, 32768, 32, 0)
     seen = []
     real = norm_mod._norm_fwd_rows_kernel
 
@@ -330,28 +330,28 @@ def test_launcher_rejects_bad_arguments():
 def test_config_choice():
     # (looped, rows, tiles, block, num_warps). Prefill-sized grids: a row in registers, 32
     # elements a thread (more rows in flight per SM).
-    assert norm_config(4096, 4096) == (False, 1, 1, 4096, 4)
-    assert norm_config(16384, 8192) == (False, 1, 1, 8192, 8)
-    assert norm_config(8192, 7168) == (False, 1, 1, 8192, 8)
-    assert norm_config(8192, 3584) == (False, 1, 1, 4096, 4)
-    assert norm_config(2048, 16384) == (False, 1, 1, 16384, 16)
+    assert norm_config(4096, 4096) == (False, 1, 1, 4096, 4, 0)
+    assert norm_config(16384, 8192) == (False, 1, 1, 8192, 8, 0)
+    assert norm_config(8192, 7168) == (False, 1, 1, 8192, 8, 0)
+    assert norm_config(8192, 3584) == (False, 1, 1, 4096, 4, 0)
+    assert norm_config(2048, 16384) == (False, 1, 1, 16384, 16, 0)
     # Short rows are packed to a 4096-element tile while the grid stays large.
-    assert norm_config(131072, 128) == (False, 32, 1, 128, 4)
-    assert norm_config(16384, 512) == (False, 8, 1, 512, 4)
-    assert norm_config(16384, 1536) == (False, 2, 1, 2048, 4)
+    assert norm_config(131072, 128) == (False, 32, 1, 128, 4, 0)
+    assert norm_config(16384, 512) == (False, 8, 1, 512, 4, 0)
+    assert norm_config(16384, 1536) == (False, 2, 1, 2048, 4, 0)
     # Smaller grids: fewer elements a thread, so that the few programs finish sooner.
-    assert norm_config(256, 4096) == (False, 1, 1, 4096, 8)
-    assert norm_config(64, 128) == (False, 1, 1, 128, 1)
-    assert norm_config(1, 4096) == (False, 1, 1, 4096, 16)
-    assert norm_config(32, 8192) == (False, 1, 1, 8192, 32)
-    assert norm_config(1, 16384) == (False, 1, 1, 16384, 32)
+    assert norm_config(256, 4096) == (False, 1, 1, 4096, 8, 0)
+    assert norm_config(64, 128) == (False, 1, 1, 128, 1, 0)
+    assert norm_config(1, 4096) == (False, 1, 1, 4096, 16, 0)
+    assert norm_config(32, 8192) == (False, 1, 1, 8192, 32, 0)
+    assert norm_config(1, 16384) == (False, 1, 1, 16384, 32, 0)
     # Rows of 32768 (LayerNorm of [2, 16384]) still in registers: 32 warps, 32 a thread.
-    assert norm_config(2048, 32768) == (False, 1, 1, 32768, 32)
-    assert norm_config(4, 16385) == (False, 1, 1, 32768, 32)
+    assert norm_config(2048, 32768) == (False, 1, 1, 32768, 32, 0)
+    assert norm_config(4, 16385) == (False, 1, 1, 32768, 32, 0)
     # Longer than the register block: the looped kernel.
     assert MAX_REGISTER_BLOCK == 32768
     assert norm_config(4, 32768).looped is False
-    assert norm_config(4, 32769) == (True, 1, 1, 4096, 8)
+    assert norm_config(4, 32769) == (True, 1, 1, 4096, 8, 0)
     assert norm_config(64, 196608).looped
 
 

@@ -1,0 +1,415 @@
+"""Offline sweep of the norm launch table (``TUNING`` in opspec.kernels.norm) on an H200: per
+LayerNorm row short of the 3.8 TB/s bar (and two RMSNorm rows as controls), time the table's
+choice (the launcher with no override), torch eager, torch.compile of the eager function and
+candidate variants, each a change of a few ``NormTuning`` fields: LayerNorm's statistics in
+one reduction (``ln_stats`` "shifted" or "chan"), a register cap (``ln_maxnreg``), fewer
+elements a thread, and the coop kernel (rows cut into chunks that exchange partial
+statistics: ``coop_min_block``, ``coop_block``, ``coop_warps``). Every variant's output (the
+table's too) is checked once against the float32 torch reference before it is timed; a
+wrong one is reported and never "best".
+
+    python benchmarks/norm_sweep.py [--budget-s 150] [--json PATH] [--rows SUBSTR ...]
+
+Prints per row and variant: us (median, L2 flushed between samples: triton's do_bench),
+TB/s (bytes read + written, as the ops' rooflines count them: the rows in and out, the weight
+and bias once) and the speedup against eager and against compile; then the best variant of
+each row and the table fields it changes. The JSON holds every timing. The budget bounds the
+whole run, Triton and Inductor compiles included: the compiles are made first in ``--jobs``
+processes (up to 45 % of the budget), then the rows are timed in order (the failing rows
+first), each given an equal share of what is left; in a row the table, eager and compile
+come first, then the variants, most promising first, until the row's share is spent. Not
+part of the package.
+
+``--smoke`` runs tiny rows through Triton's interpreter on the CPU (a check of this script;
+compile there is torch.compile with the "eager" backend; the coop variants are scaled down).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+if "--smoke" in sys.argv:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import torch
+import torch.nn.functional as F
+import triton
+
+import opspec.kernels.norm as NK
+
+from sweep_pool import run_ahead  # beside this script
+
+TOL = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 1.5e-2}
+DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "f32": torch.float32}
+
+# -- rows -------------------------------------------------------------------------------------
+# (op, label, M rows, N, dtype, eps, weight, bias). op: layer | rms. The workload rows of
+# LayerNormFwdOp / RMSNormFwdOp (opspec.ops.workloads.cases): B flattened into M, the
+# normalised shape into N, the optional inputs as the case passes them.
+# Order: the LayerNorm rows below 3.8 TB/s on the H200 first, worst first; then the controls.
+ROWS = [
+    ("layer", "long-row-32k-bfloat16", 2048, 32768, "bf16", 1e-5, True, True),
+    ("layer", "qwen2.5-7b-prefill-bfloat16", 8192, 3584, "bf16", 1e-5, True, True),
+    ("layer", "command-r-prefill-float16", 4096, 8192, "fp16", 1e-5, True, False),
+    ("layer", "long-row-32k-float32", 2048, 32768, "f32", 1e-5, True, True),
+    ("layer", "dsv3-prefill-bfloat16", 8192, 7168, "bf16", 1e-5, True, True),
+    ("layer", "qwen2.5-7b-prefill-float32", 8192, 3584, "f32", 1e-5, True, True),
+    ("layer", "dit-xl-adaln-bfloat16", 32 * 1024, 1152, "bf16", 1e-6, False, False),
+    # controls: RMSNorm must not regress (its kernel is unchanged by the LayerNorm variants)
+    ("rms", "rms-dsv3-prefill-bfloat16", 8192, 7168, "bf16", 1e-6, True, False),
+    ("rms", "rms-qwen2.5-7b-prefill-float32", 8192, 3584, "f32", 1e-6, True, False),
+]
+SMOKE_ROWS = [
+    ("layer", "smoke-layer-rows", 40, 100, "bf16", 1e-5, True, True),
+    ("layer", "smoke-layer-long", 6, 700, "f32", 1e-5, True, True),
+    ("rms", "smoke-rms", 12, 300, "bf16", 1e-6, True, False),
+]
+
+
+# -- variants: (name, NormTuning fields changed), most promising first ------------------------
+
+def _coop(block, warps, smoke, **more):
+    """Coop on this row: rows of next_pow2(N) >= block * 2 cut into chunks of `block`."""
+    if smoke:   # the interpreter: chunks of 128 (the smoke rows are short)
+        block, warps = max(32, block // 64), 1
+    return dict(coop_min_block=2 * block, coop_block=block, coop_warps=warps,
+                coop_min_programs=1 if smoke else NK.TUNING.coop_min_programs, **more)
+
+
+def norm_variants(op: str, M: int, N: int, smoke: bool = False) -> list[tuple[str, dict]]:
+    block = NK._next_pow2(N)
+    long_row = block >= (512 if smoke else 32768)
+    out = []
+    if op == "layer" and long_row:
+        out += [
+            ("coop 8192 x 8 warps", _coop(8192, 8, smoke)),
+            ("coop 8192 x 8, shifted stats", _coop(8192, 8, smoke, ln_stats="shifted")),
+            ("coop 16384 x 16 warps", _coop(16384, 16, smoke)),
+            ("coop 4096 x 4 warps", _coop(4096, 4, smoke)),
+            ("coop 8192 x 8, chan stats", _coop(8192, 8, smoke, ln_stats="chan")),
+            ("shifted stats (32 warps)", dict(ln_stats="shifted")),
+            ("chan stats (32 warps)", dict(ln_stats="chan")),
+            ("coop 8192 x 8, no register cap", _coop(8192, 8, smoke, coop_maxnreg=0)),
+            ("coop 2048 x 2 warps", _coop(2048, 2, smoke)),
+        ]
+    elif op == "layer":
+        out += [
+            ("shifted stats, 64 registers", dict(ln_stats="shifted", ln_maxnreg=64)),
+            ("chan stats, 64 registers", dict(ln_stats="chan", ln_maxnreg=64)),
+            ("two-pass, 64 registers", dict(ln_maxnreg=64)),
+            ("shifted stats", dict(ln_stats="shifted")),
+            ("shifted, 16 a thread", dict(ln_stats="shifted", per_thread_large=16)),
+            ("chan stats", dict(ln_stats="chan")),
+            ("two-pass, 16 a thread", dict(per_thread_large=16)),
+        ]
+        if block >= 8192:
+            out += [("coop 4096 x 4, shifted", _coop(4096, 4, smoke, ln_stats="shifted")),
+                    ("coop 4096 x 4", _coop(4096, 4, smoke))]
+        if block <= 2048:
+            out += [("shifted, tiles of 8192", dict(ln_stats="shifted", min_tile=8192)),
+                    ("shifted, tiles of 2048", dict(ln_stats="shifted", min_tile=2048))]
+    else:   # RMSNorm controls: the table; coop and fewer elements a thread for comparison
+        out += [("16 a thread", dict(per_thread_large=16))]
+        if block >= 8192:
+            out += [("coop 4096 x 4", _coop(4096, 4, smoke))]
+    return out
+
+
+# -- one row ----------------------------------------------------------------------------------
+
+class Row:
+    """Inputs, reference, the callables (table, eager, variants) of one row."""
+
+    def __init__(self, row, device, smoke, seed=0):
+        self.op, self.label, self.M, self.N, dt, self.eps, has_w, has_b = row
+        self.dtype = DT[dt]
+        self.smoke = smoke
+        M, N = self.M, self.N
+        g = torch.Generator(device=device).manual_seed(seed)
+        # a mean away from zero (as activations have): the statistics must handle it
+        self.x = (torch.randn(M, N, generator=g, device=device) * 2 + 0.5).to(self.dtype)
+        self.w = (torch.randn(N, generator=g, device=device).to(self.dtype) if has_w else None)
+        self.b = (torch.randn(N, generator=g, device=device).to(self.dtype)
+                  if has_b and self.op == "layer" else None)
+        self.out = torch.empty_like(self.x)
+        es = self.x.element_size()
+        self.bytes = (2 * M * N + N * ((self.w is not None) + (self.b is not None))) * es
+
+    def reference(self):
+        if self.op == "layer":
+            return (NK.layer_norm_reference(self.x, (self.N,), self.w, self.b, self.eps),)
+        return (NK.rms_norm_reference(self.x, (self.N,), self.w, self.eps),)
+
+    def tuning(self, fields):
+        return NK.TUNING._replace(**(fields or {}))
+
+    def kernel(self, fields=None):
+        """The launcher: with no fields the table's choice (the launcher's own), else the
+        table with `fields` changed. Returns (fn() -> the written results, a description of
+        the launch it makes)."""
+        x, w, b, out, N, eps = self.x, self.w, self.b, self.out, self.N, self.eps
+        rms = self.op == "rms"
+        tun = None if fields is None else self.tuning(fields)
+
+        def fn():
+            NK.norm_fwd_triton(x, out, N, eps, rms=rms, weight=w, bias=b, tuning=tun)
+            return (out,)
+        return fn, self.describe(tun or NK.TUNING)
+
+    def describe(self, tun):
+        cfg = NK.norm_config(self.M, self.N, tuning=tun)
+        d = dict(zip(("looped", "rows", "tiles", "block", "num_warps", "chunks"), cfg))
+        if self.op == "layer":
+            d["ln_stats"] = tun.ln_stats
+        if cfg.chunks:
+            d["maxnreg"] = tun.coop_maxnreg
+        elif self.op == "layer" and not cfg.looped:
+            d["maxnreg"] = tun.ln_maxnreg   # (applied on large grids only)
+        return d
+
+    def eager_fn(self):
+        N, eps = self.N, self.eps
+        if self.op == "layer":
+            def f(x, w, b):
+                return F.layer_norm(x, (N,), w, b, eps)
+        else:
+            def f(x, w, b):
+                return F.rms_norm(x, (N,), w, eps)
+        return f, (self.x, self.w, self.b)
+
+    def results_of(self, fn, args, name):
+        return (fn(*args),)
+
+    def check(self, got, ref):
+        """Largest relative error (norm of the difference over the norm of the reference) of
+        the results, and whether every result is within the dtype's tolerance."""
+        worst = 0.0
+        for g, w in zip(got, ref):
+            g, w = g.float(), w.float()
+            if not torch.equal(torch.isfinite(g), torch.isfinite(w)):
+                return float("inf"), False
+            err = ((g - w).norm() / w.norm().clamp_min(1e-30)).item()
+            worst = max(worst, err)
+        return worst, worst <= TOL[got[0].dtype]
+
+
+def bench(fn, smoke):
+    """Median milliseconds a call, L2 flushed before each (triton's do_bench)."""
+    if smoke:
+        t = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t) * 1e3
+    from triton.testing import do_bench
+    return do_bench(fn, warmup=5, rep=25, return_mode="median")
+
+
+def compile_fn(f, smoke):
+    import torch._dynamo
+    torch._dynamo.reset()   # every row compiles the same code objects again
+    if smoke:
+        return torch.compile(f, fullgraph=True, dynamic=False, backend="eager")
+    return torch.compile(f, fullgraph=True, dynamic=False)
+
+
+def variants_of(row):
+    return norm_variants(row.op, row.M, row.N, row.smoke)
+
+
+# -- precompile (Triton's and Inductor's on-disk caches) ---------------------------------------
+
+def _precompile(task):
+    """Worker: build the row's inputs, run each named launch once and, if asked,
+    torch.compile the eager function, so that the timing process finds the binaries in the
+    on-disk caches."""
+    i_row, names, smoke, with_compile = task
+    rows = SMOKE_ROWS if smoke else ROWS
+    device = "cpu" if smoke else "cuda"
+    row = Row(rows[i_row], device, smoke)
+    variants = dict(variants_of(row))
+    import torch._inductor.config as inductor_config
+    inductor_config.compile_threads = 1     # the workers are the parallelism
+    done = 0
+    for name in names:
+        try:
+            fn, _ = row.kernel(variants.get(name))
+            fn()
+            done += 1
+        except Exception:  # reported by the timing process
+            pass
+    if with_compile:
+        try:
+            f, args = row.eager_fn()
+            row.results_of(compile_fn(f, smoke), args, "compile")
+            done += 1
+        except Exception:
+            pass
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return done
+
+
+def precompile(rows_idx, smoke, jobs, timeout_s):
+    rows = SMOKE_ROWS if smoke else ROWS
+    tasks = []
+    for i in rows_idx:
+        op, label, M, N = rows[i][:4]
+        names = [n for n, _ in norm_variants(op, M, N, smoke)]
+        tasks.append((i, ["table"] + names[:3], smoke, True))
+        tasks += [(i, names[k:k + 3], smoke, False) for k in range(3, len(names), 3)]
+    # workers still compiling would share the GPU with the timings: stopped
+    run_ahead(_precompile, tasks, jobs, timeout_s, what="launches and compiles",
+              stop_running=True)
+
+
+# -- main -------------------------------------------------------------------------------------
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--budget-s", type=float, default=150.0)
+    ap.add_argument("--json", default=None, help="write every timing to this path")
+    ap.add_argument("--rows", nargs="*", default=None,
+                    help="only rows whose label (or op) contains one of these")
+    ap.add_argument("--smoke", action="store_true", help="tiny rows through the interpreter (CPU)")
+    ap.add_argument("--jobs", type=int, default=min(14, os.cpu_count() or 1),
+                    help="processes compiling before the timings (0: none)")
+    args = ap.parse_args()
+    smoke = args.smoke
+    device = "cpu" if smoke else "cuda"
+    if not smoke and not torch.cuda.is_available():
+        sys.exit("no CUDA device: run on the GPU, or --smoke for a CPU check of this script")
+    rows = SMOKE_ROWS if smoke else ROWS
+    idx = list(range(len(rows)))
+    if args.rows:
+        idx = [i for i in idx if any(s in rows[i][1] or s == rows[i][0] for s in args.rows)]
+    import torch._inductor.config as inductor_config
+    inductor_config.compile_threads = 1     # no compile pool to start: the caches are warm
+    t_start = time.perf_counter()
+    if args.jobs > 0 and idx:
+        precompile(idx[:1] if smoke else idx, smoke, 1 if smoke else args.jobs,
+                   0.45 * args.budget_s)
+    results = []
+    for k, i in enumerate(idx):
+        left = args.budget_s - (time.perf_counter() - t_start)
+        allot = left / (len(idx) - k)
+        row_start = time.perf_counter()
+        try:
+            row = Row(rows[i], device, smoke)
+        except Exception as e:  # noqa: BLE001  (out of memory, ...)
+            print(f"\n== {rows[i][1]}: could not build the row: {e}", flush=True)
+            continue
+        ref = row.reference()
+        print(f"\n== {row.op} {row.label}: [{row.M}, {row.N}] {row.dtype}  "
+              f"({row.bytes / 1e6:.0f} MB moved)  budget {allot:.1f} s", flush=True)
+        entries = []
+
+        def record(name, fn, cfg, fields, results_fn):
+            """Check once, then time; `results_fn()` gives the results of one fresh call."""
+            try:
+                got = results_fn()
+                err, ok = row.check(got, ref)
+                got = None
+                ms = bench(fn, smoke)
+            except Exception as e:  # noqa: BLE001  (a variant that does not build or launch)
+                print(f"  {name:40s} ERROR {type(e).__name__}: {str(e)[:160]}", flush=True)
+                entries.append(dict(name=name, fields=fields, config=cfg,
+                                    error=f"{type(e).__name__}: {e}"[:500]))
+                return
+            e = dict(name=name, fields=fields, config=cfg, ms=ms, us=ms * 1e3,
+                     tbps=row.bytes / ms / 1e9, rel_err=err, ok=ok)
+            entries.append(e)
+            line = f"  {name:40s} {e['us']:9.1f} us {e['tbps']:6.2f} TB/s"
+            for base in ("eager", "compile"):
+                b = next((x for x in entries if x["name"] == base and "ms" in x), None)
+                if b is not None and name not in ("eager", "compile"):
+                    line += f"  x{b['ms'] / ms:5.2f} vs {base}"
+            print(line + f"  err {err:.1e}{'' if ok else '  WRONG'}", flush=True)
+
+        def kernel_results(fn):
+            def results():
+                return tuple(t.clone() for t in fn())
+            return results
+
+        f, fargs = row.eager_fn()
+        record("eager", lambda: f(*fargs), None, None,
+               lambda: row.results_of(f, fargs, "eager"))
+        try:
+            t0 = time.perf_counter()
+            cf_ = compile_fn(f, smoke)
+            row.results_of(cf_, fargs, "compile")   # compiles here
+            print(f"  (torch.compile: {time.perf_counter() - t0:.1f} s)", flush=True)
+            record("compile", lambda: cf_(*fargs), None, None,
+                   lambda: row.results_of(cf_, fargs, "compile"))
+        except Exception as e:  # noqa: BLE001
+            print(f"  compile                                  FAILED "
+                  f"{type(e).__name__}: {str(e)[:200]}", flush=True)
+            entries.append(dict(name="compile", error=f"{type(e).__name__}: {e}"[:500]))
+        fn, cfg = row.kernel()
+        print(f"  table's launch: {cfg}", flush=True)
+        record("table", fn, cfg, {}, kernel_results(fn))
+        seen = {repr(cfg)}
+        skipped = 0
+        for name, fields in variants_of(row):
+            if time.perf_counter() - row_start > allot:
+                skipped += 1
+                continue
+            try:
+                fn, cfg = row.kernel(fields)
+            except Exception as e:  # noqa: BLE001
+                print(f"  {name:40s} ERROR (plan) {type(e).__name__}: {str(e)[:160]}",
+                      flush=True)
+                entries.append(dict(name=name, fields=fields, error=str(e)[:500]))
+                continue
+            key = repr(cfg)
+            if key in seen:     # the same launch as one already timed
+                continue
+            seen.add(key)
+            record(name, fn, cfg, fields, kernel_results(fn))
+        if skipped:
+            print(f"  ({skipped} variants skipped: the row's share of the budget, "
+                  f"{allot:.1f} s, was spent)", flush=True)
+        ours = [e for e in entries if "ms" in e and e["ok"] and e.get("fields") is not None]
+        best = min(ours, key=lambda e: e["ms"]) if ours else None
+        wrong = [e["name"] for e in entries if "ms" in e and not e["ok"]]
+        if best:
+            tab = next((e for e in entries if e["name"] == "table" and "ms" in e), None)
+            base = {b: next((e["ms"] for e in entries if e["name"] == b and "ms" in e), None)
+                    for b in ("eager", "compile")}
+            ratio = lambda ms: f"{ms / best['ms']:.2f}" if ms else "n/a"  # noqa: E731
+            print(f"  BEST {best['name']}: {best['us']:.1f} us, {best['tbps']:.2f} TB/s; "
+                  f"x{ratio(tab and tab['ms'])} vs table, x{ratio(base['eager'])} vs eager, "
+                  f"x{ratio(base['compile'])} vs compile; fields {best['fields']}", flush=True)
+        if wrong:
+            print(f"  WRONG (never best): {', '.join(wrong)}", flush=True)
+        results.append(dict(op=row.op, label=row.label, M=row.M, N=row.N,
+                            dtype=str(row.dtype).replace("torch.", ""), bytes=row.bytes,
+                            table=row.describe(NK.TUNING), entries=entries,
+                            best=best and best["name"], best_fields=best and best["fields"],
+                            wrong=wrong, seconds=time.perf_counter() - row_start))
+        row = ref = None    # free the row's tensors (the closures above hold the names)
+        if not smoke:
+            torch.cuda.empty_cache()
+
+    print(f"\nsummary ({time.perf_counter() - t_start:.0f} s): best per row "
+          f"(fields: the change to TUNING in opspec/kernels/norm.py)")
+    for r in results:
+        b = next((e for e in r["entries"] if e["name"] == r["best"]), None)
+        tab = next((e for e in r["entries"] if e["name"] == "table" and "ms" in e), None)
+        if b:
+            print(f"  {r['op']:5s} {r['label']:34s} {b['tbps']:5.2f} TB/s "
+                  f"(table {tab['tbps'] if tab else float('nan'):5.2f})  {r['best']}  "
+                  f"{r['best_fields']}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(device=None if smoke else torch.cuda.get_device_name(),
+                           triton=triton.__version__, torch=torch.__version__,
+                           budget_s=args.budget_s, tuning=NK.TUNING._asdict(),
+                           rows=results), f, indent=1, default=str)
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,285 @@
+"""The norm family's launch-table variants (kernels/norm.py ``NormTuning``), through the real
+launch path (``norm_fwd_triton`` with ``tuning=`` or ``config=``), on the CPU through Triton's
+interpreter, or on the GPU where CUDA is available:
+
+* LayerNorm's statistics in one reduction: ``"shifted"`` (sums about each row's first
+  element, with the two-pass fallback for rows whose first element is far from the mean) and
+  ``"chan"`` (per-thread groups merged by Chan's formula), against the references in all
+  dtypes, odd sizes, packed rows, strided inputs, large means and outliers;
+* the coop kernel (a row cut into chunks, one program a chunk, partials exchanged through a
+  workspace): LayerNorm and RMSNorm, a partial last chunk, strides, every statistics kind,
+  its fallback path (the interpreter runs programs in turn: every chunk but a row's last
+  reads the row itself), and the calls it must not serve (a residual, an output over the
+  input);
+* the register caps (``maxnreg``) and an sm_90 build of the variants (no spills, at most 64
+  registers at 32 elements a thread).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from opspec.kernels import norm as K
+from opspec.kernels.norm import (
+    TUNING, NormConfig, layer_norm_reference, norm_config, norm_fwd_triton, rms_norm_reference,
+)
+
+DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+TOL = {
+    torch.float32: dict(rtol=1e-4, atol=1e-4),
+    torch.float16: dict(rtol=2e-3, atol=2e-3),
+    torch.bfloat16: dict(rtol=1.6e-2, atol=1.6e-2),
+}
+STATS = ["shifted", "chan"]
+#: coop on every row of at least 64 elements (power of two), chunks of 32, any grid
+COOP = TUNING._replace(coop_min_block=64, coop_block=32, coop_warps=1, coop_min_programs=1)
+
+
+@pytest.fixture(autouse=True)
+def _on_device():
+    with torch.device(DEV):
+        yield
+
+
+def _randn(*shape, dtype=torch.float32, seed=0, scale=1.0, shift=0.0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(*shape, generator=g, device="cpu") * scale + shift
+    return x.to(device=DEV, dtype=dtype)
+
+
+def _close(got, want, dtype):
+    torch.testing.assert_close(got.float(), want.float(), **TOL[dtype])
+
+
+def _ln(x, N, tuning=None, config=None, weight=None, bias=None, eps=1e-5, out=None):
+    out = torch.empty_like(x) if out is None else out
+    assert norm_fwd_triton(x, out, N, eps, rms=False, weight=weight, bias=bias, config=config,
+                           tuning=tuning) is out
+    return out
+
+
+# ============================================================================ statistics
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(1, 1), (3, 17), (4, 100), (2, 1000)], ids=str)
+@pytest.mark.parametrize("stats", STATS)
+def test_layer_norm_stats_variants(stats, shape, dtype):
+    tun = TUNING._replace(ln_stats=stats)
+    x = _randn(*shape, dtype=dtype, scale=0.5, shift=40.0)
+    w, b = _randn(shape[1], dtype=dtype, seed=1), _randn(shape[1], dtype=dtype, seed=2)
+    for weight, bias in ((w, b), (w, None), (None, b), (None, None)):
+        got = _ln(x, shape[1], tun, weight=weight, bias=bias)
+        _close(got, layer_norm_reference(x, (shape[1],), weight, bias, 1e-5), dtype)
+
+
+@pytest.mark.parametrize("stats", STATS)
+@pytest.mark.parametrize("cfg", [NormConfig(False, 4, 1, 32, 1), NormConfig(False, 2, 3, 32, 2)],
+                         ids=["packed", "tiled"])
+def test_stats_variants_on_packed_rows(cfg, stats):
+    """Several rows a tile (the last tile partly past the rows); the shifted fallback is taken
+    by a tile holding one far row and ordinary ones."""
+    x = _randn(10, 24, dtype=torch.bfloat16, scale=2.0)
+    x[3, 0] = 200.0            # row 3's shift is far from its mean: the tile's fallback
+    w, b = _randn(24, dtype=torch.bfloat16, seed=1), _randn(24, dtype=torch.bfloat16, seed=2)
+    got = _ln(x, 24, TUNING._replace(ln_stats=stats), cfg, w, b, 1e-6)
+    _close(got, layer_norm_reference(x, (24,), w, b, 1e-6), torch.bfloat16)
+
+
+@pytest.mark.parametrize("stats", ["twopass"] + STATS)
+def test_large_mean_small_spread(stats):
+    """Rows of mean 1e4 and standard deviation 1 in float32 (E[x^2] - E[x]^2 on the raw values
+    would lose every digit: 1e8 against 1 in float32), and rows whose first element is an
+    outlier of 1e4 among values of spread 1 (the shifted sums' fallback), against a float64
+    reference of the same float32 inputs. The mean itself carries float32's rounding at 1e4
+    (ulp 1e-3), which bounds every method's error."""
+    tun = TUNING._replace(ln_stats=stats)
+    x = _randn(6, 777, scale=1.0, shift=1e4, seed=3)
+    y = _randn(6, 777, seed=4)
+    y[:, 0] = 1e4
+    for t in (x, y):
+        want = layer_norm_reference(t.double(), (777,), None, None, 1e-5)
+        got = _ln(t, 777, tun).double()
+        torch.testing.assert_close(got, want, rtol=0, atol=5e-3)
+        for cfg in (NormConfig(False, 1, 1, 1024, 2, 0), NormConfig(False, 1, 1, 256, 2, 4)):
+            got = _ln(t, 777, tun, cfg).double()
+            torch.testing.assert_close(got, want, rtol=0, atol=5e-3)
+
+
+def test_shifted_fallback_matches_two_pass_exactly():
+    """A tile that falls back computes what two-pass computes, bit for bit."""
+    x = _randn(4, 300, shift=3.0, seed=5)
+    x[:, 0] = 500.0
+    a = _ln(x, 300, TUNING._replace(ln_stats="shifted"))
+    b = _ln(x, 300, TUNING)
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("stats", STATS)
+def test_stats_variants_strided_and_special_values(stats):
+    tun = TUNING._replace(ln_stats=stats)
+    big = _randn(8, 40, seed=6, dtype=torch.float16)
+    x = big[::2, 5:5 + 27]
+    _close(_ln(x, 27, tun), layer_norm_reference(x, (27,), None, None, 1e-5), torch.float16)
+    xt = _randn(13, 9, seed=7).t()              # column stride 9
+    _close(_ln(xt, 13, tun), layer_norm_reference(xt, (13,), None, None, 1e-5), torch.float32)
+    # constant rows (zero variance), float16 values whose squares overflow float16, NaN
+    z = torch.tensor([[2.5] * 8, [6e4, -6e4, 3e4, 1.0, 0.0, 5.0, -1.0, 2.0],
+                      [1.0, float("nan"), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]], dtype=torch.float16)
+    got = _ln(z, 8, tun)
+    want = layer_norm_reference(z, (8,), None, None, 1e-5)
+    _close(got[:2], want[:2], torch.float16)
+    assert torch.isnan(got[2]).all() and torch.isnan(want[2]).all()
+
+
+def test_stats_empty_and_in_place():
+    tun = TUNING._replace(ln_stats="shifted")
+    x = torch.empty(0, 8)
+    assert _ln(x, 8, tun).shape == (0, 8)
+    x = _randn(5, 33, shift=2.0)
+    want = layer_norm_reference(x, (33,), None, None, 1e-5)
+    _ln(x, 33, tun, out=x)                       # out over the input: rows kernel reads first
+    _close(x, want, torch.float32)
+
+
+def test_register_cap_on_large_grids():
+    """``ln_maxnreg`` applies to LayerNorm's rows kernel on large grids (a compile option: the
+    interpreter ignores it); the results are the same."""
+    x = _randn(600, 8, shift=1.0, seed=8)
+    for stats in ("twopass", "shifted"):
+        got = _ln(x, 8, TUNING._replace(ln_stats=stats, ln_maxnreg=64))
+        _close(got, layer_norm_reference(x, (8,), None, None, 1e-5), torch.float32)
+
+
+# ============================================================================ coop
+
+def test_coop_config_choice():
+    # off in the table as measured: [2048, 32768] stays in registers
+    assert norm_config(2048, 32768).chunks == 0
+    on = TUNING._replace(coop_min_block=32768, coop_block=8192, coop_warps=8)
+    assert norm_config(2048, 32768, tuning=on) == (False, 1, 1, 8192, 8, 4)
+    assert norm_config(2048, 16384, tuning=on).chunks == 0          # shorter rows: not coop
+    assert norm_config(16, 32768, tuning=on).chunks == 0            # 64 programs: too few
+    assert norm_config(2048, 32768, tuning=on._replace(coop_block=16384, coop_warps=16)) == \
+        (False, 1, 1, 16384, 16, 2)
+    assert norm_config(2048, 32768, tuning=on._replace(coop_block=4096, coop_warps=4)) == \
+        (False, 1, 1, 4096, 4, 8)
+    # chunks no longer than the register block; the warps scale with a chunk cut short
+    assert norm_config(4096, 40000, tuning=on._replace(coop_block=65536, coop_warps=16)) == \
+        (False, 1, 1, 65536 // 2, 8, 2)
+    # rows longer than the register block, within coop_max_chunks: coop, else looped
+    assert norm_config(512, 65536, tuning=on) == (False, 1, 1, 8192, 8, 8)
+    assert norm_config(512, 2**20, tuning=on).looped
+    assert norm_config(2048, 32768, tuning=on, coop=False) == (False, 1, 1, 32768, 32, 0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("stats", ["twopass"] + STATS)
+def test_coop_layer_norm(stats, dtype):
+    """N = 100 in chunks of 32 (the last chunk 4 elements), through the table (``tuning``)."""
+    tun = COOP._replace(ln_stats=stats)
+    assert norm_config(5, 100, tuning=tun) == (False, 1, 1, 32, 1, 4)
+    x = _randn(5, 100, dtype=dtype, scale=2.0, shift=7.0)
+    w, b = _randn(100, dtype=dtype, seed=1), _randn(100, dtype=dtype, seed=2)
+    for weight, bias in ((w, b), (None, b), (w, None), (None, None)):
+        got = _ln(x, 100, tun, weight=weight, bias=bias)
+        _close(got, layer_norm_reference(x, (100,), weight, bias, 1e-5), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_coop_rms_norm(dtype):
+    x = _randn(3, 70, dtype=dtype, scale=3.0)
+    w = _randn(70, dtype=dtype, seed=1)
+    for weight in (w, None):
+        out = torch.empty_like(x)
+        norm_fwd_triton(x, out, 70, 1e-6, rms=True, weight=weight, tuning=COOP)
+        _close(out, rms_norm_reference(x, (70,), weight, 1e-6), dtype)
+
+
+def test_coop_strided_large_mean_and_one_chunk_rows():
+    cfg = NormConfig(False, 1, 1, 64, 2, 3)      # 3 chunks of 64 for N = 150
+    big = _randn(6, 200, seed=9, shift=1e4)
+    x = big[::2, 10:160]                          # row stride 400, unit columns
+    want = layer_norm_reference(x.double(), (150,), None, None, 1e-5)
+    for stats in ("twopass", "shifted", "chan"):
+        got = _ln(x, 150, TUNING._replace(ln_stats=stats), cfg).double()
+        torch.testing.assert_close(got, want, rtol=0, atol=5e-3)
+    xt = _randn(150, 4, seed=10, dtype=torch.bfloat16).t()   # column stride 4
+    w = _randn(300, seed=11, dtype=torch.bfloat16)[::2]      # a strided weight
+    got = _ln(xt, 150, None, cfg, weight=w)
+    _close(got, layer_norm_reference(xt, (150,), w, None, 1e-5), torch.bfloat16)
+
+
+def test_coop_is_not_used_over_its_input():
+    """A residual (the fused op) or an output over the input: the table falls back to the
+    other kernels; an explicit coop config is refused."""
+    x = _randn(4, 100, dtype=torch.bfloat16, shift=1.0)
+    r = _randn(4, 100, dtype=torch.bfloat16, seed=1)
+    w = _randn(100, dtype=torch.bfloat16, seed=2)
+    want_y, want_s = K.fused_add_rms_norm_reference(x, r, w, 1e-6)
+    xf, rf = x.clone(), r.clone()
+    norm_fwd_triton(xf, xf, 100, 1e-6, rms=True, weight=w, residual=rf, tuning=COOP)
+    _close(xf, want_y, torch.bfloat16)
+    torch.testing.assert_close(rf.float(), want_s.float(), rtol=2**-7, atol=0.0)
+    xi = x.clone()
+    want = layer_norm_reference(x, (100,), w, None, 1e-5)
+    _ln(xi, 100, COOP, weight=w, out=xi)
+    _close(xi, want, torch.bfloat16)
+    with pytest.raises(ValueError, match="coop kernel"):
+        _ln(xi, 100, None, NormConfig(False, 1, 1, 32, 1, 4), out=xi)
+
+
+def test_coop_empty():
+    x = torch.empty(0, 100)
+    assert _ln(x, 100, COOP).shape == (0, 100)
+
+
+# ============================================================================ sm_90 builds
+
+_BUILD_SCRIPT = r"""
+import json, sys
+from sm90_build import build
+import opspec.kernels.norm as K
+
+def rows(N, ty, stats, warps, cap):
+    args = dict(x_ptr=ty, r_ptr=ty, w_ptr=ty, b_ptr=ty, y_ptr=ty, M=8192, N=N, eps=1e-5,
+                stride_xm=N, stride_xn=1, stride_rm=0, stride_rn=0, stride_ym=N, stride_yn=1,
+                stride_w=1, stride_b=1)
+    c = dict(ROWS=1, TILES=1, BLOCK_N=K._next_pow2(N), IS_RMS=False, HAS_RESIDUAL=False,
+             HAS_WEIGHT=True, HAS_BIAS=True, USE_INT64=False, LATE_AFFINE=True, STATS=stats,
+             SHIFT_LIMIT=16.0, GROUP=16 // (2 if ty == "*bf16" else 4))
+    return build(K._norm_fwd_rows_kernel, args, c, warps, **({"maxnreg": cap} if cap else {}))
+
+def coop(ty, stats, rms):
+    args = dict(x_ptr=ty, w_ptr=ty, b_ptr=ty, y_ptr=ty, ws_ptr="*fp32", cnt_ptr="*i32", M=2048,
+                N=32768, C=4, spin=65536, eps=1e-5, stride_xm=32768, stride_xn=1,
+                stride_ym=32768, stride_yn=1, stride_w=1, stride_b=1)
+    c = dict(BLOCK=8192, FB=1024, C_POW2=4, IS_RMS=rms, HAS_WEIGHT=True, HAS_BIAS=not rms,
+             USE_INT64=False, STATS=stats, SHIFT_LIMIT=16.0, GROUP=16 // (2 if ty == "*bf16" else 4))
+    return build(K._norm_fwd_coop_kernel, args, c, 8, maxnreg=64)
+
+out = {}
+for stats in (0, 1, 2):
+    for name, b in ((f"rows-7168-bf16/{stats}", rows(7168, "*bf16", stats, 8, 64)),
+                    (f"rows-3584-fp32/{stats}", rows(3584, "*fp32", stats, 4, 64)),
+                    (f"coop-bf16/{stats}", coop("*bf16", stats, False)),
+                    (f"coop-fp32/{stats}", coop("*fp32", stats, False))):
+        out[name] = dict(reg=b.registers, local=b.local, ld=sorted(set(K2 for K2 in b.loads)))
+out["coop-rms"] = dict(reg=(b := coop("*bf16", 0, True)).registers, local=b.local,
+                       ld=sorted(set(b.loads)))
+json.dump(out, sys.stdout)
+"""
+
+
+def test_variants_build_for_sm90_within_64_registers():
+    """Every statistics kind of the rows kernel (32 elements a thread under the cap of 64) and
+    of the coop kernel compiles for sm_90 with no local memory, at most 64 registers and
+    16-byte row loads. Compiled in a fresh process (the interpreter patches triton.language)."""
+    from sm90_build import run_script, strip_hints
+
+    built = run_script(_BUILD_SCRIPT)
+    assert len(built) == 13, sorted(built)
+    for name, k in built.items():
+        assert k["local"] == 0 and k["reg"] is not None and k["reg"] <= 64, (name, k)
+        assert "ld.global.v4.b32" in {strip_hints(op) for op in k["ld"]}, (name, k)
