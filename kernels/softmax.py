@@ -21,30 +21,25 @@ output dtype, as torch casts the input before the op. Five kernels:
     ``TILES`` consecutive tiles, loading the next while it reduces and writes the current
     one (the constants: :data:`ROW_TUNING`).
 ``coop``
-    ``inner == 1``, long rows (vocabulary logits) and enough rows to fill the GPU: each
-    row is cut into ``C`` chunks of ``BLOCK`` (8192) elements, one program per chunk, and
-    the ``C`` programs of a row cooperate: each keeps its chunk in registers (32 fp32 a
-    thread at 8 warps; 64 registers, 4 programs per SM), publishes the chunk's (max, sum),
-    waits on the row's arrival count and writes its chunk from registers. One read and one
-    write of HBM. This replaced ``looped`` for these rows: measured on an H200, ``looped``
-    ran bf16 Llama-3 logits (4096 x 128256) and fp32 Qwen2.5 logits (1024 x 151936) at
-    2.66 TB/s, which is what a second read from HBM gives (1.5x the bytes at about 4 TB/s):
-    its L2 working set is one row per SM, 132 x 250 KiB = 33 MB (bf16) and 132 x 594 KiB
-    = 78 MB (fp32), beside the output stream, against 50 MB of L2. Here the data held
-    between read and write is in registers (32K elements per SM: 64 KiB bf16, 128 KiB
-    fp32) and L2 only carries the small partials. Rows of more than 64 chunks take
-    ``looped``.
+    ``inner == 1``, long 32-bit rows (vocabulary logits) and enough rows to fill the GPU:
+    each row is cut into ``C`` chunks of ``BLOCK`` (16384) elements, one program per
+    chunk, and the ``C`` programs of a row cooperate: each keeps its chunk's exponentials
+    in registers (32 a thread at 16 warps), publishes the chunk's (max, sum), waits on the
+    row's arrival count and writes its chunk from registers, rescaled to the row's max.
+    One read and one write of HBM: fp32 Qwen2.5 logits (1024 x 151936) ran at 3.37 TB/s
+    on an H200 against 2.66 for ``looped``, whose working set of one 594 KiB row per SM
+    (78 MB) does not stay in the 50 MB L2. Rows of more than 64 chunks take ``looped``.
 ``looped``
-    ``inner == 1``, rows longer than 64 x 8192 elements, enough rows to fill the GPU: a
-    persistent grid of one program per SM, each taking whole rows. Pass 1 streams the row
-    once, keeping a running max and sum per group of ``VEC`` contiguous elements (one
-    16-byte vector, so the group's max is a reduction inside one thread and ``exp`` of
-    the rescale runs once per ``VEC`` elements); pass 2 reads the row again in reverse
-    chunk order and writes it. With one row per SM in flight (132 x 250 KiB for bf16
-    Llama-3 logits, about 33 MB) the re-read is served by the 60 MB L2: the first
-    pass loads with ``evict_last``, the second and the stores with ``evict_first``.
-    Chunks are 32 KB of input; each loop loads its next chunk ahead, so two are in
-    flight per SM.
+    ``inner == 1``, 16-bit rows too long for ``rows`` and rows longer than 64 x 16384
+    elements, enough rows to fill the GPU: a persistent grid of two programs per SM, each
+    taking whole rows. Pass 1 streams the row once, keeping a running max and sum per
+    group of ``VEC`` contiguous elements (one 16-byte vector, so the group's max is a
+    reduction inside one thread and ``exp`` of the rescale runs once per ``VEC``
+    elements); pass 2 reads the row again in reverse chunk order and writes it, mostly
+    from L2: the first pass loads with ``evict_last``, the second and the stores with
+    ``evict_first``. Chunks are 32 KB of input; each loop loads its next chunk ahead.
+    On bf16 logits this kernel is bound by instruction issue rather than HBM (see
+    :data:`ROW_TUNING`), which is why it beats ``coop`` there.
 ``split``
     ``inner == 1``, long rows but too few rows to fill the GPU (decode): each row is cut
     into ``C`` chunks of ``CHUNK`` elements; one kernel writes each chunk's (max, sum)
@@ -145,17 +140,21 @@ class RowTuning(NamedTuple):
 #:   its rows in flight, 132 x 250 KiB (bf16) and 132 x 594 KiB (fp32), do not stay in
 #:   the L2 beside the output stream. coop holds the chunks in registers and reads once.
 #:   At most 64 chunks a row, far below 132 SMs x 4 resident programs.
-#: * looped (rows of more than 64 chunks): chunks of 32 KB at 16 a thread, one program per
-#:   SM: two chunks in flight per SM (the next loaded ahead), one row per SM in L2.
+#: * looped (16-bit inputs, and rows of more than 64 chunks): chunks of 32 KB at 16 a
+#:   thread, two programs per SM, each with its next chunk loaded ahead.
 #: * H200 sweep (benchmarks/softmax_sweep.py, 2026-11-30): 32 a thread ran rows of
 #:   1024 and 2048 at 3.58 and 4.00 TB/s against 3.34 and 3.69 at 8 (8192 ones 4.10
 #:   against 4.19). coop beat looped on float32 logits (qwen2.5 3.26 TB/s with chunks of
 #:   16384 at 16 warps, 3.08 with 8192 at 8, looped 2.67) and lost on bfloat16 ones
 #:   (Llama-3 2.50 against 2.69; log-softmax 2.68 against 2.97): 16-bit inputs take looped.
+#: * Then exp as exp2 (see _exp) and one exponential an element in coop: bf16 Llama-3
+#:   logits 2.66 -> 3.09 TB/s on looped, log-softmax 2.94 -> 3.32, fp32 Qwen2.5 (coop)
+#:   3.31 -> 3.37; coop on bf16 2.64-2.82, still behind. Two looped programs per SM: 3.20
+#:   and 3.38 (3.28 against 3.25 for bf16 -> fp32 log-softmax).
 ROW_TUNING = RowTuning(row_tile=8192, row_programs=4, row_per_thread=32, row_tiles=1,
                        row_tiles_min_programs=8, coop_block=16384, coop_warps=16,
                        coop_max_chunks=64, loop_chunk_bytes=32 * 1024, loop_per_thread=16,
-                       loop_programs_per_sm=1.0, coop_min_in_bytes=4)
+                       loop_programs_per_sm=2.0, coop_min_in_bytes=4)
 #: Polls of a row's arrival count before a program reads the row itself (see the kernel).
 _COOP_SPIN = 1 << 16
 #: Elements of one tile of the former strided plan (benchmarks/reduction_sweep.py times it

@@ -172,9 +172,10 @@ def test_long_row_kernels(kind, sms, dtype, log):
     if kind == "looped":
         plan = _plan(x, -1, max_reg=8, sm_count=sms)      # 125 chunks of 8: over 64
         assert plan.kind == kind
-        assert plan.grid == 1 and plan.vec == 16 // x.element_size()  # persistent: 5 rows on 1
+        # persistent, two programs per SM: 5 rows on 2
+        assert plan.grid == 2 and plan.vec == 16 // x.element_size()
         _close(_run(x, -1, log=log, plan=plan), _expected(x, -1, log=log))
-        plan = SoftmaxPlan("looped", 64, 1, 2, vec=plan.vec)         # 5 rows on 2 programs
+        plan = SoftmaxPlan("looped", 64, 1, 1, vec=plan.vec)         # 5 rows on 1 program
     else:
         # coop for every dtype here (the table keeps it to 4-byte inputs)
         anywidth = K.ROW_TUNING._replace(coop_min_in_bytes=1)
@@ -363,10 +364,10 @@ def test_plans_of_the_workload_shapes():
     assert (p.rows, p.tiles, p.grid) == (8, 2, 2048)
     p = softmax_plan(8 * 1024, 1024, 1, 2, tuning=two)
     assert (p.rows, p.tiles, p.grid) == (8, 1, 1024)
-    # Prefill vocabulary rows: 16-bit logits take the persistent looped kernel (one
-    # program per SM); float32 ones the cooperative kernel, 10 programs of 16384 per row.
+    # Prefill vocabulary rows: 16-bit logits take the persistent looped kernel (two
+    # programs per SM); float32 ones the cooperative kernel, 10 programs of 16384 per row.
     p = softmax_plan(4096, 128256, 1, 2)
-    assert (p.kind, p.grid, p.num_warps) == ("looped", 132, 16)
+    assert (p.kind, p.grid, p.num_warps) == ("looped", 264, 16)
     p = softmax_plan(1024, 151936, 1, 4)
     assert (p.kind, p.block, p.chunks, p.num_warps) == ("coop", 16384, 10, 16)
     coop16 = K.ROW_TUNING._replace(coop_min_in_bytes=1, coop_block=8192, coop_warps=8)
@@ -374,7 +375,7 @@ def test_plans_of_the_workload_shapes():
     assert (p.kind, p.block, p.chunks, p.grid, p.num_warps) == ("coop", 8192, 16, 4096 * 16, 8)
     # Rows of more than 64 chunks: the looped kernel at any width.
     p = softmax_plan(1024, 65 * 16384, 1, 4)
-    assert (p.kind, p.grid, p.vec, p.block, p.num_warps) == ("looped", 132, 4, 8192, 16)
+    assert (p.kind, p.grid, p.vec, p.block, p.num_warps) == ("looped", 264, 4, 8192, 16)
     # Decode vocabulary rows: split so the grid covers the SMs (2 programs each or more).
     p = softmax_plan(32, 128256, 1, 2)
     assert p.kind == "split" and p.grid >= 2 * 132 and p.chunks * p.block >= 128256
