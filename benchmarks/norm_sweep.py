@@ -116,6 +116,12 @@ def norm_variants(op: str, M: int, N: int, smoke: bool = False) -> list[tuple[st
         out += [("16 a thread", dict(per_thread_large=16))]
         if block >= 8192:
             out += [("coop 4096 x 4", _coop(4096, 4, smoke))]
+    if not long_row:
+        # the looped kernel on large grids, the row re-read from L2 (as Inductor's kernels)
+        out = [("re-read 2048 x 16 warps", dict(reread_block=2048)),
+               ("re-read 8192 x 16 warps", dict(reread_block=8192)),
+               ("re-read 4096 x 16 warps", dict(reread_block=4096)),
+               ("re-read 4096 x 8 warps", dict(reread_block=4096, reread_warps=8))] + out
     return out
 
 

@@ -136,6 +136,12 @@ class NormTuning(NamedTuple):
     #: coop kernel: 64 (bf16) and 80 (fp32) at 8 warps, 64 capped, no spill.
     ln_maxnreg: int = 0
     coop_maxnreg: int = 64
+    #: Large grids (>= programs_per_sm per SM) may take the looped kernel instead of holding
+    #: rows in registers: chunks of at most ``reread_block`` elements at ``reread_warps``,
+    #: the statistics pass loading with ``evict_last`` so that the normalising pass re-reads
+    #: the row from L2. 0: off. Few registers a thread, so many programs an SM.
+    reread_block: int = 0
+    reread_warps: int = 16
 
 
 #: Why these values (the table as measured before the variants; the variants are off until an
@@ -169,6 +175,13 @@ class NormTuning(NamedTuple):
 #:   every row it was tried on: its rows wait on one another's partials. torch.compile ran
 #:   these rows at 1.33-3.49 TB/s (32k fp32 3.43, command-r 3.49: ties), RMSNorm dsv3 and
 #:   qwen2.5 fp32 at 3.90 against the table's 3.68 and 3.63.
+#: * reread off: Inductor's kernels for those RMSNorm rows loop over the row twice (chunks
+#:   of 2048-8192 at 16 warps, the second pass from L2). Timed in a second sweep, that
+#:   layout ran RMSNorm qwen2.5 fp32 at 3.91 TB/s against 3.70, but RMSNorm dsv3 bf16 at
+#:   3.44 against 3.68 and every LayerNorm row at 0.59-2.61 TB/s (its first pass is a
+#:   Welford update an element). A second run of the first sweep's variants: dsv3 3.59 ->
+#:   3.64, command-r 3.28 -> 3.41 (both capped at 64 registers; command-r was 3.40 -> 3.36
+#:   capped in the first run), dit-xl 3.68 -> 3.56 capped: the cap stays off.
 TUNING = NormTuning(ln_stats="twopass", shift_limit=16.0, min_tile=4096, programs_per_sm=4,
                     per_thread_large=32, per_thread_mid=16, per_thread_small=8,
                     coop_min_block=0, coop_block=8192, coop_warps=8)
@@ -418,12 +431,16 @@ def _norm_fwd_looped_kernel(
     for k in range(0, tl.cdiv(N, BLOCK)):
         cols = k * BLOCK + base
         m = cols < N
-        x = tl.load(x_row + cols * stride_xn, mask=m, other=0.0).to(tl.float32)
-        if HAS_RESIDUAL:
+        if HAS_RESIDUAL:  # x is read once; the residual written here is re-read below
+            x = tl.load(x_row + cols * stride_xn, mask=m, other=0.0,
+                        eviction_policy="evict_first").to(tl.float32)
             r = tl.load(r_row + cols * stride_rn, mask=m, other=0.0).to(tl.float32)
             s = (x + r).to(r_ptr.dtype.element_ty)
             tl.store(r_row + cols * stride_rn, s, mask=m)
             x = s.to(tl.float32)
+        else:  # kept in L2 for pass 2's re-read
+            x = tl.load(x_row + cols * stride_xn, mask=m, other=0.0,
+                        eviction_policy="evict_last").to(tl.float32)
         if IS_RMS:
             acc += x * x
         else:
@@ -650,6 +667,9 @@ def norm_config(M: int, N: int, *, max_register_block: int = MAX_REGISTER_BLOCK,
         block = min(loop_block, block_n)
         return NormConfig(True, 1, 1, block, max(1, min(8, block // (32 * 8))))
     target = t.programs_per_sm * _SMS
+    if t.reread_block and M >= target:
+        block = min(_next_pow2(t.reread_block), block_n)
+        return NormConfig(True, 1, 1, block, max(1, min(32, t.reread_warps)))
     rows = max(1, t.min_tile // block_n)
     rows = min(rows, _next_pow2(max(M, 1)))
     while rows > 1 and _cdiv(M, rows) < target:

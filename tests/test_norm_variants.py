@@ -235,6 +235,39 @@ def test_coop_empty():
     assert _ln(x, 100, COOP).shape == (0, 100)
 
 
+# ============================================================================ re-read
+
+def test_reread_config_choice():
+    # off in the table; on, large grids take the looped kernel in chunks of reread_block
+    assert not norm_config(8192, 7168).looped
+    on = TUNING._replace(reread_block=2048)
+    assert norm_config(8192, 3584, tuning=on) == (True, 1, 1, 2048, 16, 0)
+    assert norm_config(8192, 1000, tuning=on) == (True, 1, 1, 1024, 16, 0)  # the row's block
+    assert not norm_config(64, 3584, tuning=on).looped                     # a small grid
+    assert norm_config(8192, 3584, tuning=on._replace(reread_warps=8)).num_warps == 8
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_reread_rms_layer_and_fused_norms(dtype):
+    """600 rows (a large grid) of 300 in chunks of 128: every op through the looped kernel,
+    the statistics pass loading with an eviction hint the interpreter ignores."""
+    tun = TUNING._replace(reread_block=128, reread_warps=4)
+    assert norm_config(600, 300, tuning=tun).looped
+    x = _randn(600, 300, dtype=dtype, scale=2.0, shift=3.0)
+    w, b = _randn(300, dtype=dtype, seed=1), _randn(300, dtype=dtype, seed=2)
+    _close(_ln(x, 300, tun, weight=w, bias=b), layer_norm_reference(x, (300,), w, b, 1e-5),
+           dtype)
+    out = torch.empty_like(x)
+    norm_fwd_triton(x, out, 300, 1e-6, rms=True, weight=w, tuning=tun)
+    _close(out, rms_norm_reference(x, (300,), w, 1e-6), dtype)
+    r = _randn(600, 300, dtype=dtype, seed=3)
+    want_y, want_s = K.fused_add_rms_norm_reference(x, r, w, 1e-6)
+    xf, rf = x.clone(), r.clone()
+    norm_fwd_triton(xf, xf, 300, 1e-6, rms=True, weight=w, residual=rf, tuning=tun)
+    _close(xf, want_y, dtype)
+    _close(rf, want_s, dtype)
+
+
 # ============================================================================ sm_90 builds
 
 _BUILD_SCRIPT = r"""
