@@ -8,8 +8,24 @@ Plain functions; the dispatch classes are in :mod:`opspec.kernels.pool_impl`.
 * :func:`pool2d_geometry` / :func:`pool2d_out_size` -- the per-axis window numbers and the
   output size (torch's rules, ceil_mode included).
 
-Layout of the work. The input is viewed as ``[N, C, H, W]`` with any strides (an unbatched
-``[C, H, W]`` is one image). The output ``[N, C, H_out, W_out]`` (contiguous) is seen as a
+The band kernel (the default where it fits: rows of unit column stride, i.e. contiguous
+NCHW and its slices; see :func:`band_fits` and the ``BandConfig`` block at the top). The
+input is viewed as ``[N, C, H, W]`` (an unbatched ``[C, H, W]`` is one image). A program
+takes a few planes, a band of output rows and a block of output columns. Each input row the
+band needs is loaded once and reduced along the window's columns in registers; each output
+row then combines its KH reduced rows, so the rows two windows share (the third row of a
+3 x 3 stride-2 window) are not read twice. Stride 2 along W reads an output's two aligned
+window columns as one contiguous run of the row (16-byte loads where the host proved the
+rows aligned) and splits it, the third column of a 3-wide window coming from strided loads
+of lines already in L1. A max runs in the input's dtype (bf16x2 / half2 NaN-propagating
+max). On the H200 the older tile kernel below ran 1.1-1.8 TB/s on the workload rows (sm_90:
+~76 SASS instructions an output for the ResNet stem, 9 scalar loads, float32 conversions,
+scalar stores) against ~2.5-3.5 implied by torch.compile; the band kernel's sm_90 build of
+the stem is ~20 instructions an output with 16-byte loads and 8-byte stores.
+
+The older kernels (``pool2d_plan``; channels_last and other strided rows, global pooling,
+and any window class the ``_BAND_TABLE`` sends to them). The input is viewed as
+``[N, C, H, W]`` with any strides. The output ``[N, C, H_out, W_out]`` (contiguous) is seen as a
 matrix of ``R = N * C * H_out`` rows of ``W_out`` pixels; each program takes a tile of
 ``BLOCK_R`` rows by ``BLOCK_W`` columns (see :func:`pool2d_plan`): rows of one plane
 (``n``, ``c``) when planes are tall enough (plane tiles: no division per row), else
@@ -56,16 +72,23 @@ coalesced along ``W``: the fast case is contiguous NCHW).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from opspec.kernels.devices import TRITON_INTERPRETED
 from opspec.kernels.launch import launch
 
 __all__ = [
+    "BandConfig",
     "Pool2dGeometry",
+    "band_config_for",
+    "band_fits",
+    "band_key",
+    "band_launch",
     "pool2d_geometry",
     "pool2d_out_size",
     "pool2d_plan",
@@ -104,6 +127,80 @@ _ROWS_MAX_IDLE = 1 / 7
 _INT32_LIMIT = 2**31 - 1
 
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
+_TL_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}
+# Triton's interpreter compares bfloat16 by its bits (a NaN-propagating maximum of two
+# bfloat16 tensors comes out wrong there): a bfloat16 max runs in float32 under it.
+_INTERPRET = TRITON_INTERPRETED
+
+
+# -- band kernel configuration (the only place; see band_launch) ---------------------------
+class BandConfig(NamedTuple):
+    """A configuration of the band kernel (``_pool2d_band_kernel``): inputs with rows of
+    unit stride (contiguous NCHW and its slices), a program per (planes, band of output
+    rows, column block).
+
+    ``rows``: the most output rows a program; ``band_launch`` takes the count up to it
+    that reads the fewest input rows a plane (halo and padded rows counted), so a 56-row
+    stem output takes 14-row bands (29 input rows each, 116 a plane against 168 for the
+    tile kernel's loads). ``tile``: about this many outputs a program; the planes a program
+    (a power of two) make it up, so that 7 x 7 and 14 x 14 planes still give a program
+    work. ``cols_per_thread``: outputs a thread holds for one row and plane: sets the warps
+    (0: 16 bytes of input row a thread, 4 outputs in 16-bit types, 2 in float32).
+    ``pair``: stride 2 along W reads each output's two aligned window columns as one
+    contiguous run of the row (16-byte loads where aligned) and the rest of the window
+    (the third column of a 3-wide window) as strided loads of lines already in L1.
+    ``native``: a max in the input's dtype (no float32 conversions; half2 / bf16x2 max).
+    ``align``: the host checks which power of two divides the strides and row lengths and
+    tells the kernel (vector loads and stores; none without it). ``row_regs``: a bound on
+    the registers a thread's loads of a band hold (ptxas issues them all up front; about
+    ``rows`` x the registers of one input row): fewer rows where a row is wide or the
+    window long. ``max_block_w``: the widest
+    column block; ``max_warps``: the most warps a program."""
+
+    rows: int = 16
+    tile: int = 2048
+    cols_per_thread: int = 0
+    pair: bool = True
+    native: bool = True
+    align: bool = True
+    row_regs: int = 200
+    max_block_w: int = 128
+    max_warps: int = 8
+
+
+#: Why the band kernel: each input row of a band is loaded once (a 3 x 3 stride-2 band of
+#: 8 rows reads 17, one of them its neighbour's too: an L2 hit), 16 bytes a load where
+#: aligned, and the max needs no conversions: the sm_90 builds take 11-20 SASS
+#: instructions an output for the stride-2 max rows, 25-35 for the averages and the
+#: stride-1 windows, against ~76 for the tile kernel on the stem (about the ~80 an output
+#: the issue rate allows at 4.2 TB/s for bf16: that kernel is issue-bound).
+#: H200 sweep (benchmarks/pool_sweep.py, 2026-11-30), us, older kernels -> band, compile:
+#: ResNet-50 stem max 3x3/2 at batch 256 363 -> 191 (207), 128 186 -> 102 (109), 32 52.6
+#: -> 31.5 (33.6); GoogLeNet stem 98.6 -> 66.8 (60.7); U-Net 2x2/2 max 78 -> 45 (53);
+#: ResNet-D avg 2x2/2 at batch 128 186 -> 68 (79), batch 256 363 -> 127 (148): with bands
+#: of at most 4 (max) or 8 (avg) rows and tiles of 512 / 2048 outputs. It lost, often by
+#: several times, on small inputs (the stem at batch 1: 7.3 -> 130), on DenseNet's 2x2/2
+#: average of [32, 128, 56, 56] (28.4 -> 82), on 3x3 stride-1 windows (PoolFormer 41 ->
+#: 68; Inception's 35 x 35 planes gained, 60 -> 37) and on narrow rows: so no default,
+#: the classes it won only, and only from _BAND_MIN_OUTPUTS outputs (the smallest input it
+#: won on had 6.4 M; DenseNet's, lost, 3.2 M).
+_BAND_DEFAULT = None
+#: Per-class choices, keyed by ``band_key``: (mode, kernel, stride, "narrow" | "wide"); a
+#: class not here takes ``_BAND_DEFAULT`` (None: the older kernels, ``pool2d_plan``: tile,
+#: rows, global).
+_BAND_TABLE: dict[tuple, BandConfig | None] = {
+    ("max", (3, 3), (2, 2), "wide"): BandConfig(rows=4, tile=512),
+    ("max", (2, 2), (2, 2), "wide"): BandConfig(rows=4, tile=512),
+    ("avg", (2, 2), (2, 2), "wide"): BandConfig(rows=8),
+}
+#: Outputs below which every class takes the older kernels.
+_BAND_MIN_OUTPUTS = 4 << 20
+#: Output rows of at most this many columns are "narrow" in ``band_key``.
+_BAND_NARROW = 16
+#: The widest window row and the most input rows a band may read (unrolled: code size and
+#: registers).
+_BAND_MAX_KW = 8
+_BAND_MAX_IN = 40
 
 
 def _pair(v, name: str) -> tuple[int, int]:
@@ -508,6 +605,177 @@ def _pool2d_rows_kernel(
                  mask=col_in & ((oh + cols * 0) < H_out))
 
 
+# -- band kernel (contiguous rows) ------------------------------------------------------------
+
+@triton.jit
+def _combine(a, b, IS_MAX: tl.constexpr):
+    if IS_MAX:
+        # torch takes a NaN and keeps it: a NaN-propagating maximum
+        return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+    else:
+        return a + b
+
+
+@triton.jit
+def _band_col(row_ptrs, ih, H, iw, W, ident, CLAMP: tl.constexpr, ACC: tl.constexpr):
+    """The input columns ``iw`` ([1, BLOCK_W]) of the rows ``row_ptrs`` ([PLANES, 1]) in ``ACC``:
+    clamped into the row (``CLAMP``: max with dilation 1, the clamped column lies in the same
+    window; the row is valid or clamped too), else masked to ``ident`` by the column and
+    the row ``ih`` (inside the input or not; tested as a vector: the interpreter takes no
+    scalar in a mask)."""
+    if CLAMP:
+        v = tl.load(row_ptrs + tl.minimum(tl.maximum(iw, 0), W - 1))
+    else:
+        ih_v = ih + iw * 0
+        v = tl.load(row_ptrs + iw, mask=(iw >= 0) & (iw < W) & (ih_v >= 0) & (ih_v < H),
+                    other=ident)
+    return v.to(ACC)
+
+
+@triton.jit
+def _band_row(row_ptrs, ih, H, pcols, w0, W, ident,
+              KW: tl.constexpr, PW: tl.constexpr, DW: tl.constexpr,
+              PLANES: tl.constexpr, BLOCK_W: tl.constexpr,
+              IS_MAX: tl.constexpr, CLAMP: tl.constexpr, PAIR: tl.constexpr,
+              ACC: tl.constexpr):
+    """One input row of the program's planes (``row_ptrs``: [PLANES, 1] row starts) reduced
+    along the window of every output column: [PLANES, BLOCK_W] in ``ACC``. ``PAIR`` (stride 2
+    along W, dilation 1, window columns PW and PW + 1 inside the window): those columns of
+    output ``ow`` are input columns 2 ow and 2 ow + 1, read as one contiguous
+    [PLANES, 2 BLOCK_W] run (``pcols``: vector loads) and split; the other window columns are
+    strided loads of the same lines (L1 hits)."""
+    if PAIR:
+        if CLAMP:
+            pmask = pcols < W
+        else:
+            ih_v = ih + pcols * 0
+            pmask = (pcols < W) & (ih_v >= 0) & (ih_v < H)
+        v = tl.load(row_ptrs + pcols, mask=pmask, other=ident)
+        a, b = tl.split(tl.reshape(v.to(ACC), (PLANES, BLOCK_W, 2)))
+        h = _combine(a, b, IS_MAX)
+        for kw in tl.static_range(KW):
+            if kw < PW or kw >= PW + 2:
+                v = _band_col(row_ptrs, ih, H, w0 + kw * DW, W, ident, CLAMP, ACC)
+                h = _combine(h, v, IS_MAX)
+    else:
+        h = _band_col(row_ptrs, ih, H, w0, W, ident, CLAMP, ACC)
+        for kw in tl.static_range(1, KW):
+            v = _band_col(row_ptrs, ih, H, w0 + kw * DW, W, ident, CLAMP, ACC)
+            h = _combine(h, v, IS_MAX)
+    return h
+
+
+@triton.jit
+def _pool2d_band_kernel(
+    x_ptr, out_ptr,
+    P, C, H, W, H_out, W_out, n_col_blocks, n_row_blocks,
+    sxn, sxc, sxh, out_plane,
+    divisor,
+    KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
+    PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr,
+    ROWS: tl.constexpr, N_IN: tl.constexpr, PLANES: tl.constexpr, BLOCK_W: tl.constexpr,
+    IS_MAX: tl.constexpr, CLAMP: tl.constexpr, PAIR: tl.constexpr, ACC: tl.constexpr,
+    MERGE_NC: tl.constexpr, COUNT_INCLUDE_PAD: tl.constexpr, HAS_DIVISOR: tl.constexpr,
+    XALIGN: tl.constexpr, OALIGN: tl.constexpr, USE_INT64: tl.constexpr,
+):
+    """Rows of unit column stride: a program takes PLANES planes, ROWS consecutive output
+    rows and BLOCK_W output columns. Each of the ``N_IN = (ROWS - 1) * SH + (KH - 1) * DH + 1``
+    input rows the band needs is loaded once and reduced along the window columns
+    (``_band_row``); output row r then combines the KH row results ``r * SH + kh * DH``. An
+    input row's index is the same for the whole program: a row outside the input is read
+    clamped, and replaced by the identity unless ``CLAMP`` (max with dilation 1: the clamped
+    row lies in the same window). ``ACC``: the type of the reductions (float32, or the
+    input's for a max). ``XALIGN`` / ``OALIGN``: powers of two the host checked to divide
+    the input's row, plane and image strides and W / the output's row and plane lengths
+    (rebuilt below as multiples of them: the compiler then knows the rows are aligned and
+    vectorises loads and stores; Triton itself only marks multiples of 16)."""
+    pid = tl.program_id(0)
+    if XALIGN > 1:
+        sxn = (sxn // XALIGN) * XALIGN
+        sxc = (sxc // XALIGN) * XALIGN
+        sxh = (sxh // XALIGN) * XALIGN
+        W = (W // XALIGN) * XALIGN
+    if OALIGN > 1:
+        W_out = (W_out // OALIGN) * OALIGN
+        out_plane = (out_plane // OALIGN) * OALIGN
+    cb = pid % n_col_blocks
+    t = pid // n_col_blocks
+    oh0 = (t % n_row_blocks) * ROWS
+    pg = t // n_row_blocks
+    planes = pg * PLANES + tl.arange(0, PLANES)[:, None]     # [PLANES, 1]
+    plane_ok = planes < P
+    planes = tl.minimum(planes, P - 1)
+    if USE_INT64:
+        # int64 strides and lengths (adding an int64 zero: an argument equal to 1 is a
+        # constexpr)
+        zero = pid.to(tl.int64) * 0
+        planes = planes.to(tl.int64)
+        sxh = sxh + zero
+        W_out = W_out + zero
+    if MERGE_NC:
+        base = planes * sxc
+    else:
+        base = (planes // C) * sxn + (planes % C) * sxc
+    # column vectors as [1, BLOCK_W] (2-D from the start: no layout conversions when they
+    # meet the [PLANES, BLOCK_W] rows)
+    cols = cb * BLOCK_W + tl.arange(0, BLOCK_W)[None, :]
+    col_in = cols < W_out
+    w0 = cols * SW - PW                                # first window column
+    zero_cols = cols * 0
+    pcols = cb * (2 * BLOCK_W) + tl.arange(0, 2 * BLOCK_W)[None, :]
+    if IS_MAX:
+        ident = float("-inf")
+    else:
+        ident = 0.0
+
+    # the band's input rows, each reduced along the window columns
+    ih0 = oh0 * SH - PH
+    hrow = ()
+    for i in tl.static_range(N_IN):
+        ih = ih0 + i
+        ih_c = tl.minimum(tl.maximum(ih, 0), H - 1)
+        # (a row outside the input: its loads masked to the identity, unless CLAMP)
+        h = _band_row(x_ptr + (base + ih_c * sxh), ih, H, pcols, w0,
+                      W, ident, KW, PW, DW, PLANES, BLOCK_W, IS_MAX, CLAMP, PAIR, ACC)
+        hrow = hrow + (h,)
+
+    if not IS_MAX:
+        if HAS_DIVISOR:
+            inv_w = tl.full((1, BLOCK_W), 1.0, tl.float32) / divisor
+        else:
+            # torch's divisor: the window clipped to the padded input (count_include_pad),
+            # or to the input; a reciprocal a column here, one a row below
+            w1 = tl.minimum(w0 + KW, W + PW)
+            if COUNT_INCLUDE_PAD:
+                ws = w1 - w0
+            else:
+                ws = tl.minimum(w1, W) - tl.maximum(w0, 0)
+            # at least one for the lanes past the output (0 / 0 there otherwise)
+            inv_w = 1.0 / tl.maximum(ws, 1).to(tl.float32)
+    obase = planes * out_plane
+    for r in tl.static_range(ROWS):
+        acc = hrow[r * SH]
+        for kh in tl.static_range(1, KH):
+            acc = _combine(acc, hrow[r * SH + kh * DH], IS_MAX)
+        oh = oh0 + r
+        if IS_MAX:
+            res = acc
+        elif HAS_DIVISOR:
+            res = acc * inv_w
+        else:
+            h0 = oh * SH - PH
+            h1 = tl.minimum(h0 + KH, H + PH)
+            if COUNT_INCLUDE_PAD:
+                hs = h1 - h0
+            else:
+                hs = tl.minimum(h1, H) - tl.maximum(h0, 0)
+            inv_h = 1.0 / tl.maximum(hs, 1).to(tl.float32)
+            res = acc * (inv_w * inv_h)
+        ok = plane_ok & col_in & ((oh + zero_cols) < H_out)
+        tl.store(out_ptr + (obase + (oh * W_out + cols)),
+                 res.to(out_ptr.dtype.element_ty), mask=ok)
+
+
 @dataclass(frozen=True)
 class Pool2dPlan:
     """How the launcher splits the output.
@@ -702,15 +970,162 @@ def _launch_rows(x4: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeomet
     return out
 
 
+# -- band launcher ----------------------------------------------------------------------------
+
+def band_key(mode: str, g: Pool2dGeometry, W_out: int) -> tuple:
+    """The key of ``_BAND_TABLE``: the mode, the window and stride, and whether the output
+    rows are narrow (at most ``_BAND_NARROW`` columns: several planes a program)."""
+    return (mode, g.kernel, g.stride, "narrow" if W_out <= _BAND_NARROW else "wide")
+
+
+def band_fits(x: torch.Tensor, g: Pool2dGeometry) -> bool:
+    """Whether the band kernel serves this input and window: rows of unit column stride, an
+    output that is not a single pixel with dilation 1 (the global path's), window rows at
+    most ``_BAND_MAX_KW`` wide, at most ``_BAND_MAX_IN`` input rows for one output row, and
+    windows that meet or overlap along H (every input row the band reads is used)."""
+    H, W = x.shape[-2], x.shape[-1]
+    (kh, kw), (sh, _), (dh, _) = g.kernel, g.stride, g.dilation
+    H_out, W_out = pool2d_out_size(H, W, g)
+    if x.stride(-1) != 1 and W > 1:
+        return False
+    if H_out == 1 and W_out == 1 and g.dilation == (1, 1):
+        return False
+    span = (kh - 1) * dh + 1
+    return kw <= _BAND_MAX_KW and span <= _BAND_MAX_IN and sh <= span
+
+
+def band_config_for(mode: str, g: Pool2dGeometry, W_out: int) -> BandConfig | None:
+    """The table's choice: ``_BAND_TABLE`` by ``band_key``, else ``_BAND_DEFAULT``; None
+    means the older kernels (tile / rows / global, ``pool2d_plan``)."""
+    return _BAND_TABLE.get(band_key(mode, g, W_out), _BAND_DEFAULT)
+
+
+def _band_in_rows(rows: int, g: Pool2dGeometry) -> int:
+    return (rows - 1) * g.stride[0] + (g.kernel[0] - 1) * g.dilation[0] + 1
+
+
+def _band_rows(H_out: int, g: Pool2dGeometry, most: int, max_in: int) -> int:
+    """Output rows a program: at most ``most`` (and ``max_in`` input rows), the fewest
+    input rows read for a plane (halo and padded rows included), the more rows on a tie."""
+    fits = [r for r in range(1, max(1, min(most, H_out)) + 1)
+            if _band_in_rows(r, g) <= max_in] or [1]
+    return min(fits, key=lambda r: (triton.cdiv(H_out, r) * _band_in_rows(r, g), -r))
+
+
+def _band_row_regs(g: Pool2dGeometry, cpt: int, elsize: int, pair: bool) -> int:
+    """About the registers one input row's loads take a thread (``cpt`` outputs a row):
+    the pair's vector (4 bytes a register) and a register for each strided element."""
+    strided = g.kernel[1] - 2 if pair else g.kernel[1]
+    return (cpt * 2 * elsize // 4 if pair else 0) + cpt * strided
+
+
+@dataclass(frozen=True)
+class BandLaunch:
+    """What ``_launch_band`` runs: rows a program, planes a program, the column block, warps,
+    the pair load, the reduction type (native max) and the alignments."""
+
+    rows: int
+    planes: int
+    block_w: int
+    num_warps: int
+    pair: bool
+    native: bool
+    xalign: int
+    oalign: int
+
+
+def _pow2_dividing(values, most: int) -> int:
+    a = most
+    while a > 1 and any(v % a for v in values):
+        a //= 2
+    return a
+
+
+def band_launch(x4: torch.Tensor, mode: str, g: Pool2dGeometry, cfg: BandConfig) -> BandLaunch:
+    """The band launch of ``cfg`` for the 4-D input ``x4`` (see ``BandConfig``)."""
+    N, C, H, W = x4.shape
+    H_out, W_out = pool2d_out_size(H, W, g)
+    P = N * C
+    block_w = min(triton.next_power_of_2(max(W_out, 1)), cfg.max_block_w)
+    n_cb = triton.cdiv(W_out, block_w)
+    (kw, sw, pw, dw) = (g.kernel[1], g.stride[1], g.padding[1], g.dilation[1])
+    pair = cfg.pair and sw == 2 and dw == 1 and pw + 2 <= kw
+    # auto: a 16-byte load of the input row per thread, i.e. 8 pair elements (4 outputs) in
+    # 16-bit types and 4 (2 outputs) in float32, so that the split pair lands in the
+    # layout of the rest of the row (no layout conversions)
+    cpt = cfg.cols_per_thread or max(1, 8 // x4.element_size())
+    # ptxas issues all of a band's loads up front: bound the registers they hold
+    max_in = max(1, min(_BAND_MAX_IN,
+                        cfg.row_regs // _band_row_regs(g, cpt, x4.element_size(), pair)))
+    rows = _band_rows(H_out, g, cfg.rows, max_in)
+    planes = max(1, triton.next_power_of_2(cfg.tile // (rows * block_w) + 1) // 2)
+    planes = min(planes, triton.next_power_of_2(P))
+    # enough programs for every SM: fewer planes, then fewer rows a program
+    while planes > 1 and triton.cdiv(P, planes) * triton.cdiv(H_out, rows) * n_cb \
+            < _TARGET_PROGRAMS:
+        planes //= 2
+    while rows > 4 and P * triton.cdiv(H_out, rows) * n_cb < _TARGET_PROGRAMS:
+        rows = _band_rows(H_out, g, rows // 2, max_in)
+    threads = planes * block_w // cpt
+    num_warps = max(1, min(cfg.max_warps, triton.next_power_of_2(max(1, threads // 32))))
+    native = cfg.native and mode == "max" and not (
+        x4.dtype == torch.bfloat16 and _INTERPRET)
+    most = max(1, 16 // x4.element_size())
+    sn, sc, sh, _ = x4.stride()
+    merge = N == 1 or sn == C * sc
+    xvals = [sc, sh, W] + ([] if merge else [sn])
+    xalign = _pow2_dividing(xvals, most) if cfg.align else 1
+    oalign = _pow2_dividing([W_out, H_out * W_out], most) if cfg.align else 1
+    return BandLaunch(rows, planes, block_w, num_warps, pair, native, xalign, oalign)
+
+
+def _launch_band(x4: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeometry,
+                 cfg: BandConfig, count_include_pad: bool,
+                 divisor_override: int | None) -> torch.Tensor:
+    """The band kernel (see ``_pool2d_band_kernel`` and ``band_fits``)."""
+    N, C, H, W = x4.shape
+    H_out, W_out = pool2d_out_size(H, W, g)
+    b = band_launch(x4, mode, g, cfg)
+    sn, sc, sh, _ = x4.stride()
+    P = N * C
+    n_cb = triton.cdiv(W_out, b.block_w)
+    n_rb = triton.cdiv(H_out, b.rows)
+    merge = N == 1 or sn == C * sc
+    (kh, kw), (s_h, s_w), (ph, pw), (dh, dw) = g.kernel, g.stride, g.padding, g.dilation
+    # planes are clamped, rows clamped into the input; columns reach past the row by at
+    # most a window and a (pair) block
+    x_bound = (N + 1) * abs(sn) + (C + 1) * abs(sc) + (H + 1) * abs(sh) \
+        + s_w * (W_out + 2 * b.block_w) + dw * kw + pw + 1
+    out_bound = (P + 1) * H_out * W_out + (b.rows + 1) * W_out + b.block_w
+    acc = _TL_DTYPES[x4.dtype] if b.native else tl.float32
+    launch(_pool2d_band_kernel, (triton.cdiv(P, b.planes) * n_rb * n_cb,),
+        x4, out, P, C, H, W, H_out, W_out, n_cb, n_rb,
+        sn, sc, sh, H_out * W_out,
+        float(divisor_override) if divisor_override is not None else 1.0,
+        KH=kh, KW=kw, SH=s_h, SW=s_w, PH=ph, PW=pw, DH=dh, DW=dw,
+        ROWS=b.rows, N_IN=_band_in_rows(b.rows, g), PLANES=b.planes, BLOCK_W=b.block_w,
+        IS_MAX=(mode == "max"), CLAMP=(mode == "max" and g.dilation == (1, 1)),
+        PAIR=b.pair, ACC=acc, MERGE_NC=merge,
+        COUNT_INCLUDE_PAD=bool(count_include_pad), HAS_DIVISOR=divisor_override is not None,
+        XALIGN=b.xalign, OALIGN=b.oalign,
+        USE_INT64=max(x_bound, out_bound) > _INT32_LIMIT,
+        num_warps=b.num_warps,
+    )
+    return out
+
+
 def pool2d_triton(x: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeometry,
                   count_include_pad: bool = True, divisor_override: int | None = None,
-                  plan: Pool2dPlan | None = None) -> torch.Tensor:
+                  plan: Pool2dPlan | None = None,
+                  config: BandConfig | None = None) -> torch.Tensor:
     """Write max_pool2d / avg_pool2d (``mode`` 'max' or 'avg') of ``x`` into ``out`` and
     return ``out``.
 
     ``x``: [N, C, H, W] or [C, H, W] of fp16, bf16 or fp32, any strides; ``out``: the
-    output shape, ``x``'s dtype, contiguous. ``plan`` overrides the launcher's choice
-    (tests). Nothing is launched for an empty output. No allocation, no host sync.
+    output shape, ``x``'s dtype, contiguous. ``plan`` forces the older kernels with
+    that plan, ``config`` the band kernel with that configuration (tests, the sweep); by
+    default ``band_config_for`` picks (the band kernel where ``band_fits``). Nothing is
+    launched for an empty output. No allocation, no host sync.
     """
     if mode not in ("max", "avg"):
         raise ValueError(f"mode must be 'max' or 'avg', got {mode!r}")
@@ -731,6 +1146,15 @@ def pool2d_triton(x: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeomet
     R = N * C * H_out
     if R == 0 or W_out == 0:
         return out
+    if plan is None:
+        cfg = config
+        if cfg is None and R * W_out >= _BAND_MIN_OUTPUTS:
+            cfg = band_config_for(mode, g, W_out)
+        if cfg is not None and band_fits(x4, g):
+            return _launch_band(x4, out, mode, g, cfg, count_include_pad, divisor_override)
+        if config is not None:
+            raise ValueError("the band kernel does not serve this input and window "
+                             "(see band_fits)")
     p = plan or pool2d_plan(R, H_out, W_out, g, H, W)
     merge_nc = N == 1 or x4.stride(0) == C * x4.stride(1)
     if p.path == "global":

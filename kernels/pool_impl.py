@@ -46,10 +46,14 @@ class Pool2dFwdInterface(KernelInterface):
 
 
 class Pool2dTritonKernel(Kernel, Pool2dFwdInterface):
-    """One program per tile of output rows x columns, the window unrolled (or looped for
-    windows over 32 elements), masked loads for padding and ceil_mode windows; a plane
-    reduction for 1 x 1 outputs (global pooling) and shared input rows for stride 1 along H
-    (see `opspec.kernels.pool.pool2d_plan`)."""
+    """Rows of unit column stride (contiguous NCHW and its slices): the band kernel, a
+    program per (planes, band of output rows), each input row loaded once and reduced in
+    registers (see `opspec.kernels.pool.band_fits` and its `BandConfig` table). Other
+    inputs (channels_last, global pooling, windows the table sends back): one program per
+    tile of output rows x columns, the window unrolled (or looped for windows over 32
+    elements), masked loads for padding and ceil_mode windows; a plane reduction for 1 x 1
+    outputs and shared input rows for stride 1 along H (see
+    `opspec.kernels.pool.pool2d_plan`)."""
 
     devices = TRITON_DEVICES
 
