@@ -27,7 +27,6 @@ is spent). Not part of the package.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -55,7 +54,7 @@ from opspec.kernels.binary import binary_reference, binary_triton
 from opspec.kernels.gelu_and_mul import gelu_and_mul_reference
 from opspec.kernels.silu_and_mul import gated_triton, silu_and_mul_reference
 
-from sweep_pool import run_ahead  # beside this script
+from sweep_pool import run_ahead, sweep_parser  # beside this script
 
 FLUSH_BYTES = 256 << 20
 LEAD_US = 200.0
@@ -378,14 +377,8 @@ def _numel_and_bytes(row: Row, smoke: bool) -> tuple[int, int]:
 # -- the sweep -------------------------------------------------------------------------------
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--budget-s", type=float, default=150.0)
-    ap.add_argument("--json", default=None, help="write every timing to this path (after each row)")
-    ap.add_argument("--rows", nargs="*", default=None,
-                    help="only rows whose 'family:op:label' contains one of these")
-    ap.add_argument("--smoke", action="store_true", help="tiny rows through the interpreter (CPU)")
-    ap.add_argument("--jobs", type=int, default=min(12, os.cpu_count() or 1),
-                    help="processes compiling the candidates before the timings (0: none)")
+    ap = sweep_parser(__doc__, jobs=12,
+                      rows_help="only rows whose 'family:op:label' contains one of these")
     args = ap.parse_args()
     smoke = args.smoke
     device = "cpu" if smoke else "cuda"

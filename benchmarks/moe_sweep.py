@@ -33,7 +33,6 @@ script; torch.compile uses its "eager" backend there). Not part of the package.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -55,7 +54,7 @@ from opspec.ops.moe_layout import as_layout
 from opspec.ops.workloads import cases
 from opspec.schema.primitives import moe_layout_metadata
 
-from sweep_pool import run_ahead  # beside this script
+from sweep_pool import run_ahead, sweep_parser  # beside this script
 
 COPY_TBPS = 4.21  # measured device-to-device copy bandwidth (read + written), TB/s
 PEAK_TFLOPS = 760.0  # measured cuBLAS bf16 on large GEMMs (730-790)
@@ -335,13 +334,7 @@ def suggestion(info, best: dict, table_ms: float | None) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--budget-s", type=float, default=150.0)
-    ap.add_argument("--json", default=None, help="write every timing to this path")
-    ap.add_argument("--rows", nargs="*", default=None, help="only rows whose label contains one of these")
-    ap.add_argument("--smoke", action="store_true", help="tiny rows through the interpreter (CPU)")
-    ap.add_argument("--jobs", type=int, default=min(12, os.cpu_count() or 1),
-                    help="processes compiling the candidates before the timings (0: none)")
+    ap = sweep_parser(__doc__, jobs=12)
     args = ap.parse_args()
     smoke = args.smoke
     device = "cpu" if smoke else "cuda"

@@ -31,7 +31,6 @@ torch.compile there uses its "eager" backend). Not part of the package.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -50,7 +49,7 @@ import opspec.kernels.pool as PK
 from opspec.kernels.pool import BandConfig
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sweep_pool import run_ahead  # noqa: E402  (beside this script)
+from sweep_pool import run_ahead, sweep_parser  # noqa: E402  (beside this script)
 
 COPY_TBPS = 4.21       # measured device-to-device copy bandwidth (read + written), TB/s
 DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "f32": torch.float32}
@@ -262,14 +261,7 @@ def bench(fn, smoke: bool) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--budget-s", type=float, default=150.0)
-    ap.add_argument("--json", default=None, help="write every timing to this path")
-    ap.add_argument("--rows", nargs="*", default=None,
-                    help="only rows whose label contains one of these")
-    ap.add_argument("--smoke", action="store_true", help="tiny rows through the interpreter (CPU)")
-    ap.add_argument("--jobs", type=int, default=min(12, os.cpu_count() or 1),
-                    help="processes compiling the candidates before the timings (0: none)")
+    ap = sweep_parser(__doc__, jobs=12)
     args = ap.parse_args()
     smoke = args.smoke
     device = "cpu" if smoke else "cuda"

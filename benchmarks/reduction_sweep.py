@@ -22,7 +22,6 @@ interpreter on the CPU (a check of this script; compile then uses the eager back
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -40,7 +39,7 @@ import opspec.kernels.reduction as R
 import opspec.kernels.softmax as S
 from opspec.kernels.launch import launch
 
-from sweep_pool import run_ahead  # beside this script
+from sweep_pool import run_ahead, sweep_parser  # beside this script
 
 # -- rows ---------------------------------------------------------------------------------------
 # (label, family, shape, params, dtype name, weight). family: "sum" | "mean" | "amax" with
@@ -394,15 +393,9 @@ def precompile(rows_idx, smoke, jobs, timeout_s):
 # -- main ---------------------------------------------------------------------------------------
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--budget-s", type=float, default=150.0)
-    ap.add_argument("--json", default=None, help="write every timing to this path")
-    ap.add_argument("--rows", nargs="*", default=None,
-                    help="only rows whose label contains one of these substrings")
+    ap = sweep_parser(__doc__, jobs=12,
+                      rows_help="only rows whose label contains one of these substrings")
     ap.add_argument("--samples", type=int, default=25, help="timed calls per variant")
-    ap.add_argument("--smoke", action="store_true", help="tiny rows through the interpreter (CPU)")
-    ap.add_argument("--jobs", type=int, default=min(12, os.cpu_count() or 1),
-                    help="processes compiling the candidates first (0: none)")
     args = ap.parse_args()
     smoke = args.smoke
     device = "cpu" if smoke else "cuda"

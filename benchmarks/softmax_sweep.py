@@ -22,7 +22,6 @@ script; compile there is torch.compile with the "eager" backend).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -36,7 +35,7 @@ import triton
 
 import opspec.kernels.softmax as SK
 
-from sweep_pool import run_ahead  # beside this script
+from sweep_pool import run_ahead, sweep_parser  # beside this script
 
 TOL = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 1.5e-2}
 DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "f32": torch.float32}
@@ -250,14 +249,8 @@ def describe(cfg):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--budget-s", type=float, default=150.0)
-    ap.add_argument("--json", default=None, help="write every timing to this path")
-    ap.add_argument("--rows", nargs="*", default=None,
-                    help="only rows whose label (or op) contains one of these")
-    ap.add_argument("--smoke", action="store_true", help="tiny rows through the interpreter (CPU)")
-    ap.add_argument("--jobs", type=int, default=min(14, os.cpu_count() or 1),
-                    help="processes compiling before the timings (0: none)")
+    ap = sweep_parser(__doc__, jobs=14,
+                      rows_help='only rows whose label (or op) contains one of these')
     args = ap.parse_args()
     smoke = args.smoke
     device = "cpu" if smoke else "cuda"

@@ -30,7 +30,6 @@ Not part of the package.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -47,7 +46,7 @@ from triton.testing import do_bench
 import opspec.kernels.quant_gemm as Q
 from opspec.kernels.quant_gemm import DecodeConfig, PrefillConfig
 
-from sweep_pool import run_ahead  # beside this script
+from sweep_pool import run_ahead, sweep_parser  # beside this script
 
 SMS = 132
 COPY_TBPS = 4.21       # measured device-to-device copy bandwidth (read + written), TB/s
@@ -237,16 +236,10 @@ def bench(fn, smoke: bool) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--budget-s", type=float, default=150.0)
-    ap.add_argument("--json", default=None, help="write every timing to this path")
-    ap.add_argument("--rows", nargs="*", default=None, help="only rows whose label contains one of these")
+    ap = sweep_parser(__doc__, jobs=12)
     ap.add_argument("--dtype", default=None, choices=["bfloat16", "float16"],
                     help="run every row in this activation dtype (default: each row's own)")
     ap.add_argument("--prefill", action="store_true", help="add the prefill rows")
-    ap.add_argument("--smoke", action="store_true", help="tiny rows through the interpreter (CPU)")
-    ap.add_argument("--jobs", type=int, default=min(12, os.cpu_count() or 1),
-                    help="processes compiling the candidates before the timings (0: none)")
     args = ap.parse_args()
     smoke = args.smoke
     device = "cpu" if smoke else "cuda"

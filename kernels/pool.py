@@ -8,8 +8,9 @@ Plain functions; the dispatch classes are in :mod:`opspec.kernels.pool_impl`.
 * :func:`pool2d_geometry` / :func:`pool2d_out_size` -- the per-axis window numbers and the
   output size (torch's rules, ceil_mode included).
 
-The band kernel (the default where it fits: rows of unit column stride, i.e. contiguous
-NCHW and its slices; see :func:`band_fits` and the ``BandConfig`` block at the top). The
+The band kernel (for the window classes ``_BAND_TABLE`` names, on inputs of at least
+``_BAND_MIN_OUTPUTS`` outputs whose rows have unit column stride, i.e. contiguous NCHW and
+its slices; see :func:`band_fits` and the ``BandConfig`` block at the top). The
 input is viewed as ``[N, C, H, W]`` (an unbatched ``[C, H, W]`` is one image). A program
 takes a few planes, a band of output rows and a block of output columns. Each input row the
 band needs is loaded once and reduced along the window's columns in registers; each output
@@ -1124,7 +1125,8 @@ def pool2d_triton(x: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeomet
     ``x``: [N, C, H, W] or [C, H, W] of fp16, bf16 or fp32, any strides; ``out``: the
     output shape, ``x``'s dtype, contiguous. ``plan`` forces the older kernels with
     that plan, ``config`` the band kernel with that configuration (tests, the sweep); by
-    default ``band_config_for`` picks (the band kernel where ``band_fits``). Nothing is
+    default, from ``_BAND_MIN_OUTPUTS`` outputs, ``band_config_for`` picks (the band kernel
+    where it names a configuration and ``band_fits``), else the older kernels. Nothing is
     launched for an empty output. No allocation, no host sync.
     """
     if mode not in ("max", "avg"):
