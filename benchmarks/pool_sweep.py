@@ -140,7 +140,8 @@ def candidates(row, x):
     out = []
     if PK.band_fits(x4, g):
         table = PK.band_config_for(mode, g, W_out)
-        base = table if table is not None else PK._BAND_DEFAULT
+        # the table's configuration, else its default, else the kernel's own defaults
+        base = table or PK._BAND_DEFAULT or BandConfig()
         seen = set() if table is None else {PK.band_launch(x4, mode, g, table)}
         auto_cpt = max(1, 8 // x4.element_size())
         cpt = base.cols_per_thread or auto_cpt
@@ -389,10 +390,11 @@ def main() -> None:
             torch.cuda.empty_cache()
     summarize(results, time.perf_counter() - t_start)
     if args.json:
+        default = list(PK._BAND_DEFAULT) if PK._BAND_DEFAULT else None
         with open(args.json, "w") as f:
             json.dump(dict(device=None if smoke else torch.cuda.get_device_name(),
                            triton=triton.__version__, torch=torch.__version__,
-                           copy_tbps=COPY_TBPS, band_default=list(PK._BAND_DEFAULT),
+                           copy_tbps=COPY_TBPS, band_default=default,
                            band_fields=list(BandConfig._fields), rows=results), f, indent=1)
         print(f"wrote {args.json}")
 
