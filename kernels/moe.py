@@ -41,9 +41,9 @@ Plain functions; the dispatch classes are in ``moe_impl.py``.
   - on Hopper (compute capability >= 9.0, fp16/bf16, operands TMA can describe) the same
     tiles through TMA tensor descriptors: every masked call, and contiguous calls whose
     tiles each hold one expert (aligned packing); the pointer kernels serve the rest.
-  - on Hopper, contiguous, a configuration with ``kernel='span'`` (the table's choice for
-    alignments 16 to 64 with silu_and_mul): 128-row TMA tiles that may hold several
-    experts, one K loop per expert present, each expert's rows kept by the store;
+  - on Hopper, contiguous, a configuration with ``kernel='span'`` (selectable; the table
+    leaves it off, see ``_SPAN_SILU``): 128-row TMA tiles that may hold several experts,
+    one K loop per expert present, each expert's rows kept by the store;
     ``'span_persistent'``: the same with one program per SM walking the tiles.
 
 Tile choices are plain Python in :func:`moe_config_for` (constants below). fp32 inputs
@@ -689,11 +689,11 @@ def _launch_tma(x, w, metadata, out, kind, metadata_kind, alignment, silu, cfg) 
         persistent = cfg.kernel == "span_persistent"
         grid = (min(tiles, sm_count(x.device)) if persistent else tiles,)
         launch(_moe_span_tma_kernel, grid,
-            x_desc, w_desc, metadata, y_desc, out, out.stride(0), M, n_out, K, E,
-            max(alignment, 1), BLOCK_E=triton.next_power_of_2(E),
-            LOG_E=triton.next_power_of_2(E).bit_length() - 1, GROUP_M=cfg.group_m,
-            PER_ROW=metadata_kind == "per_row", TMA_STORE=cfg.tma_store,
-            PERSISTENT=persistent, **opts)
+               x_desc, w_desc, metadata, y_desc, out, out.stride(0), M, n_out, K, E,
+               max(alignment, 1), BLOCK_E=triton.next_power_of_2(E),
+               LOG_E=triton.next_power_of_2(E).bit_length() - 1, GROUP_M=cfg.group_m,
+               PER_ROW=metadata_kind == "per_row", TMA_STORE=cfg.tma_store,
+               PERSISTENT=persistent, **opts)
         return
     grid = (tiles,)
     launch(_moe_contiguous_tma_kernel, grid,

@@ -68,8 +68,9 @@ class _MoeTritonKernel(Kernel, MoeGroupedGemmFwdInterface):
 
 class MoeContiguousTritonKernel(_MoeTritonKernel):
     """Output tiles over the packed rows; each tile reads its rows' experts on the device
-    and runs one K loop per expert it holds (one where the tile divides the alignment; the
-    128-row span tiles of alignment-64 calls on Hopper may hold two)."""
+    and runs one K loop per expert it holds (one where the tile divides the alignment;
+    tight packing's tiles, and the span tiles a configuration may select on Hopper, may
+    hold several)."""
 
     applies = "kind == 'contiguous'"
 
