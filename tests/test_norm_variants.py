@@ -25,32 +25,12 @@ from opspec.kernels.norm import (
     TUNING, NormConfig, layer_norm_reference, norm_config, norm_fwd_triton, rms_norm_reference,
 )
 
-DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-TOL = {
-    torch.float32: dict(rtol=1e-4, atol=1e-4),
-    torch.float16: dict(rtol=2e-3, atol=2e-3),
-    torch.bfloat16: dict(rtol=1.6e-2, atol=1.6e-2),
-}
+# the device, dtypes, tolerances and helpers of the norm tests (tests/ is on sys.path)
+from test_norm import DTYPES, _close, _on_device, _randn  # noqa: F401  (_on_device: a fixture)
+
 STATS = ["shifted", "chan"]
 #: coop on every row of at least 64 elements (power of two), chunks of 32, any grid
 COOP = TUNING._replace(coop_min_block=64, coop_block=32, coop_warps=1, coop_min_programs=1)
-
-
-@pytest.fixture(autouse=True)
-def _on_device():
-    with torch.device(DEV):
-        yield
-
-
-def _randn(*shape, dtype=torch.float32, seed=0, scale=1.0, shift=0.0):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(*shape, generator=g, device="cpu") * scale + shift
-    return x.to(device=DEV, dtype=dtype)
-
-
-def _close(got, want, dtype):
-    torch.testing.assert_close(got.float(), want.float(), **TOL[dtype])
 
 
 def _ln(x, N, tuning=None, config=None, weight=None, bias=None, eps=1e-5, out=None):

@@ -23,13 +23,9 @@ from opspec.kernels.pool import (
 )
 from opspec.ops import AvgPool2dFwdOp, MaxPool2dFwdOp
 
-DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-TOL = {
-    torch.float32: dict(rtol=1e-5, atol=1e-5),
-    torch.float16: dict(rtol=2e-3, atol=2e-3),
-    torch.bfloat16: dict(rtol=1.6e-2, atol=1.6e-2),
-}
+# the device, dtypes, tolerances and helpers of the pool tests (tests/ is on sys.path)
+from test_pool import DTYPES, TOL, _on_device, _randn  # noqa: F401  (_on_device: a fixture)
+
 # (input shape, kernel_size, stride, padding, dilation, ceil_mode)
 WINDOWS = [
     ((2, 3, 11, 13), 3, 2, 1, 1, False),              # ResNet stem window, odd sizes
@@ -51,17 +47,6 @@ CONFIGS = {
     "cpt1": BandConfig(rows=5, tile=64, cols_per_thread=1, max_block_w=8),
 }
 AVG_MODES = [(True, None), (False, None), (False, 3)]
-
-
-@pytest.fixture(autouse=True)
-def _on_device():
-    with torch.device(DEV):
-        yield
-
-
-def _randn(*shape, dtype=torch.float32, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g, device="cpu").to(device=DEV, dtype=dtype)
 
 
 def _run(x, mode, g, cip=True, div=None, config=None):
