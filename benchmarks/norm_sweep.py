@@ -26,21 +26,18 @@ compile there is torch.compile with the "eager" backend; the coop variants are s
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import time
 
 if "--smoke" in sys.argv:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import torch
 import torch.nn.functional as F
-import triton
 
 import opspec.kernels.norm as NK
 
-from sweep_pool import run_ahead, sweep_parser  # beside this script
+from sweep_pool import compile_fn, run_ahead, sweep_parser, sweep_rows  # beside this script
 
 TOL = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 1.5e-2}
 DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "f32": torch.float32}
@@ -202,24 +199,6 @@ class Row:
         return worst, worst <= TOL[got[0].dtype]
 
 
-def bench(fn, smoke):
-    """Median milliseconds a call, L2 flushed before each (triton's do_bench)."""
-    if smoke:
-        t = time.perf_counter()
-        fn()
-        return (time.perf_counter() - t) * 1e3
-    from triton.testing import do_bench
-    return do_bench(fn, warmup=5, rep=25, return_mode="median")
-
-
-def compile_fn(f, smoke):
-    import torch._dynamo
-    torch._dynamo.reset()   # every row compiles the same code objects again
-    if smoke:
-        return torch.compile(f, fullgraph=True, dynamic=False, backend="eager")
-    return torch.compile(f, fullgraph=True, dynamic=False)
-
-
 def variants_of(row):
     return norm_variants(row.op, row.M, row.N, row.smoke)
 
@@ -273,141 +252,14 @@ def precompile(rows_idx, smoke, jobs, timeout_s):
 # -- main -------------------------------------------------------------------------------------
 
 def main() -> None:
-    ap = sweep_parser(__doc__, jobs=14,
-                      rows_help='only rows whose label (or op) contains one of these')
-    args = ap.parse_args()
-    smoke = args.smoke
-    device = "cpu" if smoke else "cuda"
-    if not smoke and not torch.cuda.is_available():
-        sys.exit("no CUDA device: run on the GPU, or --smoke for a CPU check of this script")
-    rows = SMOKE_ROWS if smoke else ROWS
-    idx = list(range(len(rows)))
-    if args.rows:
-        idx = [i for i in idx if any(s in rows[i][1] or s == rows[i][0] for s in args.rows)]
-    import torch._inductor.config as inductor_config
-    inductor_config.compile_threads = 1     # no compile pool to start: the caches are warm
-    t_start = time.perf_counter()
-    if args.jobs > 0 and idx:
-        precompile(idx[:1] if smoke else idx, smoke, 1 if smoke else args.jobs,
-                   0.45 * args.budget_s)
-    results = []
-    for k, i in enumerate(idx):
-        left = args.budget_s - (time.perf_counter() - t_start)
-        allot = left / (len(idx) - k)
-        row_start = time.perf_counter()
-        try:
-            row = Row(rows[i], device, smoke)
-        except Exception as e:  # noqa: BLE001  (out of memory, ...)
-            print(f"\n== {rows[i][1]}: could not build the row: {e}", flush=True)
-            continue
-        ref = row.reference()
-        print(f"\n== {row.op} {row.label}: [{row.M}, {row.N}] {row.dtype}  "
-              f"({row.bytes / 1e6:.0f} MB moved)  budget {allot:.1f} s", flush=True)
-        entries = []
-
-        def record(name, fn, cfg, fields, results_fn):
-            """Check once, then time; `results_fn()` gives the results of one fresh call."""
-            try:
-                got = results_fn()
-                err, ok = row.check(got, ref)
-                got = None
-                ms = bench(fn, smoke)
-            except Exception as e:  # noqa: BLE001  (a variant that does not build or launch)
-                print(f"  {name:40s} ERROR {type(e).__name__}: {str(e)[:160]}", flush=True)
-                entries.append(dict(name=name, fields=fields, config=cfg,
-                                    error=f"{type(e).__name__}: {e}"[:500]))
-                return
-            e = dict(name=name, fields=fields, config=cfg, ms=ms, us=ms * 1e3,
-                     tbps=row.bytes / ms / 1e9, rel_err=err, ok=ok)
-            entries.append(e)
-            line = f"  {name:40s} {e['us']:9.1f} us {e['tbps']:6.2f} TB/s"
-            for base in ("eager", "compile"):
-                b = next((x for x in entries if x["name"] == base and "ms" in x), None)
-                if b is not None and name not in ("eager", "compile"):
-                    line += f"  x{b['ms'] / ms:5.2f} vs {base}"
-            print(line + f"  err {err:.1e}{'' if ok else '  WRONG'}", flush=True)
-
-        def kernel_results(fn):
-            def results():
-                return tuple(t.clone() for t in fn())
-            return results
-
-        f, fargs = row.eager_fn()
-        record("eager", lambda: f(*fargs), None, None,
-               lambda: row.results_of(f, fargs, "eager"))
-        try:
-            t0 = time.perf_counter()
-            cf_ = compile_fn(f, smoke)
-            row.results_of(cf_, fargs, "compile")   # compiles here
-            print(f"  (torch.compile: {time.perf_counter() - t0:.1f} s)", flush=True)
-            record("compile", lambda: cf_(*fargs), None, None,
-                   lambda: row.results_of(cf_, fargs, "compile"))
-        except Exception as e:  # noqa: BLE001
-            print(f"  compile                                  FAILED "
-                  f"{type(e).__name__}: {str(e)[:200]}", flush=True)
-            entries.append(dict(name="compile", error=f"{type(e).__name__}: {e}"[:500]))
-        fn, cfg = row.kernel()
-        print(f"  table's launch: {cfg}", flush=True)
-        record("table", fn, cfg, {}, kernel_results(fn))
-        seen = {repr(cfg)}
-        skipped = 0
-        for name, fields in variants_of(row):
-            if time.perf_counter() - row_start > allot:
-                skipped += 1
-                continue
-            try:
-                fn, cfg = row.kernel(fields)
-            except Exception as e:  # noqa: BLE001
-                print(f"  {name:40s} ERROR (plan) {type(e).__name__}: {str(e)[:160]}",
-                      flush=True)
-                entries.append(dict(name=name, fields=fields, error=str(e)[:500]))
-                continue
-            key = repr(cfg)
-            if key in seen:     # the same launch as one already timed
-                continue
-            seen.add(key)
-            record(name, fn, cfg, fields, kernel_results(fn))
-        if skipped:
-            print(f"  ({skipped} variants skipped: the row's share of the budget, "
-                  f"{allot:.1f} s, was spent)", flush=True)
-        ours = [e for e in entries if "ms" in e and e["ok"] and e.get("fields") is not None]
-        best = min(ours, key=lambda e: e["ms"]) if ours else None
-        wrong = [e["name"] for e in entries if "ms" in e and not e["ok"]]
-        if best:
-            tab = next((e for e in entries if e["name"] == "table" and "ms" in e), None)
-            base = {b: next((e["ms"] for e in entries if e["name"] == b and "ms" in e), None)
-                    for b in ("eager", "compile")}
-            ratio = lambda ms: f"{ms / best['ms']:.2f}" if ms else "n/a"  # noqa: E731
-            print(f"  BEST {best['name']}: {best['us']:.1f} us, {best['tbps']:.2f} TB/s; "
-                  f"x{ratio(tab and tab['ms'])} vs table, x{ratio(base['eager'])} vs eager, "
-                  f"x{ratio(base['compile'])} vs compile; fields {best['fields']}", flush=True)
-        if wrong:
-            print(f"  WRONG (never best): {', '.join(wrong)}", flush=True)
-        results.append(dict(op=row.op, label=row.label, M=row.M, N=row.N,
-                            dtype=str(row.dtype).replace("torch.", ""), bytes=row.bytes,
-                            table=row.describe(NK.TUNING), entries=entries,
-                            best=best and best["name"], best_fields=best and best["fields"],
-                            wrong=wrong, seconds=time.perf_counter() - row_start))
-        row = ref = None    # free the row's tensors (the closures above hold the names)
-        if not smoke:
-            torch.cuda.empty_cache()
-
-    print(f"\nsummary ({time.perf_counter() - t_start:.0f} s): best per row "
-          f"(fields: the change to TUNING in opspec/kernels/norm.py)")
-    for r in results:
-        b = next((e for e in r["entries"] if e["name"] == r["best"]), None)
-        tab = next((e for e in r["entries"] if e["name"] == "table" and "ms" in e), None)
-        if b:
-            print(f"  {r['op']:5s} {r['label']:34s} {b['tbps']:5.2f} TB/s "
-                  f"(table {tab['tbps'] if tab else float('nan'):5.2f})  {r['best']}  "
-                  f"{r['best_fields']}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(device=None if smoke else torch.cuda.get_device_name(),
-                           triton=triton.__version__, torch=torch.__version__,
-                           budget_s=args.budget_s, tuning=NK.TUNING._asdict(),
-                           rows=results), f, indent=1, default=str)
-        print(f"wrote {args.json}")
+    args = sweep_parser(__doc__, jobs=14,
+                        rows_help="only rows whose label (or op) contains one of these"
+                        ).parse_args()
+    sweep_rows(args, SMOKE_ROWS if args.smoke else ROWS, make_row=Row,
+               variants_of=variants_of, precompile=precompile,
+               table_of=lambda row, cfg: row.describe(NK.TUNING),
+               tuning_note="TUNING in opspec/kernels/norm.py",
+               json_extra=dict(tuning=NK.TUNING._asdict()), widths=(40, 5, 34))
 
 
 if __name__ == "__main__":
