@@ -94,7 +94,7 @@ import triton
 import triton.language as tl
 
 from opspec.kernels.devices import TRITON_INTERPRETED
-from opspec.kernels.launch import launch
+from opspec.kernels.launch import LaunchMemo, launch
 from opspec.kernels.tiling import H200_SMS as _NUM_SMS
 from opspec.kernels.tiling import element_extent as _extent
 from opspec.kernels.tiling import grouped_tile
@@ -120,6 +120,7 @@ __all__ = [
 DECODE_MAX_M = 16
 GEMV_MAX_M = 4     # the FMA decode kernel's rows (its FMAs grow with M, the MMA's do not)
 _INT32_LIMIT = 2**31 - 1
+_PREPARED = LaunchMemo()   # the tensor-core decode launches, by w4a16_decode_triton's key
 _ACTIVATIONS = (torch.float16, torch.bfloat16)
 _SCALES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -238,6 +239,24 @@ _PREFILL_SMALL = PrefillConfig(32, 64, 64, 8, 4, 3)
 # prefetch (70B gate-up 121 us, 405B up 219 us, against 180 / 245 for the FMA kernel;
 # 8B up 31 us against 49), M = 4 35.7 us against the MMA kernel's 40.2; M = 16 lost to
 # the MMA kernel (124-137 us against 100-101), so M > 8 (a second token tile) keeps it.
+# (That sweep timed with do_bench, which counts the host's launch where it outlasts the
+# kernel: about 65 us a call on that host. Timed since as the bench does, device time,
+# the bench run of 2026-11-30 had this kernel at M = 16 still behind: 70B up 112 against
+# 102 us, 70B down 105 against 100.)
+# Where the M = 1 rows stop (ncu, 70B gate-up bfloat16, 2.2 TB/s, 46 % of DRAM): the L1's
+# LSU wavefronts 89 % busy, warps stalled on L1 loads most of the time, 0.39 instructions
+# issued a cycle per scheduler. A step's loads make 56 L1 tag requests a warp: 16 for
+# the weight, 8 for x and 32 for the scales and zero points (each load touches 8 rows'
+# scales, a row of the [N, G] tensor apart). A plain kernel reading the same weight in the
+# same [16 rows x 64 bytes] steps ran at 3.6 TB/s, so the access pattern is not the bound
+# (benchmarks/w4a16_probe.py rows; its `launch` is the ncu target).
+# Tried on the H200 and not kept, each within -4..+4 % of this table in the bench (or
+# slower): the scales of 4 steps from one 8-byte load a row (4x fewer scale requests; its
+# unrolled loop needs a register cap), the weight steps pipelined through shared memory
+# (Triton's cp.async pipeline, 2-5 stages, with x and the scales as register loads and
+# the scales a step ahead), L2 prefetch-size hints (128 / 256 bytes) on the weight loads,
+# bulk L2 prefetches (cp.async.bulk.prefetch) of each row 2-16 steps ahead, and a
+# 64-register cap.
 _TC_MAX_M = 8
 # 90-94 registers a thread one step ahead (64-72 with none, ~138 with two), so about 20
 # warps an SM, each with a step of 32 bytes of weight a lane in flight besides the one it
@@ -1274,9 +1293,24 @@ def w4a16_decode_triton(x: torch.Tensor, packed_weight: torch.Tensor, scales: to
         return out
     if K == 0:
         return out.zero_()
+    key = None
+    if config is None:
+        # The table's launch for these shapes, strides, dtypes and alignments, if one ran:
+        # replayed with these tensors (see kernels/launch.py; _launch_tc keeps only launches
+        # whose other arguments all follow from this key).
+        key = (M, N, K, group_size, x.dtype, scales.dtype, x.stride(), packed_weight.stride(),
+               scales.stride(), zeros.stride(), out.stride(), x.get_device(),
+               x.data_ptr() % 16, packed_weight.data_ptr() % 16, scales.data_ptr() % 16,
+               zeros.data_ptr() % 16, out.data_ptr() % 16)
+        prepared = _PREPARED.get(key)
+        if prepared is not None:
+            # x and packed_weight stand for their int32 views: a launch reads only the
+            # address, which a view shares
+            prepared(x, x, packed_weight, scales, zeros, out)
+            return out
     cfg = config or decode_config_for(M, N, K, group_size, x.dtype)
     if cfg.tc:
-        if _launch_tc(x, packed_weight, scales, zeros, group_size, out, cfg, M, N, K):
+        if _launch_tc(x, packed_weight, scales, zeros, group_size, out, cfg, M, N, K, key):
             return out
         cfg = legacy_decode_config(M, N, K, group_size)
     if cfg.block_k % 32 or cfg.block_k < 32:
@@ -1341,8 +1375,11 @@ def tc_supported(device: torch.device) -> bool:
     return torch.cuda.get_device_capability(device) >= (8, 0)
 
 
-def _launch_tc(x, packed_weight, scales, zeros, group_size, out, cfg, M, N, K) -> bool:
-    """Run the tensor-core decode kernel if it applies (else False: the caller falls back)."""
+def _launch_tc(x, packed_weight, scales, zeros, group_size, out, cfg, M, N, K,
+               memo_key=None) -> bool:
+    """Run the tensor-core decode kernel if it applies (else False: the caller falls back).
+    With ``memo_key``, keep the launch's prepared replay under it where one launch on the
+    caller's own tensors did the work."""
     if M > _TC_MAX_M or group_size % 128 or K % 128 or not tc_supported(x.device):
         return False
     ks = cfg.k_slices
@@ -1359,6 +1396,7 @@ def _launch_tc(x, packed_weight, scales, zeros, group_size, out, cfg, M, N, K) -
     # x read as int32 words (pairs of values): unit stride along K, 4-byte aligned rows
     if x.stride(1) != 1 or (M > 1 and x.stride(0) % 2) or x.data_ptr() % 4:
         x = torch.empty((M, K), dtype=x.dtype, device=x.device).copy_(x)
+        memo_key = None   # a replay would read the caller's x, not the copy
     x32 = torch.as_strided(x, (M, K), (x.stride(0) if M > 1 else K, 1)).view(torch.int32)
     steps = K // 128
     split = max(1, min(cfg.split_k, steps))
@@ -1380,7 +1418,9 @@ def _launch_tc(x, packed_weight, scales, zeros, group_size, out, cfg, M, N, K) -
     prefetch = min(max(cfg.num_stages - 1, 0), 2)
     if prefetch and per_split % (ks * (prefetch + 1)):
         prefetch = 0  # see _TC_STAGES: a prefetch gave wrong results on the GPU here
-    launch(_w4a16_tc_kernel, (triton.cdiv(N, cfg.block_n), split),
+    _PREPARED.launch(
+           memo_key if split == 1 else None, 6, _w4a16_tc_kernel,
+           (triton.cdiv(N, cfg.block_n), split),
            x32, x, words, scales, zeros, dest, M, N, steps, per_split,
            x32.stride(0), x.stride(0), words.stride(0), scales.stride(0), scales.stride(1),
            zeros.stride(0), zeros.stride(1), *dstrides,

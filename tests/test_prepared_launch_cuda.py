@@ -83,3 +83,40 @@ def test_softmax_rows_replay_matches_fresh_launches(log):
         sf.softmax_triton(xt, -1, out, log)
         ref = (torch.log_softmax if log else torch.softmax)(xt.float(), -1).to(xt.dtype)
         torch.testing.assert_close(out, ref, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_w4a16_decode_replay_matches_fresh_launches(dtype):
+    """The tensor-core decode kernel's replay (x and the packed weight passed for their
+    int32 views) against the reference, for new operands of the memoised layout; a weight
+    row slice (another row stride) and an x that must be copied (2-byte aligned) do not
+    reuse it, and the copy is never memoised."""
+    import opspec.kernels.quant_gemm as Q
+    Q._PREPARED.clear()
+    M, N, K, g = 3, 96, 512, 128
+
+    def run(x, p, s, z):
+        out = torch.empty(M, N, dtype=dtype, device="cuda")
+        assert Q.w4a16_decode_triton(x, p, s, z, g, out) is out
+        ref = Q.gemm_w4a16_reference(x.float(), p, s.float(), z.float(), g)
+        torch.testing.assert_close(out.float(), ref, rtol=2e-2, atol=2e-2)
+
+    def operands(seed, width=K // 2):
+        torch.manual_seed(seed)
+        p, s, z = Q.quantize_int4(torch.randn(N, K, device="cuda"), g)
+        if width != K // 2:
+            p = torch.cat([p, p], dim=1)[:, :K // 2]
+        return torch.randn(M, K, dtype=dtype, device="cuda"), p, s.to(dtype), z.to(dtype)
+
+    for seed in range(4):   # binder, prepare, then replays on new tensors
+        run(*operands(seed))
+    assert len(Q._PREPARED) == 1
+    for seed in range(3):
+        run(*operands(10 + seed, width=K))
+    assert len(Q._PREPARED) == 2
+    x, p, s, z = operands(20)
+    xs = torch.empty(M * K + 1, dtype=dtype, device="cuda")[1:].view(M, K)
+    xs.copy_(x)
+    for _ in range(3):
+        run(xs, p, s, z)
+    assert len(Q._PREPARED) == 2

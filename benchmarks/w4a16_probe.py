@@ -1,0 +1,107 @@
+"""Probes behind the W4A16 decode table's notes (kernels/quant_gemm.py), on a CUDA device.
+
+    python benchmarks/w4a16_probe.py rows      # read ceiling of the decode kernel's access pattern
+    python benchmarks/w4a16_probe.py host      # host and device time a call of the decode launcher
+    python benchmarks/w4a16_probe.py launch [FIELD=VALUE ...]   # one 70B gate-up launch, for ncu:
+        ncu --clock-control none -k regex:w4a16_tc -s 2 -c 1 python benchmarks/w4a16_probe.py launch
+
+`rows` reads a [57344, 1024] int32 matrix (the 70B gate-up weight's packed words) as R rows x
+C words a step, K split in KS contiguous slices as the tensor-core kernel's warps split it,
+and prints TB/s beside a device-to-device copy: how fast the weight can be streamed in the
+kernel's own steps with nothing else in the loop. `launch` takes tc_config_for's keyword
+arguments to override the table's choice (k_slices=2 row_warps=2 ...). Not part of the package.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+
+import torch
+import triton
+import triton.language as tl
+
+import opspec.kernels.quant_gemm as Q
+from opspec.ops.bench_harness import CudaTimer
+
+G = 128
+
+
+@triton.jit
+def _read_rows(w_ptr, out_ptr, KW, R: tl.constexpr, C: tl.constexpr, KS: tl.constexpr):
+    # program = R rows x all of K; KS slices, each a contiguous run of KW // KS words
+    rows = tl.program_id(0) * R + tl.arange(0, R)
+    kq = KW // KS
+    base = (w_ptr + rows[:, None, None] * KW + (tl.arange(0, KS) * kq)[None, :, None]
+            + tl.arange(0, C)[None, None, :])
+    acc = tl.zeros((R, KS, C), dtype=tl.int32)
+    for k in range(0, kq, C):
+        acc ^= tl.load(base + k, eviction_policy="evict_first")
+    tl.store(out_ptr + rows, tl.sum(tl.sum(acc, axis=2), axis=1))
+
+
+def _median_s(timer: CudaTimer, fn) -> float:
+    for _ in range(3):
+        fn()
+    return statistics.median(timer.samples(fn, 30))
+
+
+def rows() -> None:
+    N, KW = 57344, 1024
+    w = torch.randint(-2**31, 2**31 - 1, (N, KW), dtype=torch.int32, device="cuda")
+    out = torch.empty(N, dtype=torch.int32, device="cuda")
+    dst = torch.empty_like(w)
+    nbytes = w.numel() * 4
+    timer = CudaTimer(torch.device("cuda"), 256 << 20, lead_us=300.0)
+    print(f"copy (read + write): {2 * nbytes / _median_s(timer, lambda: dst.copy_(w)) / 1e12:.2f} TB/s")
+    for R, C, KS, warps in ((16, 16, 4, 4), (16, 16, 1, 4), (16, 32, 4, 4), (16, 64, 1, 4),
+                            (16, 128, 1, 8), (4, 256, 1, 4), (1, 1024, 1, 4)):
+        def fn(R=R, C=C, KS=KS, warps=warps):
+            _read_rows[(N // R,)](w, out, KW, R=R, C=C, KS=KS, num_warps=warps)
+        t = _median_s(timer, fn)
+        print(f"{R:3d} rows x {C * 4:5d} bytes a step, {KS} slices, {warps} warps: "
+              f"{nbytes / t / 1e12:.2f} TB/s")
+
+
+def _operands(M, N, K, dtype):
+    x = torch.randn(M, K, dtype=dtype, device="cuda")
+    p, s, z = Q.quantize_int4(torch.randn(N, K, device="cuda") * 0.02, G)
+    return x, p, s.to(dtype), z.to(dtype), torch.empty(M, N, dtype=dtype, device="cuda")
+
+
+def host() -> None:
+    timer = CudaTimer(torch.device("cuda"), 256 << 20, lead_us=300.0)
+    for M, N, K in ((1, 57344, 8192), (16, 28672, 8192), (1, 14336, 4096), (1, 4096, 4096)):
+        x, p, s, z, out = _operands(M, N, K, torch.bfloat16)
+
+        def call():
+            Q.w4a16_decode_triton(x, p, s, z, G, out)
+        call()
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(50):
+            call()
+        host_us = (time.perf_counter() - t) / 50 * 1e6
+        torch.cuda.synchronize()
+        print(f"M={M} N={N} K={K}: host {host_us:.1f} us a call, "
+              f"device {_median_s(timer, call) * 1e6:.1f} us")
+
+
+def launch(overrides: list[str]) -> None:
+    M, N, K, dtype = 1, 57344, 8192, torch.bfloat16
+    x, p, s, z, out = _operands(M, N, K, dtype)
+    kw = {k: int(v) for k, v in (a.split("=", 1) for a in overrides)}
+    cfg = Q.tc_config_for(M, N, K, G, dtype, **kw) if kw else Q.decode_config_for(M, N, K, G, dtype)
+    print(cfg)
+    for _ in range(3):
+        Q.w4a16_decode_triton(x, p, s, z, G, out, cfg)
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    if not torch.cuda.is_available():
+        sys.exit("needs a CUDA device")
+    what = sys.argv[1] if len(sys.argv) > 1 else "rows"
+    {"rows": lambda: rows(), "host": lambda: host(),
+     "launch": lambda: launch(sys.argv[2:])}[what]()
