@@ -5,7 +5,7 @@ never "best"), then time device time as the bench does (opspec.ops.bench_harness
 L2 flushed before each sample, the host's launch hidden behind a sleep kernel; medians) of
 the table's choice, torch eager (unpack, dequantize, matmul: the bench's eager baseline),
 torch.compile of that eager function, and the candidates: configurations of the
-tensor-core decode kernel (DecodeConfig.tc: K slices, row warps, steps requested ahead,
+tensor-core decode kernel (DecodeConfig.tc: K slices, row warps,
 biased or exact dequantization, a K split) and the table's choice of the older MMA / FMA
 decode kernels (the fallback).
 
@@ -76,7 +76,7 @@ PREFILL_ROWS = [
 
 def tc_name(cfg: DecodeConfig) -> str:
     rw = cfg.num_warps // cfg.k_slices
-    return (f"tc ks{cfg.k_slices} rw{rw} st{cfg.num_stages}{' biased' if cfg.biased else ' exact'}"
+    return (f"tc ks{cfg.k_slices} rw{rw}{' biased' if cfg.biased else ' exact'}"
             f"{f' split{cfg.split_k}' if cfg.split_k > 1 else ''}")
 
 
@@ -90,12 +90,9 @@ def decode_variants(M: int, N: int, K: int, dtype: torch.dtype) -> list[tuple[st
     cands = [
         tc(k_slices=2),
         tc(k_slices=other_ks),                      # the other K split of the program
-        tc(k_slices=ks, num_stages=3),              # two steps in flight
         tc(k_slices=ks, biased=not b),              # the other dequantization
         tc(k_slices=2, row_warps=2),                # 32 rows a program, 4 warps
-        tc(k_slices=other_ks, num_stages=3),
         tc(k_slices=4, row_warps=2),                # 32 rows, 8 warps
-        tc(k_slices=ks, num_stages=1),              # nothing in flight ahead
         tc(k_slices=2),
         tc(k_slices=1, row_warps=4),                # 64 rows a program, all of K a warp
         tc(k_slices=other_ks, biased=not b),
@@ -446,7 +443,7 @@ def summarize(results, elapsed: float) -> None:
         if c.tc:
             rw = c.num_warps // c.k_slices
             print(f"  {r['label']}: k_slices {c.k_slices} (_TC_SLICES: N = {r['N']}), row warps {rw} "
-                  f"(_TC_ROW_WARPS), num_stages {c.num_stages} (_TC_STAGES), biased {c.biased} "
+                  f"(_TC_ROW_WARPS), biased {c.biased} "
                   f"(_TC_BIASED[{r['dtype']}]), split {c.split_k} (_TC_SPLIT_BELOW_N > {r['N']} if 2)")
         else:
             print(f"  {r['label']}: the older kernel is best: _TC_MAX_M < {r['M']} (M = {r['M']})")

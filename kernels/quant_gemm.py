@@ -139,8 +139,8 @@ class DecodeConfig(NamedTuple):
     # The tensor-core decode kernel (:func:`_w4a16_tc_kernel`, M <= 16, 128-wide steps
     # inside one group; takes precedence over ``gemv``): block_k = 128; a program has
     # ``k_slices`` warps along K times num_warps // k_slices along the rows, two rows a lane,
-    # so block_n = 16 * (num_warps // k_slices); num_stages - 1 (0..2) steps are requested
-    # ahead in registers. ``biased`` leaves the dequantized nibbles as b + q (b = 1024 or
+    # so block_n = 16 * (num_warps // k_slices); num_stages is 1 (no step requested ahead).
+    # ``biased`` leaves the dequantized nibbles as b + q (b = 1024 or
     # 128; fewer instructions a word, the bias removed with the zero point in float32,
     # s * (P - (z + b) X)); else they are q - 8, and every product is exact.
     tc: bool = False
@@ -260,15 +260,12 @@ _PREFILL_SMALL = PrefillConfig(32, 64, 64, 8, 4, 3)
 # fragments: 22 % fewer instructions a byte and 2 KB in flight a warp, but 112 registers
 # a thread; 2-10 % slower on every row).
 _TC_MAX_M = 8
-# 90-94 registers a thread one step ahead (64-72 with none, ~138 with two), so about 20
-# warps an SM, each with a step of 32 bytes of weight a lane in flight besides the one it
-# computes: ~40 KB an SM, about what ~1 us of HBM latency at 4 TB/s / 132 SMs needs.
-# The sweep: one step ahead (2) was 16 % slower than none (1) on the M = 1 rows, and a
-# prefetch gave wrong outputs on the GPU where a slice's step count was not a multiple of
-# the prefetch depth + 1 (qwen2.5-7b: 28 steps over 4 slices, one ahead; three ahead on
-# 16 steps), which the interpreter's model does not show; _launch_tc drops the prefetch
-# in those cases until that is understood.
-_TC_STAGES = 1
+# No step is requested ahead in registers (num_stages is 1 in every tensor-core config).
+# The kernel had such a prefetch, one or two steps ahead (90-94 and ~138 registers a
+# thread, against 64-72): on the H200 one step ahead was 16 % slower than none on the
+# M = 1 rows, and it gave wrong outputs where a slice's step count was not a multiple of
+# the depth + 1 (qwen2.5-7b: 28 steps over 4 slices, one ahead), which the interpreter's
+# model did not show. It was removed.
 # Warps of a program: all along K by default (programs of 16 rows x all of K; the slices'
 # sums meet in shared memory once a program), so that N / 16 short programs give every
 # SM work without a split-K launch or a second kernel, even for N = 4096, and the last
@@ -305,7 +302,7 @@ def decode_config_for(M: int, N: int, K: int, group_size: int,
 
 def tc_config_for(M: int, N: int, K: int, group_size: int, dtype: torch.dtype | None = None,
                   k_slices: int | None = None, row_warps: int = _TC_ROW_WARPS,
-                  num_stages: int = _TC_STAGES, biased: bool | None = None) -> DecodeConfig:
+                  biased: bool | None = None) -> DecodeConfig:
     """The tensor-core decode kernel's configuration by the table's rules (the keyword
     arguments override them)."""
     steps = max(1, K // 128)
@@ -317,7 +314,7 @@ def tc_config_for(M: int, N: int, K: int, group_size: int, dtype: torch.dtype | 
     if biased is None:
         biased = _TC_BIASED.get(dtype, False)
     split = 2 if N < _TC_SPLIT_BELOW_N and steps >= 2 * k_slices else 1
-    return DecodeConfig(16 * row_warps, 128, split, k_slices * row_warps, num_stages, False, True,
+    return DecodeConfig(16 * row_warps, 128, split, k_slices * row_warps, 1, False, True,
                         k_slices, biased)
 
 
@@ -991,7 +988,7 @@ def _w4a16_tc_kernel(
     stride_xm, stride_xtm, stride_wn, stride_sn, stride_sg, stride_zn, stride_zg,
     stride_os, stride_om, stride_on,
     WR: tl.constexpr, KS: tl.constexpr, NT: tl.constexpr, STEP_G: tl.constexpr,
-    BIAS: tl.constexpr, PREFETCH: tl.constexpr, USE_INT64: tl.constexpr,
+    BIAS: tl.constexpr, USE_INT64: tl.constexpr,
     EMULATE: tl.constexpr, PREP: tl.constexpr, PREP_CONS: tl.constexpr, MAIN: tl.constexpr,
     MAIN_CONS: tl.constexpr, LD: tl.constexpr, LD_CONS: tl.constexpr, LDM: tl.constexpr,
     LDM_CONS: tl.constexpr,
@@ -1046,74 +1043,12 @@ def _w4a16_tc_kernel(
     one = ks >= 0
     xone = h == 0
     acc = tl.zeros((R, 16), dtype=tl.float32)
-    if PREFETCH == 1:
-        # Register double-buffering (Triton does not pipeline these loads): step i + 1 is
-        # requested before step i is computed, two steps an iteration so that the buffers
-        # alternate without register moves; near the end the last step is requested again
-        # rather than one past the range.
-        last = tl.maximum(Q - 1, 0)
-        a = _tc_load(w_ptrs, x_ptrs, y_ptrs, s_ptrs, z_ptrs, 0, 0, step0 // STEP_G * stride_sg,
-                     step0 // STEP_G * stride_zg, one, xone, NT, False, EMULATE,
-                     LD, LD_CONS, LDM, LDM_CONS)
-        for i in range(0, Q - 1, 2):
-            b = _tc_load(w_ptrs, x_ptrs, y_ptrs, s_ptrs, z_ptrs, (i + 1) * 16, (i + 1) * 64,
-                         (step0 + i + 1) // STEP_G * stride_sg,
-                         (step0 + i + 1) // STEP_G * stride_zg, one, xone, NT, False, EMULATE,
-                         LD, LD_CONS, LDM, LDM_CONS)
-            acc = _tc_step(acc, a, we_ptrs, xt_ptrs, i * 16, i * 128, one, one, tmask,
-                           PREP, PREP_CONS, MAIN, MAIN_CONS, NT, EMULATE, BIAS)
-            i2 = tl.minimum(i + 2, last)
-            a = _tc_load(w_ptrs, x_ptrs, y_ptrs, s_ptrs, z_ptrs, i2 * 16, i2 * 64,
-                         (step0 + i2) // STEP_G * stride_sg, (step0 + i2) // STEP_G * stride_zg,
-                         one, xone, NT, False, EMULATE, LD, LD_CONS, LDM, LDM_CONS)
-            acc = _tc_step(acc, b, we_ptrs, xt_ptrs, (i + 1) * 16, (i + 1) * 128, one, one,
-                           tmask, PREP, PREP_CONS, MAIN, MAIN_CONS, NT, EMULATE, BIAS)
-        if Q % 2 == 1:
-            acc = _tc_step(acc, a, we_ptrs, xt_ptrs, last * 16, last * 128, one, one, tmask,
-                           PREP, PREP_CONS, MAIN, MAIN_CONS, NT, EMULATE, BIAS)
-    elif PREFETCH == 2:
-        # Two steps ahead: three buffers in rotation, three steps an iteration.
-        last = tl.maximum(Q - 1, 0)
-        a = _tc_load(w_ptrs, x_ptrs, y_ptrs, s_ptrs, z_ptrs, 0, 0, step0 // STEP_G * stride_sg,
-                     step0 // STEP_G * stride_zg, one, xone, NT, False, EMULATE,
-                     LD, LD_CONS, LDM, LDM_CONS)
-        i1 = tl.minimum(1, last)
-        b = _tc_load(w_ptrs, x_ptrs, y_ptrs, s_ptrs, z_ptrs, i1 * 16, i1 * 64,
-                     (step0 + i1) // STEP_G * stride_sg, (step0 + i1) // STEP_G * stride_zg,
-                     one, xone, NT, False, EMULATE, LD, LD_CONS, LDM, LDM_CONS)
-        for i in range(0, Q - 2, 3):
-            c = _tc_load(w_ptrs, x_ptrs, y_ptrs, s_ptrs, z_ptrs, (i + 2) * 16, (i + 2) * 64,
-                         (step0 + i + 2) // STEP_G * stride_sg,
-                         (step0 + i + 2) // STEP_G * stride_zg, one, xone, NT, False, EMULATE,
-                         LD, LD_CONS, LDM, LDM_CONS)
-            acc = _tc_step(acc, a, we_ptrs, xt_ptrs, i * 16, i * 128, one, one, tmask,
-                           PREP, PREP_CONS, MAIN, MAIN_CONS, NT, EMULATE, BIAS)
-            i3 = tl.minimum(i + 3, last)
-            a = _tc_load(w_ptrs, x_ptrs, y_ptrs, s_ptrs, z_ptrs, i3 * 16, i3 * 64,
-                         (step0 + i3) // STEP_G * stride_sg, (step0 + i3) // STEP_G * stride_zg,
-                         one, xone, NT, False, EMULATE, LD, LD_CONS, LDM, LDM_CONS)
-            acc = _tc_step(acc, b, we_ptrs, xt_ptrs, (i + 1) * 16, (i + 1) * 128, one, one,
-                           tmask, PREP, PREP_CONS, MAIN, MAIN_CONS, NT, EMULATE, BIAS)
-            i4 = tl.minimum(i + 4, last)
-            b = _tc_load(w_ptrs, x_ptrs, y_ptrs, s_ptrs, z_ptrs, i4 * 16, i4 * 64,
-                         (step0 + i4) // STEP_G * stride_sg, (step0 + i4) // STEP_G * stride_zg,
-                         one, xone, NT, False, EMULATE, LD, LD_CONS, LDM, LDM_CONS)
-            acc = _tc_step(acc, c, we_ptrs, xt_ptrs, (i + 2) * 16, (i + 2) * 128, one, one,
-                           tmask, PREP, PREP_CONS, MAIN, MAIN_CONS, NT, EMULATE, BIAS)
-        done = Q - Q % 3
-        if Q % 3 >= 1:
-            acc = _tc_step(acc, a, we_ptrs, xt_ptrs, done * 16, done * 128, one, one, tmask,
-                           PREP, PREP_CONS, MAIN, MAIN_CONS, NT, EMULATE, BIAS)
-        if Q % 3 == 2:
-            acc = _tc_step(acc, b, we_ptrs, xt_ptrs, (done + 1) * 16, (done + 1) * 128, one,
-                           one, tmask, PREP, PREP_CONS, MAIN, MAIN_CONS, NT, EMULATE, BIAS)
-    else:
-        for i in range(0, Q):
-            cur = _tc_load(w_ptrs, x_ptrs, y_ptrs, s_ptrs, z_ptrs, i * 16, i * 64,
-                           (step0 + i) // STEP_G * stride_sg, (step0 + i) // STEP_G * stride_zg,
-                           one, xone, NT, False, EMULATE, LD, LD_CONS, LDM, LDM_CONS)
-            acc = _tc_step(acc, cur, we_ptrs, xt_ptrs, i * 16, i * 128, one, one, tmask,
-                           PREP, PREP_CONS, MAIN, MAIN_CONS, NT, EMULATE, BIAS)
+    for i in range(0, Q):
+        cur = _tc_load(w_ptrs, x_ptrs, y_ptrs, s_ptrs, z_ptrs, i * 16, i * 64,
+                       (step0 + i) // STEP_G * stride_sg, (step0 + i) // STEP_G * stride_zg,
+                       one, xone, NT, False, EMULATE, LD, LD_CONS, LDM, LDM_CONS)
+        acc = _tc_step(acc, cur, we_ptrs, xt_ptrs, i * 16, i * 128, one, one, tmask,
+                       PREP, PREP_CONS, MAIN, MAIN_CONS, NT, EMULATE, BIAS)
     if rem > 0:
         # the remaining steps, one a slice: slice ks takes step s_begin + KS * Q + ks
         tail = ks < rem
@@ -1417,9 +1352,6 @@ def _launch_tc(x, packed_weight, scales, zeros, group_size, out, cfg, M, N, K,
         dstrides = dest.stride()
     skind = str(scales.dtype).removeprefix("torch.")
     (ld, ld_cons), (ldm, ldm_cons) = _TC_SCALE_ASM[(skind, False)], _TC_SCALE_ASM[(skind, True)]
-    prefetch = min(max(cfg.num_stages - 1, 0), 2)
-    if prefetch and per_split % (ks * (prefetch + 1)):
-        prefetch = 0  # see _TC_STAGES: a prefetch gave wrong results on the GPU here
     _PREPARED.launch(
            memo_key if split == 1 else None, 6, _w4a16_tc_kernel,
            (triton.cdiv(N, cfg.block_n), split),
@@ -1428,7 +1360,7 @@ def _launch_tc(x, packed_weight, scales, zeros, group_size, out, cfg, M, N, K,
            zeros.stride(0), zeros.stride(1), *dstrides,
            WR=wr, KS=ks, NT=nt, STEP_G=group_size // 128,
            BIAS=-(128 if bf16 else 1024) if biased else 8,
-           PREFETCH=prefetch, USE_INT64=use_int64,
+           USE_INT64=use_int64,
            EMULATE=TRITON_INTERPRETED, PREP=prep, PREP_CONS=prep_cons, MAIN=main,
            MAIN_CONS=main_cons, LD=ld, LD_CONS=ld_cons, LDM=ldm, LDM_CONS=ldm_cons,
            num_warps=cfg.num_warps, num_stages=1)

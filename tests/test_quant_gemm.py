@@ -178,9 +178,9 @@ def test_gemv_strides_and_fallback():
 # a second token tile (M = 12, 16), 2 steps a group (group 256), each prefetch depth, biased
 TC = [(1, 48, 512, 128, dict(k_slices=2)),
       (3, 17, 640, 128, dict(k_slices=2, row_warps=2)),
-      (8, 33, 384, 128, dict(k_slices=4, num_stages=3)),
-      (12, 20, 768, 256, dict(k_slices=2, num_stages=1, biased=True)),
-      (16, 16, 512, 128, dict(k_slices=1, num_stages=3, biased=False))]
+      (8, 33, 384, 128, dict(k_slices=4)),
+      (12, 20, 768, 256, dict(k_slices=2, biased=True)),
+      (16, 16, 512, 128, dict(k_slices=1, biased=False))]
 DTYPE_PAIRS = [(F16, F16), (BF16, BF16), (F16, F32), (BF16, F32)]
 
 
@@ -555,8 +555,8 @@ for dt, sdt in (("bf16", "bf16"), ("fp16", "fp32")):
             Q._w4a16_gemv_kernel, dict(ptrs, w_ptr="*i32"), ints,
             dict(BLOCK_N=cfg.block_n, BLOCK_W=cfg.block_k // 8, M_ROWS=m, GROUP=g,
                  USE_INT64=False, PREFETCH=cfg.num_stages >= 2), cfg.num_warps, 1)
-for dt, sdt, m, ks, pf, biased in (("fp16", "fp16", 1, 4, 1, False), ("bf16", "bf16", 4, 8, 2, True),
-                                   ("fp16", "fp32", 16, 8, 1, False)):
+for dt, sdt, m, ks, biased in (("fp16", "fp16", 1, 4, False), ("bf16", "bf16", 4, 8, True),
+                               ("fp16", "fp32", 16, 8, False)):
     bf16 = dt == "bf16"
     nt = 1 if m <= 8 else 2
     (prep, pc), (main, mc) = Q._TC_ASM[(bf16, nt, biased)]
@@ -569,8 +569,7 @@ for dt, sdt, m, ks, pf, biased in (("fp16", "fp16", 1, 4, 1, False), ("bf16", "b
                 stride_zn=K // 128, stride_zg=1, stride_os=0, stride_om=N, stride_on=1)
     out[f"tc-{dt}-{sdt}-m{m}"] = build(
         Q._w4a16_tc_kernel, ptrs, ints,
-        dict(WR=1, KS=ks, NT=nt, STEP_G=1, BIAS=-128 if biased else 8, PREFETCH=pf,
-             USE_INT64=False, EMULATE=False, PREP=prep, PREP_CONS=pc, MAIN=main,
+        dict(WR=1, KS=ks, NT=nt, STEP_G=1, BIAS=-128 if biased else 8, USE_INT64=False, EMULATE=False, PREP=prep, PREP_CONS=pc, MAIN=main,
              MAIN_CONS=mc, LD=ld, LD_CONS=ldc, LDM=ldm, LDM_CONS=ldmc), ks, 1)
 json.dump(out, sys.stdout)
 """
