@@ -301,6 +301,32 @@ def test_masked_and_special_values(kind):
         assert not torch.isnan(got[0]).any()
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_looped_ffma_form_and_its_fallback(dtype):
+    """16-bit outputs take the looped kernel's FFMA form of the exponentials for row maxima
+    in [-FFMA_LIMIT / 2, FFMA_LIMIT], the exact form for the others (read again): rows of
+    each kind, masked ones (-inf, the dtype's lowest value, which the FFMA form clamps),
+    an all -inf row and a NaN, several chunks a row, against float64 torch."""
+    limit = K.FFMA_LIMIT[dtype]
+    assert limit > 0 and K.FFMA_LIMIT[torch.float32] == 0
+    n = 200
+    x = _x((8, n), torch.float32, seed=21)
+    x[1, : n // 2] = -math.inf
+    x[2, :] = -math.inf
+    x[3, 7] = math.nan
+    x[4] += 1.25 * limit                       # max above the limit: exact form
+    x[5, ::2] = torch.finfo(dtype).min         # masked by the lowest value: clamped groups
+    x[6] -= 0.75 * limit                       # max below -limit / 2: exact form
+    x[7, 64:] = -0.6 * limit                   # whole chunks far below the max: clamped
+    x = x.to(dtype)
+    plan = SoftmaxPlan("looped", 64, 1, 2, vec=4)
+    for log in (False, True):
+        got = _run(x, -1, log=log, plan=plan)
+        _close(got, _expected(x, -1, log=log))
+        assert torch.isnan(got[2]).all() and torch.isnan(got[3]).all()
+        assert torch.isfinite(got[[0, 4, 5, 6, 7]]).all() and not torch.isnan(got[1]).any()
+
+
 def test_extreme_but_finite_values():
     x = torch.tensor([[-1e30, 1e30, 0.0], [88.0, 89.0, -200.0], [3e38, -3e38, 0.0]], device=DEV)
     for plan in (None, SoftmaxPlan("looped", 4, 1, 1, vec=4), SoftmaxPlan("split", 2, 1, 6, chunks=2),
@@ -402,7 +428,7 @@ out = {
                   dict(ROWS=8, TILES=2, BLOCK_N=1024, LOG=False, USE_INT64=False), 16),
     "looped": build(K._looped_kernel, dict(x_ptr=B, out_ptr=F, n_rows=2048, N=V, sxr=V, sxn=1,
                                            sor=V, son=1),
-                    dict(BLOCK_R=2048, VEC=8, LOG=True, USE_INT64=False), 16),
+                    dict(BLOCK_R=2048, VEC=8, LOG=True, USE_INT64=False, FFMA_LIMIT=0.0), 16),
     "coop": build(K._coop_kernel, dict(x_ptr=B, out_ptr=B, ws_ptr=F, cnt_ptr="*i32", n_rows=4096,
                                        N=V, G=16, spin=65536, sxr=V, sxn=1, sor=V, son=1),
                   dict(BLOCK=8192, FB=1024, G_POW2=16, LOG=False, USE_INT64=False), 8),
