@@ -215,9 +215,35 @@ def _ceiling_text(meta: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def prover_markdown(prove: Mapping[str, Any], source: str | None = None) -> list[str]:
+    """The "Prover" section of `benchmarks/RESULTS.md`: one row per `opspec prove --stats`
+    run that `benchmarks/prove_stats.py` summarised into `prove`."""
+    L = ["## Prover", ""]
+    L.append(f"`opspec prove --stats --no-cache`, one process a run, on {prove.get('machine', '?')}"
+             f" (Python {prove.get('python', '?')}, z3 {prove.get('z3', '?')}, opspec "
+             f"{prove.get('opspec', '?')}), {prove.get('date', '?')}"
+             + (f"; from `{source}`" if source else "") + ".")
+    L += ["", "| run | specs | proven | refuted | unknown | errors | warnings | wall s | "
+          "prover s (sum) | slowest specs |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in prove.get("runs", []):
+        if r.get("skipped"):
+            L.append(f"| {r['label']} ({r['target']}) | skipped: {r['skipped']} |"
+                     + " |" * 8)
+            continue
+        s = r["summary"]
+        slow = ", ".join(f"{t['op']} {t['seconds']:.2f}" for t in r.get("slowest", []))
+        L.append(f"| {r['label']} ({r['target']}) | {s['specs']} | {s['proven']} | "
+                 f"{s['refuted']} | {s['unknown']} | {s['errors']} | {s['warnings']} | "
+                 f"{r['wall_seconds']:.2f} | {r['total_seconds']:.2f} | {slow or '–'} |")
+    L.append("")
+    return L
+
+
 def results_markdown(result: Mapping[str, Any], plot: str | None = None,
-                     source: str | None = None) -> str:
-    """The Markdown of `benchmarks/RESULTS.md` (`plot`: the PNG's path relative to it)."""
+                     source: str | None = None, prove: Mapping[str, Any] | None = None,
+                     prove_source: str | None = None) -> str:
+    """The Markdown of `benchmarks/RESULTS.md` (`plot`: the PNG's path relative to it;
+    `prove`: the prover benchmark's summary, a section after the summary table)."""
     meta = result["meta"]
     names = baseline_names(result)
     summ = op_summaries(result)
@@ -256,6 +282,8 @@ def results_markdown(result: Mapping[str, Any], plot: str | None = None,
         L.append(f"| {label} | {s['rows']} | {s['failures']} | {_pct(s['geomean_efficiency'])} | "
                  + " | ".join(_x(s["geomean_speedup"][n]) for n in names) + " |")
     L.append("")
+    if prove is not None:
+        L += prover_markdown(prove, prove_source)
 
     descriptions = meta.get("baseline_descriptions") or {}
     all_names = names

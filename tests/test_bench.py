@@ -646,3 +646,54 @@ def test_merge_bench_carries_baselines_a_later_run_did_not_time():
     assert g1["impls"]["compile"]["carried"] is True
     g3 = next(r for r in m["rows"] if r["case"] == "g3")  # only in the first run: as it was
     assert "carried" not in g3
+
+
+# -- the prover benchmark ------------------------------------------------------------------------
+
+def _fake_prove():
+    return {"machine": "x86_64, 2 CPUs", "python": "3.11.7", "z3": "5.4.1", "opspec": "0.1.0",
+            "date": "2026-11-30T16:00:00+00:00",
+            "runs": [{"label": "bundled", "target": "bundled manifest",
+                      "summary": {"specs": 26, "proven": 25, "refuted": 1, "unknown": 0,
+                                  "errors": 1, "warnings": 8, "seconds": 0.5},
+                      "wall_seconds": 0.5032, "total_seconds": 0.2637,
+                      "slowest": [{"op": "MoeGroupedGemmFwdOp", "seconds": 0.0713},
+                                  {"op": "RotaryEmbeddingFwdOp", "seconds": 0.0458}]},
+                     {"label": "corpus", "target": "tileops", "skipped": "not present"}]}
+
+
+def test_prover_section_in_results(tmp_path):
+    """`make_results.py --prove` adds a row per prover run: its counts, wall and summed
+    seconds and slowest specs; a skipped run says why."""
+    src = tmp_path / "bench.json"
+    src.write_text(json.dumps(_fake_result()))
+    prove = tmp_path / "prove.json"
+    prove.write_text(json.dumps(_fake_prove()))
+    out = tmp_path / "RESULTS.md"
+    assert _make_results().main([str(src), "--prove", str(prove), "--output", str(out)]) == 0
+    md = out.read_text()
+    assert "## Prover" in md and "z3 5.4.1" in md and "from `prove.json`" in md
+    assert ("| bundled (bundled manifest) | 26 | 25 | 1 | 0 | 1 | 8 | 0.50 | 0.26 | "
+            "MoeGroupedGemmFwdOp 0.07, RotaryEmbeddingFwdOp 0.05 |") in md
+    assert "| corpus (tileops) | skipped: not present |" in md
+    # the section sits after the summary table, before the first op's table
+    assert md.index("## Summary") < md.index("## Prover") < md.index("## GemmFwdOp")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    assert _make_results().main([str(src), "--prove", str(bad), "--output", str(out)]) == 2
+
+
+def test_prove_stats_runs_the_bundled_manifest(tmp_path):
+    """benchmarks/prove_stats.py: the bundled run proves every bundled spec; a corpus
+    directory that is not there is recorded as skipped."""
+    spec = importlib.util.spec_from_file_location("prove_stats", ROOT / "benchmarks" / "prove_stats.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "prove.json"
+    assert mod.main(["--json", str(out), "--corpus", str(tmp_path / "absent")]) == 0
+    doc = json.loads(out.read_text())
+    bundled, corpus = doc["runs"]
+    s = bundled["summary"]
+    assert s["specs"] >= 26 and s["proven"] == s["specs"] and s["errors"] == 0
+    assert 1 <= len(bundled["slowest"]) <= 5 and bundled["wall_seconds"] > 0
+    assert corpus == {"label": "corpus", "target": "absent", "skipped": "not present"}
