@@ -140,8 +140,8 @@ class DecodeConfig(NamedTuple):
     # inside one group; takes precedence over ``gemv``): block_k = 128; a program has
     # ``k_slices`` warps along K times num_warps // k_slices along the rows, two rows a lane,
     # so block_n = 16 * (num_warps // k_slices); num_stages is 1 (no step requested ahead).
-    # ``biased`` leaves the dequantized nibbles as b + q (b = 1024 or
-    # 128; fewer instructions a word, the bias removed with the zero point in float32,
+    # ``biased`` leaves the dequantized nibbles as b + q (b = 1024 or 128; fewer
+    # instructions a word, the bias removed with the zero point in float32,
     # s * (P - (z + b) X)); else they are q - 8, and every product is exact.
     tc: bool = False
     k_slices: int = 1
