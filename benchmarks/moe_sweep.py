@@ -1,8 +1,8 @@
 """Offline configuration sweep for the MoE grouped GEMM's contiguous (prefill) kernels
 (opspec.kernels.moe) on an H200. Per row (MoeGroupedGemmFwdOp workload cases, the bench's
 own inputs): check every candidate's output once against the torch reference (a wrong one
-is reported and is never "best"), then time, with L2 flushed between samples
-(triton.testing.do_bench, medians), the table's choice, torch eager (the bench's baseline:
+is reported and is never "best"), then time device time as the bench does
+(sweep_pool.bench: L2 flushed before each sample, medians), the table's choice, torch eager (the bench's baseline:
 torch._grouped_mm over the packed rows, F.silu(gate) * up, rows of no expert zeroed),
 torch.compile of that function, and the candidates: the TMA tile kernel (tiles of one
 expert), the span kernel (128-row tiles that may hold several experts, one K loop per
@@ -44,7 +44,6 @@ if "--smoke" in sys.argv:
 
 import torch
 import triton
-from triton.testing import do_bench
 
 import opspec.kernels.moe as K
 from opspec.kernels.moe import MoeConfig, moe_grouped_gemm_reference, moe_grouped_gemm_triton
@@ -54,7 +53,7 @@ from opspec.ops.moe_layout import as_layout
 from opspec.ops.workloads import cases
 from opspec.schema.primitives import moe_layout_metadata
 
-from sweep_pool import run_ahead, sweep_parser  # beside this script
+from sweep_pool import bench, run_ahead, sweep_parser  # beside this script
 
 COPY_TBPS = 4.21  # measured device-to-device copy bandwidth (read + written), TB/s
 PEAK_TFLOPS = 760.0  # measured cuBLAS bf16 on large GEMMs (730-790)
@@ -282,13 +281,6 @@ def _row_info(row) -> dict:
                 metadata_kind=lay.metadata_kind, alignment=lay.alignment, aligned128=aligned128)
 
 
-def bench(fn, smoke: bool) -> float:
-    """Milliseconds a call: the median of do_bench's samples (L2 flushed before each)."""
-    if smoke:
-        t = time.perf_counter()
-        fn()
-        return (time.perf_counter() - t) * 1e3
-    return do_bench(fn, warmup=10, rep=60, return_mode="median")
 
 
 MIN_GAIN = 1.02  # a change of the table must win by this much

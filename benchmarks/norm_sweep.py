@@ -10,7 +10,7 @@ wrong one is reported and never "best".
 
     python benchmarks/norm_sweep.py [--budget-s 150] [--json PATH] [--rows SUBSTR ...]
 
-Prints per row and variant: us (median, L2 flushed between samples: triton's do_bench),
+Prints per row and variant: us (median device time, L2 flushed: sweep_pool.bench),
 TB/s (bytes read + written, as the ops' rooflines count them: the rows in and out, the weight
 and bias once) and the speedup against eager and against compile; then the best variant of
 each row and the table fields it changes. The JSON holds every timing. The budget bounds the

@@ -3,8 +3,8 @@
 Per row (the MaxPool2dFwdOp / AvgPool2dFwdOp workload rows, contiguous NCHW, worst first:
 the most microseconds behind torch.compile in the last bench): check every candidate's output
 once against the torch reference (float32 math; max exact, average within a rounding of the
-dtype; a wrong candidate is reported and is never "best"), then time, with L2 flushed
-between samples (triton.testing.do_bench, medians), the table's choice (``pool2d_triton``
+dtype; a wrong candidate is reported and is never "best"), then time device time as the
+bench does (sweep_pool.bench: L2 flushed before each sample, medians), the table's choice (``pool2d_triton``
 with no override), torch eager (F.max_pool2d / F.avg_pool2d in the input dtype: the bench's
 baseline), torch.compile of that function (once per row; said if it fails) and the
 candidates: band-kernel configurations (``BandConfig`` fields changed one at a time from
@@ -43,13 +43,12 @@ if "--smoke" in sys.argv:
 import torch
 import torch.nn.functional as F
 import triton
-from triton.testing import do_bench
 
 import opspec.kernels.pool as PK
 from opspec.kernels.pool import BandConfig
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sweep_pool import run_ahead, sweep_parser  # noqa: E402  (beside this script)
+from sweep_pool import bench, run_ahead, sweep_parser  # noqa: E402  (beside this script)
 
 COPY_TBPS = 4.21       # measured device-to-device copy bandwidth (read + written), TB/s
 DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "f32": torch.float32}
@@ -248,17 +247,6 @@ def precompile(rows, jobs: int, timeout_s: float) -> None:
         tasks += [tasks_c.pop()] + tasks_k
         tasks_k = []
     run_ahead(_precompile, tasks, jobs, timeout_s, what="launches and compiles")
-
-
-# -- timing -----------------------------------------------------------------------------------
-
-def bench(fn, smoke: bool) -> float:
-    """Milliseconds a call: the median of do_bench's samples (L2 flushed before each)."""
-    if smoke:
-        t = time.perf_counter()
-        fn()
-        return (time.perf_counter() - t) * 1e3
-    return do_bench(fn, warmup=10, rep=40, return_mode="median")
 
 
 def main() -> None:

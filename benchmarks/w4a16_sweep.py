@@ -1,8 +1,8 @@
 """Offline configuration sweep for the W4A16 GEMM kernels (opspec.kernels.quant_gemm) on an
 H200. Per row (the GemmW4A16FwdOp decode workloads, each in its own dtypes): check every
 candidate's output once against a float32 torch reference (a wrong one is reported and is
-never "best"), then time device time as the bench does (opspec.ops.bench_harness.CudaTimer:
-L2 flushed before each sample, the host's launch hidden behind a sleep kernel; medians) of
+never "best"), then time device time as the bench does (sweep_pool.bench: L2 flushed
+before each sample, the host's launch hidden behind a sleep kernel; medians) of
 the table's choice, torch eager (unpack, dequantize, matmul: the bench's eager baseline),
 torch.compile of that eager function, and the candidates: configurations of the
 tensor-core decode kernel (DecodeConfig.tc: K slices, row warps,
@@ -34,7 +34,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import statistics
 import sys
 import time
 
@@ -47,7 +46,7 @@ import triton
 import opspec.kernels.quant_gemm as Q
 from opspec.kernels.quant_gemm import DecodeConfig, PrefillConfig
 
-from sweep_pool import run_ahead, sweep_parser  # beside this script
+from sweep_pool import bench, run_ahead, sweep_parser  # beside this script
 
 SMS = 132
 COPY_TBPS = 4.21       # measured device-to-device copy bandwidth (read + written), TB/s
@@ -231,26 +230,6 @@ def table_of(row):
             return Q.legacy_decode_config(M, N, K, G)
         return Q.decode_config_for(M, N, K, G, dt)
     return Q.prefill_config_for(M, N, K, G)
-
-
-_TIMER = None
-
-
-def bench(fn, smoke: bool) -> float:
-    """Milliseconds a call of device time: the median of 30 samples of the bench harness's
-    timer (CUDA events, L2 flushed before each, the device kept busy while the host
-    enqueues the call, so a launch path slower than the kernel is not what is timed)."""
-    global _TIMER
-    if smoke:
-        t = time.perf_counter()
-        fn()
-        return (time.perf_counter() - t) * 1e3
-    if _TIMER is None:
-        from opspec.ops.bench_harness import CudaTimer
-        _TIMER = CudaTimer(torch.device("cuda"), 256 << 20, lead_us=300.0)
-    for _ in range(3):
-        fn()
-    return statistics.median(_TIMER.samples(fn, 30)) * 1e3
 
 
 def main() -> None:
