@@ -362,18 +362,15 @@ def _looped_kernel(x_ptr, out_ptr, n_rows, N, sxr, sxn, sor, son,
         else:
             row_max, row_sum = _looped_pass1(x_row, offs, N, sxn, BLOCK_R, BLOCK, out_ty,
                                              0.0)
+            fast = False   # a constant: the exact form below, no branch
         # Pass 2 (the chunks again, written): log-softmax x - (max + log sum); softmax
         # exp2(x log2 e - (max log2 e + log2 sum)) in the FFMA form, else exp(x - max) / sum.
         if LOG:
             _looped_pass2(x_row, o_row, offs, N, sxn, son, row_max + tl.log(row_sum),
                           BLOCK, out_ty, 0)
-        elif FFMA_LIMIT > 0:
-            if fast:
-                _looped_pass2(x_row, o_row, offs, N, sxn, son,
-                              row_max * _LOG2E + tl.log2(row_sum), BLOCK, out_ty, 1)
-            else:
-                _looped_pass2(x_row, o_row, offs, N, sxn, son, row_max, BLOCK, out_ty, 2,
-                              1.0 / row_sum)
+        elif fast:
+            _looped_pass2(x_row, o_row, offs, N, sxn, son,
+                          row_max * _LOG2E + tl.log2(row_sum), BLOCK, out_ty, 1)
         else:
             _looped_pass2(x_row, o_row, offs, N, sxn, son, row_max, BLOCK, out_ty, 2,
                           1.0 / row_sum)
