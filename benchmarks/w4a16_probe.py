@@ -14,7 +14,6 @@ arguments to override the table's choice (k_slices=2 row_warps=2 ...). Not part 
 
 from __future__ import annotations
 
-import statistics
 import sys
 import time
 
@@ -23,7 +22,8 @@ import triton
 import triton.language as tl
 
 import opspec.kernels.quant_gemm as Q
-from opspec.ops.bench_harness import CudaTimer
+
+from sweep_pool import bench  # beside this script
 
 G = 128
 
@@ -41,10 +41,8 @@ def _read_rows(w_ptr, out_ptr, KW, R: tl.constexpr, C: tl.constexpr, KS: tl.cons
     tl.store(out_ptr + rows, tl.sum(tl.sum(acc, axis=2), axis=1))
 
 
-def _median_s(timer: CudaTimer, fn) -> float:
-    for _ in range(3):
-        fn()
-    return statistics.median(timer.samples(fn, 30))
+def _median_s(fn) -> float:
+    return bench(fn, False) / 1e3     # sweep_pool.bench: device time, milliseconds
 
 
 def rows() -> None:
@@ -53,13 +51,12 @@ def rows() -> None:
     out = torch.empty(N, dtype=torch.int32, device="cuda")
     dst = torch.empty_like(w)
     nbytes = w.numel() * 4
-    timer = CudaTimer(torch.device("cuda"), 256 << 20, lead_us=300.0)
-    print(f"copy (read + write): {2 * nbytes / _median_s(timer, lambda: dst.copy_(w)) / 1e12:.2f} TB/s")
+    print(f"copy (read + write): {2 * nbytes / _median_s(lambda: dst.copy_(w)) / 1e12:.2f} TB/s")
     for R, C, KS, warps in ((16, 16, 4, 4), (16, 16, 1, 4), (16, 32, 4, 4), (16, 64, 1, 4),
                             (16, 128, 1, 8), (4, 256, 1, 4), (1, 1024, 1, 4)):
         def fn(R=R, C=C, KS=KS, warps=warps):
             _read_rows[(N // R,)](w, out, KW, R=R, C=C, KS=KS, num_warps=warps)
-        t = _median_s(timer, fn)
+        t = _median_s(fn)
         print(f"{R:3d} rows x {C * 4:5d} bytes a step, {KS} slices, {warps} warps: "
               f"{nbytes / t / 1e12:.2f} TB/s")
 
@@ -71,7 +68,6 @@ def _operands(M, N, K, dtype):
 
 
 def host() -> None:
-    timer = CudaTimer(torch.device("cuda"), 256 << 20, lead_us=300.0)
     for M, N, K in ((1, 57344, 8192), (16, 28672, 8192), (1, 14336, 4096), (1, 4096, 4096)):
         x, p, s, z, out = _operands(M, N, K, torch.bfloat16)
 
@@ -85,7 +81,7 @@ def host() -> None:
         host_us = (time.perf_counter() - t) / 50 * 1e6
         torch.cuda.synchronize()
         print(f"M={M} N={N} K={K}: host {host_us:.1f} us a call, "
-              f"device {_median_s(timer, call) * 1e6:.1f} us")
+              f"device {_median_s(call) * 1e6:.1f} us")
 
 
 def launch(overrides: list[str]) -> None:
