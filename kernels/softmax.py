@@ -31,15 +31,15 @@ output dtype, as torch casts the input before the op. Five kernels:
     (78 MB) does not stay in the 50 MB L2. Rows of more than 64 chunks take ``looped``.
 ``looped``
     ``inner == 1``, 16-bit rows too long for ``rows`` and rows longer than 64 x 16384
-    elements, enough rows to fill the GPU: a persistent grid of two programs per SM, each
-    taking whole rows. Pass 1 streams the row once, keeping a running max and sum per
+    elements, enough rows to fill the GPU: a persistent grid of one program of 32 warps
+    per SM, each taking whole rows. Pass 1 streams the row once, keeping a running max and sum per
     group of ``VEC`` contiguous elements (one 16-byte vector, so the group's max is a
     reduction inside one thread and ``exp`` of the rescale runs once per ``VEC``
     elements); pass 2 reads the row again in reverse chunk order and writes it, mostly
     from L2: the first pass loads with ``evict_last``, the second and the stores with
-    ``evict_first``. Chunks are 32 KB of input; each loop loads its next chunk ahead.
-    On bf16 logits this kernel is bound by instruction issue rather than HBM (see
-    :data:`ROW_TUNING`), which is why it beats ``coop`` there.
+    ``evict_first``. Chunks are 64 KiB of input; each loop loads its next chunk ahead,
+    so an SM has up to 128 KiB of loads in flight. On bf16 logits it beats ``coop``
+    (:data:`ROW_TUNING`).
 ``split``
     ``inner == 1``, long rows but too few rows to fill the GPU (decode): each row is cut
     into ``C`` chunks of ``CHUNK`` elements; one kernel writes each chunk's (max, sum)
@@ -116,10 +116,11 @@ class RowTuning(NamedTuple):
     coop_block: int
     coop_warps: int
     coop_max_chunks: int
-    #: looped: bytes of input a chunk, elements a thread, and programs per SM of its
-    #: persistent grid (each with one row in flight: the rows in flight share the L2).
+    #: looped: bytes of input a chunk, bytes of it a thread loads (which sets the warps,
+    #: up to 32), and programs per SM of its persistent grid (each with one row in flight:
+    #: the rows in flight share the L2).
     loop_chunk_bytes: int
-    loop_per_thread: int
+    loop_thread_bytes: int
     loop_programs_per_sm: float
     #: coop only for inputs of at least this many bytes an element (else looped).
     coop_min_in_bytes: int = 1
@@ -140,8 +141,8 @@ class RowTuning(NamedTuple):
 #:   its rows in flight, 132 x 250 KiB (bf16) and 132 x 594 KiB (fp32), do not stay in
 #:   the L2 beside the output stream. coop holds the chunks in registers and reads once.
 #:   At most 64 chunks a row, far below 132 SMs x 4 resident programs.
-#: * looped (16-bit inputs, and rows of more than 64 chunks): chunks of 32 KB at 16 a
-#:   thread, two programs per SM, each with its next chunk loaded ahead.
+#: * looped (16-bit inputs, and rows of more than 64 chunks): chunks of 64 KiB at 32 warps,
+#:   one program per SM, each with its next chunk loaded ahead (the last point below).
 #: * H200 sweep (benchmarks/softmax_sweep.py, 2026-11-30): 32 a thread ran rows of
 #:   1024 and 2048 at 3.58 and 4.00 TB/s against 3.34 and 3.69 at 8 (8192 ones 4.10
 #:   against 4.19). coop beat looped on float32 logits (qwen2.5 3.26 TB/s with chunks of
@@ -156,10 +157,19 @@ class RowTuning(NamedTuple):
 #:   both passes, 484 -> 460 for log-softmax). Side by side on the H200, 4096 x 128256:
 #:   softmax bf16 663 -> 640 us (3.17 -> 3.29 TB/s), fp16 656 -> 634; log-softmax
 #:   unchanged (623 us). 15 % fewer instructions bought 3.5 %: issue is not the only bound.
+#: * Then ncu on that kernel (bf16 softmax, 4096 x 128256): 118 registers a thread at 16
+#:   warps, so one program an SM, not two (16 of 64 warps; the grid of 264 ran as two
+#:   waves); DRAM read 1.12 GB for 1.05 GB of input (pass 2 hits L2), 71 % of DRAM peak,
+#:   stalls mostly on loads. The warps had been capped at 16 where 32 were meant. Side by
+#:   side on the H200, one program an SM: chunks of 64 KiB at 32 warps (32 bf16 a thread,
+#:   64 registers) 592 us (3.55 TB/s) against 624 for the table; log-softmax 582 against
+#:   623; 32 KiB chunks at 32 warps 702, at 16 warps 736, two programs of 16 warps an SM
+#:   (64 registers: a cap of 64 spills) 684-712. Float32 logits: 64 KiB chunks at 32 warps
+#:   412 us against coop's 371 (qwen2.5), so coop stays. (benchmarks/row_probe.py)
 ROW_TUNING = RowTuning(row_tile=8192, row_programs=4, row_per_thread=32, row_tiles=1,
                        row_tiles_min_programs=8, coop_block=16384, coop_warps=16,
-                       coop_max_chunks=64, loop_chunk_bytes=32 * 1024, loop_per_thread=16,
-                       loop_programs_per_sm=2.0, coop_min_in_bytes=4)
+                       coop_max_chunks=64, loop_chunk_bytes=64 * 1024, loop_thread_bytes=64,
+                       loop_programs_per_sm=1.0, coop_min_in_bytes=4)
 #: Polls of a row's arrival count before a program reads the row itself (see the kernel).
 _COOP_SPIN = 1 << 16
 #: Elements of one tile of the former strided plan (benchmarks/reduction_sweep.py times it
@@ -752,9 +762,11 @@ def softmax_plan(outer: int, n: int, inner: int, in_bytes: int, *,
             warps = max(1, min(t.coop_warps, block * t.coop_warps // t.coop_block))
             return SoftmaxPlan("coop", block, warps, outer * chunks, chunks=chunks)
         vec = max(1, 16 // in_bytes)
-        block = max(vec, min(t.loop_chunk_bytes // in_bytes, max_reg))
+        # Up to 32 warps where rows takes 16, so twice max_reg at the same per-thread count.
+        block = max(vec, min(t.loop_chunk_bytes // in_bytes, 2 * max_reg))
         grid = min(outer, max(1, round(t.loop_programs_per_sm * sm)))
-        return SoftmaxPlan("looped", block, _warps(block, t.loop_per_thread), grid, vec=vec)
+        warps = max(1, min(32, block * in_bytes // (32 * t.loop_thread_bytes)))
+        return SoftmaxPlan("looped", block, warps, grid, vec=vec)
     # dim is not the last axis: the strided kernels (see _strided_plan).
     return _strided_plan(outer, n, inner, in_bytes, sm, max_reg, STRIDED)
 

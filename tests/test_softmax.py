@@ -172,10 +172,10 @@ def test_long_row_kernels(kind, sms, dtype, log):
     if kind == "looped":
         plan = _plan(x, -1, max_reg=8, sm_count=sms)      # 125 chunks of 8: over 64
         assert plan.kind == kind
-        # persistent, two programs per SM: 5 rows on 2
-        assert plan.grid == 2 and plan.vec == 16 // x.element_size()
+        # persistent, one program per SM: 5 rows on 1, in chunks of twice the cap
+        assert (plan.grid, plan.block) == (1, 16) and plan.vec == 16 // x.element_size()
         _close(_run(x, -1, log=log, plan=plan), _expected(x, -1, log=log))
-        plan = SoftmaxPlan("looped", 64, 1, 1, vec=plan.vec)         # 5 rows on 1 program
+        plan = SoftmaxPlan("looped", 64, 1, 2, vec=plan.vec)         # 5 rows on 2 programs
     else:
         # coop for every dtype here (the table keeps it to 4-byte inputs)
         anywidth = K.ROW_TUNING._replace(coop_min_in_bytes=1)
@@ -390,10 +390,11 @@ def test_plans_of_the_workload_shapes():
     assert (p.rows, p.tiles, p.grid) == (8, 2, 2048)
     p = softmax_plan(8 * 1024, 1024, 1, 2, tuning=two)
     assert (p.rows, p.tiles, p.grid) == (8, 1, 1024)
-    # Prefill vocabulary rows: 16-bit logits take the persistent looped kernel (two
-    # programs per SM); float32 ones the cooperative kernel, 10 programs of 16384 per row.
+    # Prefill vocabulary rows: 16-bit logits take the persistent looped kernel (one
+    # program of 32 warps per SM, 64 KiB chunks); float32 ones the cooperative kernel, 10
+    # programs of 16384 per row.
     p = softmax_plan(4096, 128256, 1, 2)
-    assert (p.kind, p.grid, p.num_warps) == ("looped", 264, 16)
+    assert (p.kind, p.grid, p.block, p.num_warps) == ("looped", 132, 32768, 32)
     p = softmax_plan(1024, 151936, 1, 4)
     assert (p.kind, p.block, p.chunks, p.num_warps) == ("coop", 16384, 10, 16)
     coop16 = K.ROW_TUNING._replace(coop_min_in_bytes=1, coop_block=8192, coop_warps=8)
@@ -401,7 +402,7 @@ def test_plans_of_the_workload_shapes():
     assert (p.kind, p.block, p.chunks, p.grid, p.num_warps) == ("coop", 8192, 16, 4096 * 16, 8)
     # Rows of more than 64 chunks: the looped kernel at any width.
     p = softmax_plan(1024, 65 * 16384, 1, 4)
-    assert (p.kind, p.grid, p.vec, p.block, p.num_warps) == ("looped", 264, 4, 8192, 16)
+    assert (p.kind, p.grid, p.vec, p.block, p.num_warps) == ("looped", 132, 4, 16384, 32)
     # Decode vocabulary rows: split so the grid covers the SMs (2 programs each or more).
     p = softmax_plan(32, 128256, 1, 2)
     assert p.kind == "split" and p.grid >= 2 * 132 and p.chunks * p.block >= 128256
@@ -428,7 +429,7 @@ out = {
                   dict(ROWS=8, TILES=2, BLOCK_N=1024, LOG=False, USE_INT64=False), 16),
     "looped": build(K._looped_kernel, dict(x_ptr=B, out_ptr=F, n_rows=2048, N=V, sxr=V, sxn=1,
                                            sor=V, son=1),
-                    dict(BLOCK_R=2048, VEC=8, LOG=True, USE_INT64=False, FFMA_LIMIT=0.0), 16),
+                    dict(BLOCK_R=4096, VEC=8, LOG=True, USE_INT64=False, FFMA_LIMIT=0.0), 32),
     "coop": build(K._coop_kernel, dict(x_ptr=B, out_ptr=B, ws_ptr=F, cnt_ptr="*i32", n_rows=4096,
                                        N=V, G=16, spin=65536, sxr=V, sxn=1, sor=V, son=1),
                   dict(BLOCK=8192, FB=1024, G_POW2=16, LOG=False, USE_INT64=False), 8),
