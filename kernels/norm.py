@@ -22,10 +22,17 @@ plain Python from ``N`` and ``R``, with no autotuning at call time:
   the rows in flight per SM (bounded by its registers) keep HBM busy, fewer on decode
   grids (see :func:`norm_config`). Triton specialises a unit column stride and sizes that
   are multiples of 16, so contiguous rows load and store as 128-bit vectors.
-* **a looped row** (longer rows): one program per row walks it in 4096-element chunks,
-  once for the statistics (the sum of squares; for LayerNorm a per-lane Welford mean and
-  sum of squared deviations, merged at the end, which stays accurate when the mean is large)
-  and once to write the result, re-reading the row mostly from L2.
+* **stream** (rows longer than the register block, and 16-bit rows of 16385 to 32768
+  elements on grids of a row per SM or more): a persistent grid of one program of 32
+  warps per SM walks its rows in 32 KiB chunks, once from HBM for the statistics (sums
+  about the row's first element for LayerNorm, with an exact pass where they would lose
+  precision) and once from L2 to write; the next row's first chunk is loaded before the
+  statistics are reduced, so HBM reads go on through the reductions and the writes.
+* **a looped row** (longer rows with the fused residual add): one program per row walks
+  it in 4096-element chunks, once for the statistics (the sum of squares; for LayerNorm a
+  per-lane Welford mean and sum of squared deviations, merged at the end, which stays
+  accurate when the mean is large) and once to write the result, re-reading the row
+  mostly from L2.
 
 * **coop** (off in :data:`TUNING` until measured): a long row cut into chunks, one
   program a chunk; the chunks exchange partial statistics through a small workspace and
@@ -142,6 +149,17 @@ class NormTuning(NamedTuple):
     #: the row from L2. 0: off. Few registers a thread, so many programs an SM.
     reread_block: int = 0
     reread_warps: int = 16
+    #: The stream kernel: a persistent grid of ``stream_programs_per_sm`` programs an SM,
+    #: each row read twice in chunks of ``stream_chunk_bytes`` at ``stream_warps`` (the
+    #: second read from L2), the next row's loads in flight through the statistics. It
+    #: takes rows longer than the register block, and rows of ``next_power_of_2(N) >=
+    #: stream_min_block`` (0: none) of inputs of at most ``stream_max_in_bytes`` bytes an
+    #: element on grids of at least one row per SM; not the fused residual add.
+    stream_min_block: int = 32768
+    stream_max_in_bytes: int = 2
+    stream_chunk_bytes: int = 32 * 1024
+    stream_warps: int = 32
+    stream_programs_per_sm: int = 1
 
 
 #: Why these values (the table as measured before the variants; the variants are off until an
@@ -182,6 +200,19 @@ class NormTuning(NamedTuple):
 #:   Welford update an element). A second run of the first sweep's variants: dsv3 3.59 ->
 #:   3.64, command-r 3.28 -> 3.41 (both capped at 64 registers; command-r was 3.40 -> 3.36
 #:   capped in the first run), dit-xl 3.68 -> 3.56 capped: the cap stays off.
+#: * stream: LayerNorm of [2048, 32768] bf16 held one row per SM in registers (32 warps,
+#:   64 registers) ran at 2.82 TB/s; ncu: 57 % of DRAM peak, 32 of 64 warps, the row's
+#:   loads idle while it is reduced and written. The stream kernel, side by side on the
+#:   H200 (benchmarks/row_probe.py): 32 KiB chunks at 32 warps, one program per SM, 95.0
+#:   -> 86.6 us (3.10 TB/s); 16 KiB chunks 99-101 us; two programs of 16 warps 87.1-88.5;
+#:   64 KiB chunks 94.4 (spills); a looped variant, one row a program in 4 KiB chunks (not
+#:   kept), 89.9. Float32
+#:   rows of 32768 stay in registers (3.39 TB/s; stream 3.27 at best); so do shorter
+#:   rows (dsv3 7168: registers 3.60, stream 3.03 at best). The looped kernel ran 32768
+#:   rows at 2.34-2.38 TB/s, so longer rows take stream at any width. ncu on stream
+#:   (bf16, 32k): 71 % issue-active, 60 % of DRAM peak; unmasked whole chunks (EVEN, 896
+#:   -> 776 SASS instructions) 86.5 -> 85.3 us (3.15 TB/s); loading pass 2's next chunk
+#:   (x, w, b) ahead (a variant, not kept) 86.8 -> 91.2 (64 registers).
 TUNING = NormTuning(ln_stats="twopass", shift_limit=16.0, min_tile=4096, programs_per_sm=4,
                     per_thread_large=32, per_thread_mid=16, per_thread_small=8,
                     coop_min_block=0, coop_block=8192, coop_warps=8)
@@ -595,21 +626,140 @@ def _norm_fwd_coop_kernel(
              mask=cmask)
 
 
+@triton.jit
+def _stream_load(ptrs, cols, N, EVEN: tl.constexpr, policy: tl.constexpr):
+    # A chunk of a row; EVEN (N a multiple of the chunk): every chunk is whole, no mask.
+    if EVEN:
+        return tl.load(ptrs, eviction_policy=policy)
+    return tl.load(ptrs, mask=cols < N, other=0.0, eviction_policy=policy)
+
+
+@triton.jit
+def _stream_stats(s1, s2, cur, cols, N, K, IS_RMS: tl.constexpr, EVEN: tl.constexpr):
+    # Adds a chunk's per-thread sums: of (x - K) and its square, or of the squares.
+    d = cur.to(tl.float32) - K
+    if not EVEN:
+        d = tl.where(cols < N, d, 0.0)
+    if not IS_RMS:
+        s1 += tl.sum(d, axis=1)
+    s2 += tl.sum(d * d, axis=1)
+    return s1, s2
+
+
+@triton.jit
+def _norm_fwd_stream_kernel(
+    x_ptr, w_ptr, b_ptr, y_ptr,
+    M, N, eps,
+    stride_xm, stride_xn, stride_ym, stride_yn, stride_w, stride_b,
+    BLOCK_R: tl.constexpr, VEC: tl.constexpr, EVEN: tl.constexpr,
+    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+    USE_INT64: tl.constexpr, SHIFT_LIMIT: tl.constexpr,
+):
+    """A persistent grid (rows ``pid, pid + G, ...``), each row walked twice in chunks of
+    ``BLOCK_R x VEC`` elements (``VEC`` contiguous ones a thread, one 16-byte vector).
+    Pass 1 reads the row from HBM, the next chunk loaded ahead, and sums per thread: the
+    squares (RMSNorm), or ``x - K`` and its square about the row's first element ``K``
+    (LayerNorm: one FADD and one FFMA an element, one cross-warp reduction a row). The
+    next row's first chunk and ``K`` are loaded before the statistics are reduced, so HBM
+    reads go on through the reduction and pass 2, which re-reads the row from L2 (pass 1
+    loads with ``evict_last``) in reverse chunk order and writes it. A LayerNorm row whose
+    ``K`` lies more than ``sqrt(SHIFT_LIMIT)`` standard deviations from its mean, where
+    the shifted sums lose precision, takes one more pass for the centred sum of squares
+    (see :class:`NormTuning`). ``EVEN``: ``N`` is a multiple of the chunk, and no access
+    but the next row's is masked (the kernel is bound by instruction issue as much as by
+    HBM: a mask is two instructions an element)."""
+    BLOCK: tl.constexpr = BLOCK_R * VEC
+    pid = tl.program_id(0)
+    G = tl.num_programs(0)
+    offs = tl.arange(0, BLOCK_R)[:, None] * VEC + tl.arange(0, VEC)[None, :]
+    if USE_INT64:
+        offs = offs.to(tl.int64)
+    n_chunks = tl.cdiv(N, BLOCK)
+    p = pid
+    if USE_INT64:
+        p = tl.cast(pid, tl.int64)
+    # Rows past M are loaded as no columns (their K from the last row, never used).
+    first = tl.load(x_ptr + p * stride_xm + offs * stride_xn,
+                    mask=offs < tl.where(p < M, N, 0), other=0.0, eviction_policy="evict_last")
+    k_next = tl.load(x_ptr + tl.minimum(p, M - 1) * stride_xm)
+    for row in range(pid, M, G):
+        r = row
+        if USE_INT64:
+            r = tl.cast(row, tl.int64)
+        x_row = x_ptr + r * stride_xm
+        y_row = y_ptr + r * stride_ym
+        if IS_RMS:
+            K = 0.0
+        else:
+            K = k_next.to(tl.float32)
+        s1 = tl.zeros([BLOCK_R], dtype=tl.float32)
+        s2 = tl.zeros([BLOCK_R], dtype=tl.float32)
+        nxt = first
+        # Every chunk but the last, the next one loaded ahead (whole: it is not the last).
+        for c in range(0, n_chunks - 1):
+            cur = nxt
+            ncols = (c + 1) * BLOCK + offs
+            nxt = _stream_load(x_row + ncols * stride_xn, ncols, N, EVEN, "evict_last")
+            s1, s2 = _stream_stats(s1, s2, cur, c * BLOCK + offs, N, K, IS_RMS, EVEN)
+        s1, s2 = _stream_stats(s1, s2, nxt, (n_chunks - 1) * BLOCK + offs, N, K, IS_RMS, EVEN)
+        nrow = r + G
+        first = tl.load(x_ptr + nrow * stride_xm + offs * stride_xn,
+                        mask=offs < tl.where(nrow < M, N, 0), other=0.0,
+                        eviction_policy="evict_last")
+        k_next = tl.load(x_ptr + tl.minimum(nrow, M - 1) * stride_xm)
+        if IS_RMS:
+            mean = 0.0
+            var = tl.sum(s2, axis=0) / N
+        else:
+            t1, t2 = tl.reduce((s1, s2), 0, _add_pair)
+            md = t1 / N
+            m2 = tl.maximum(t2 - t1 * md, 0.0)
+            mean = K + md
+            # (mean - K)**2 > SHIFT_LIMIT * var, written without a division
+            if md * md * N > SHIFT_LIMIT * m2:
+                acc = tl.zeros([BLOCK_R], dtype=tl.float32)
+                for c in range(0, n_chunks):
+                    cols = c * BLOCK + offs
+                    x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0)
+                    d = tl.where(cols < N, x.to(tl.float32) - mean, 0.0)
+                    acc += tl.sum(d * d, axis=1)
+                m2 = tl.sum(acc, axis=0)
+            var = m2 / N
+        rstd = tl.rsqrt(var + eps)
+        for k in range(0, n_chunks):
+            cols = (n_chunks - 1 - k) * BLOCK + offs
+            x = _stream_load(x_row + cols * stride_xn, cols, N, EVEN, "evict_first")
+            y = (x.to(tl.float32) - mean) * rstd
+            if HAS_WEIGHT:
+                y = y * _stream_load(w_ptr + cols * stride_w, cols, N, EVEN,
+                                     "evict_last").to(tl.float32)
+            if HAS_BIAS:
+                y = y + _stream_load(b_ptr + cols * stride_b, cols, N, EVEN,
+                                     "evict_last").to(tl.float32)
+            if EVEN:
+                tl.store(y_row + cols * stride_yn, y.to(y_ptr.dtype.element_ty),
+                         eviction_policy="evict_first")
+            else:
+                tl.store(y_row + cols * stride_yn, y.to(y_ptr.dtype.element_ty), mask=cols < N,
+                         eviction_policy="evict_first")
+
+
 # -- launch configuration ---------------------------------------------------------------------
 
 class NormConfig(tuple):
-    """``(looped, rows, tiles, block, num_warps, chunks)``: the launch for ``[M, N]``. The
-    register kernel runs ``cdiv(M, rows * tiles)`` programs, each taking ``tiles`` tiles of
-    ``rows`` rows in turn; the looped kernel one program per row (``rows == tiles == 1``)
-    walking it in ``block``-element chunks; ``chunks > 0`` is the coop kernel, ``M *
-    chunks`` programs of one ``block``-element chunk each (``looped`` False, ``rows ==
-    tiles == 1``)."""
+    """``(looped, rows, tiles, block, num_warps, chunks, stream)``: the launch for ``[M, N]``.
+    The register kernel runs ``cdiv(M, rows * tiles)`` programs, each taking ``tiles``
+    tiles of ``rows`` rows in turn; the looped kernel one program per row (``rows ==
+    tiles == 1``) walking it in ``block``-element chunks; ``chunks > 0`` is the coop
+    kernel, ``M * chunks`` programs of one ``block``-element chunk each (``looped`` False,
+    ``rows == tiles == 1``); ``stream > 0`` is the stream kernel, a persistent grid of
+    ``stream`` programs walking rows in ``block``-element chunks (``looped`` True)."""
 
     __slots__ = ()
 
     def __new__(cls, looped: bool, rows: int, tiles: int, block: int, num_warps: int,
-                chunks: int = 0):
-        return super().__new__(cls, (looped, rows, tiles, block, num_warps, chunks))
+                chunks: int = 0, stream: int = 0):
+        return super().__new__(cls, (looped, rows, tiles, block, num_warps, chunks, stream))
 
     looped = property(lambda self: self[0])
     rows = property(lambda self: self[1])
@@ -617,6 +767,7 @@ class NormConfig(tuple):
     block = property(lambda self: self[3])
     num_warps = property(lambda self: self[4])
     chunks = property(lambda self: self[5])
+    stream = property(lambda self: self[6])
 
 
 def _next_pow2(n: int) -> int:
@@ -630,10 +781,18 @@ def _cdiv(a: int, b: int) -> int:
 @functools.lru_cache(maxsize=4096)
 def norm_config(M: int, N: int, *, max_register_block: int = MAX_REGISTER_BLOCK,
                 loop_block: int = _LOOP_BLOCK, tuning: NormTuning = TUNING,
-                coop: bool = True) -> NormConfig:
-    """The launch for ``M`` rows of ``N`` elements under ``tuning`` (the element size does
-    not change it: the math is float32 whatever the input dtype). Memoised: a call costs a
-    dict lookup. ``coop=False`` leaves the coop kernel out (calls it cannot serve).
+                coop: bool = True, stream: bool = True, in_bytes: int = 4) -> NormConfig:
+    """The launch for ``M`` rows of ``N`` elements of ``in_bytes`` bytes under ``tuning``
+    (the element size decides only the stream kernel's rows and chunk: the math is float32
+    whatever the input dtype). Memoised: a call costs a dict lookup. ``coop=False`` and
+    ``stream=False`` leave those kernels out (calls they cannot serve).
+
+    Then rows longer than the register block, and with ``tuning.stream_min_block`` set rows of
+    ``next_power_of_2(N) >= stream_min_block`` of at most ``stream_max_in_bytes`` bytes
+    an element on grids of at least ``M >= 132`` rows, take the stream kernel: chunks of
+    ``stream_chunk_bytes``, ``stream_warps`` warps, ``stream_programs_per_sm * 132``
+    programs (at most ``M``). Without it, rows longer than the register block take the
+    looped kernel.
 
     With ``tuning.coop_min_block`` set, rows of ``next_power_of_2(N) >= coop_min_block``
     cut into at most ``coop_max_chunks`` chunks of ``coop_block``, on grids of at least
@@ -652,8 +811,8 @@ def norm_config(M: int, N: int, *, max_register_block: int = MAX_REGISTER_BLOCK,
 
     between 1 and 32 warps. A program takes one tile (``tiles == 1``): holding the weight
     across several tiles costs registers (64 -> 80 for two tiles of 8192 in bfloat16) and
-    so rows in flight. Longer rows take the looped kernel with ``loop_block``-element
-    chunks and 8 warps.
+    so rows in flight. Longer rows the stream kernel cannot take (``stream=False``) take
+    the looped kernel with ``loop_block``-element chunks and 8 warps.
     """
     t = tuning
     block_n = _next_pow2(max(N, 1))
@@ -663,6 +822,13 @@ def norm_config(M: int, N: int, *, max_register_block: int = MAX_REGISTER_BLOCK,
         if 1 < chunks <= t.coop_max_chunks and M * chunks >= t.coop_min_programs:
             warps = max(1, min(32, t.coop_warps * block // max(1, t.coop_block)))
             return NormConfig(False, 1, 1, block, warps, chunks)
+    if stream and (block_n > max_register_block
+                   or t.stream_min_block and block_n >= t.stream_min_block
+                   and in_bytes <= t.stream_max_in_bytes and M >= _SMS):
+        block = max(1, min(block_n, t.stream_chunk_bytes // in_bytes))
+        warps = max(1, min(32, t.stream_warps, block // (32 * max(1, 16 // in_bytes))))
+        return NormConfig(True, 1, 1, block, warps, 0,
+                          max(1, min(M, t.stream_programs_per_sm * _SMS)))
     if block_n > max_register_block:
         block = min(loop_block, block_n)
         return NormConfig(True, 1, 1, block, max(1, min(8, block // (32 * 8))))
@@ -765,19 +931,26 @@ def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
         sb = b.stride(0)
 
     tun = TUNING if tuning is None else tuning
-    cfg = config if config is not None else norm_config(R, N, tuning=tun)
+    cfg = config if config is not None else norm_config(R, N, tuning=tun,
+                                                        in_bytes=x.element_size())
     if cfg.chunks and (rv is not None or _shares_storage(xv, ov)):
         # coop's fallback re-reads the row: not when this call writes over its input
         if config is not None:
             raise ValueError("the coop kernel reads the input while it writes the output: "
                              "it takes neither a residual nor an output over the input")
-        cfg = norm_config(R, N, tuning=tun, coop=False)
-    looped, rows, tiles, block, num_warps, chunks = cfg
+        cfg = norm_config(R, N, tuning=tun, coop=False, in_bytes=x.element_size())
+    if cfg.stream and rv is not None:
+        # the stream kernel has no residual add (its second read would see the sum)
+        if config is not None:
+            raise ValueError("the stream kernel does not take a residual")
+        cfg = norm_config(R, N, tuning=tun, stream=False, in_bytes=x.element_size())
+    looped, rows, tiles, block, num_warps, chunks, stream = cfg
     # The largest offset of the padded launch (whole tiles of rows, whole blocks of
     # columns, masked lanes included) decides int64 offsets.
     if looped or chunks:
-        rows_ix, cols_ix = R, _cdiv(N, block) * block
-        grid = (R * chunks,) if chunks else (R,)
+        # (+ 1: the stream kernel loads its next chunk and next row ahead, masked)
+        rows_ix, cols_ix = R + (stream > 0), (_cdiv(N, block) + (stream > 0)) * block
+        grid = (R * chunks,) if chunks else (stream,) if stream else (R,)
     else:
         grid = (_cdiv(R, rows * tiles),)
         rows_ix, cols_ix = grid[0] * rows * tiles, block
@@ -804,6 +977,12 @@ def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
                FB=min(block, _COOP_FB), C_POW2=_next_pow2(chunks), STATS=stats,
                SHIFT_LIMIT=float(tun.shift_limit), GROUP=group,
                **({"maxnreg": tun.coop_maxnreg} if tun.coop_maxnreg else {}), **flags)
+    elif stream:
+        vec = max(1, min(block, 16 // x.element_size()))
+        flags.pop("HAS_RESIDUAL")
+        launch(_norm_fwd_stream_kernel, grid, xv, args[2], args[3], ov, R, N, float(eps),
+               sxm, sxn, som, son, sw, sb, BLOCK_R=block // vec, VEC=vec, EVEN=N % block == 0,
+               SHIFT_LIMIT=float(tun.shift_limit), **flags)
     elif looped:
         launch(_norm_fwd_looped_kernel, grid, *args, N, float(eps), *strides, BLOCK=block, **flags)
     else:

@@ -163,9 +163,11 @@ class RowTuning(NamedTuple):
 #:   stalls mostly on loads. The warps had been capped at 16 where 32 were meant. Side by
 #:   side on the H200, one program an SM: chunks of 64 KiB at 32 warps (32 bf16 a thread,
 #:   64 registers) 592 us (3.55 TB/s) against 624 for the table; log-softmax 582 against
-#:   623; 32 KiB chunks at 32 warps 702, at 16 warps 736, two programs of 16 warps an SM
-#:   (64 registers: a cap of 64 spills) 684-712. Float32 logits: 64 KiB chunks at 32 warps
-#:   412 us against coop's 371 (qwen2.5), so coop stays. (benchmarks/row_probe.py)
+#:   623; 32 KiB chunks at 32 warps 634, 16 KiB at 32 warps 702 and at 16 warps 736; two
+#:   programs of 16 warps an SM (16 KiB chunks, or 32 KiB under a register cap of 64,
+#:   which spills) 684-712. Float32 logits: 64 KiB chunks at 32 warps 412 us against
+#:   coop's 371 (qwen2.5), so coop stays; no coop chunk and warps beat the table's (4096
+#:   at 4 warps 375, 8192 at 8 384, 16384 at 32 537). (benchmarks/row_probe.py)
 ROW_TUNING = RowTuning(row_tile=8192, row_programs=4, row_per_thread=32, row_tiles=1,
                        row_tiles_min_programs=8, coop_block=16384, coop_warps=16,
                        coop_max_chunks=64, loop_chunk_bytes=64 * 1024, loop_thread_bytes=64,

@@ -168,13 +168,83 @@ def test_looped_kernel(dtype):
     _close(x, want_y, dtype)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("rms", [True, False], ids=["rms", "layer"])
+def test_stream_kernel(rms, dtype):
+    """The persistent stream kernel, forced with 32-element chunks: 7 rows on 3 programs
+    (each program's next row and next chunk loaded ahead, masked past the end), N = 100
+    (the last chunk 4 elements), with and without the affine parameters, a strided input
+    and an output over the input; and N = 128, whole chunks only (no masks)."""
+    cfg = NormConfig(True, 1, 1, 32, 1, 0, 3)
+    x = _randn(7, 100, dtype=dtype, scale=2.0, shift=5.0)
+    w, b = _randn(100, dtype=dtype, seed=1), _randn(100, dtype=dtype, seed=2)
+    ref = ((lambda t, wt, bs: rms_norm_reference(t, (100,), wt, 1e-5)) if rms else
+           (lambda t, wt, bs: layer_norm_reference(t, (100,), wt, bs, 1e-5)))
+    for weight, bias in ((w, None if rms else b), (None, None)):
+        out = torch.empty_like(x)
+        norm_fwd_triton(x, out, 100, 1e-5, rms=rms, weight=weight, bias=bias, config=cfg)
+        _close(out, ref(x, weight, bias), dtype)
+    xt = _randn(100, 7, dtype=dtype, seed=4).t()               # rows of stride 1, columns 7
+    out = torch.empty(7, 100, dtype=dtype)
+    norm_fwd_triton(xt, out, 100, 1e-5, rms=rms, weight=w, config=cfg)
+    _close(out, ref(xt, w, None), dtype)
+    xi = x.clone()
+    norm_fwd_triton(xi, xi, 100, 1e-5, rms=rms, weight=w, config=cfg)
+    _close(xi, ref(x, w, None), dtype)
+    # N a multiple of the chunk (128 = 4 x 32): the unmasked specialisation
+    x4 = _randn(7, 128, dtype=dtype, seed=9, scale=2.0, shift=5.0)
+    w4, b4 = _randn(128, dtype=dtype, seed=10), _randn(128, dtype=dtype, seed=11)
+    out = torch.empty_like(x4)
+    norm_fwd_triton(x4, out, 128, 1e-5, rms=rms, weight=w4, bias=None if rms else b4, config=cfg)
+    want = (rms_norm_reference(x4, (128,), w4, 1e-5) if rms
+            else layer_norm_reference(x4, (128,), w4, b4, 1e-5))
+    _close(out, want, dtype)
+
+
+def test_stream_layer_norm_far_shift_takes_the_exact_pass():
+    """LayerNorm's shifted sums are about each row's first element. Row 1's first element
+    lies 300 standard deviations out, where those sums lose the variance to cancellation:
+    it takes the centred pass (error about 1e-5 against float64); with that pass switched
+    off (an unbounded shift_limit) its error is 2e-2 to 5e-2. Row 0 keeps the shifted
+    sums either way."""
+    cfg = NormConfig(True, 1, 1, 1024, 1, 0, 2)
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(2, 4096, generator=g, device="cpu") * 1e-3).to(DEV)
+    x[1, 0] = 0.3
+    ref = layer_norm_reference(x.double(), (4096,), None, None, 0.0)
+    errs = {}
+    for limit in (norm_mod.TUNING.shift_limit, float("inf")):
+        out = torch.empty_like(x)
+        norm_fwd_triton(x, out, 4096, 0.0, rms=False, config=cfg,
+                        tuning=norm_mod.TUNING._replace(shift_limit=limit))
+        errs[limit] = [(out[i].double() - ref[i]).abs().max().item() for i in range(2)]
+    table, off = errs[norm_mod.TUNING.shift_limit], errs[float("inf")]
+    assert max(table) < 1e-4 and abs(off[0] - table[0]) < 1e-6, errs
+    assert off[1] > 1e-3, errs
+
+
+def test_stream_kernel_takes_no_residual():
+    """The fused residual add never runs on the stream kernel: the table falls back to the
+    register or looped kernel, and a forced stream config is refused."""
+    x, r = _randn(3, 40000, seed=6), _randn(3, 40000, seed=7)
+    w = _randn(40000, seed=8)
+    assert norm_config(3, 40000).stream == 3
+    want_y, want_s = fused_add_rms_norm_reference(x, r, w, 1e-5)
+    norm_fwd_triton(x, x, 40000, 1e-5, rms=True, weight=w, residual=r)
+    _assert_sum(r, want_s)
+    _close(x, want_y, torch.float32)
+    with pytest.raises(ValueError, match="the stream kernel does not take a residual"):
+        norm_fwd_triton(x, x, 40000, 1e-5, rms=True, weight=w, residual=r,
+                        config=NormConfig(True, 1, 1, 1024, 4, 0, 3))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_rows_of_32k_stay_in_registers(dtype, monkeypatch):
     """A row of 16385 to 32768 elements takes the register kernel (32 warps), its affine
     parameters loaded late whatever the grid (the register cap of 32 warps)."""
     x = _randn(2, 20000, dtype=dtype, scale=0.5, shift=3.0)
     w, b = _randn(20000, dtype=dtype, seed=1), _randn(20000, dtype=dtype, seed=2)
-    assert norm_config(2, 20000) == (False, 1, 1, 32768, 32, 0)
+    assert norm_config(2, 20000) == (False, 1, 1, 32768, 32, 0, 0)
     seen = []
     real = norm_mod._norm_fwd_rows_kernel
 
@@ -330,29 +400,39 @@ def test_launcher_rejects_bad_arguments():
 def test_config_choice():
     # (looped, rows, tiles, block, num_warps). Prefill-sized grids: a row in registers, 32
     # elements a thread (more rows in flight per SM).
-    assert norm_config(4096, 4096) == (False, 1, 1, 4096, 4, 0)
-    assert norm_config(16384, 8192) == (False, 1, 1, 8192, 8, 0)
-    assert norm_config(8192, 7168) == (False, 1, 1, 8192, 8, 0)
-    assert norm_config(8192, 3584) == (False, 1, 1, 4096, 4, 0)
-    assert norm_config(2048, 16384) == (False, 1, 1, 16384, 16, 0)
+    assert norm_config(4096, 4096) == (False, 1, 1, 4096, 4, 0, 0)
+    assert norm_config(16384, 8192) == (False, 1, 1, 8192, 8, 0, 0)
+    assert norm_config(8192, 7168) == (False, 1, 1, 8192, 8, 0, 0)
+    assert norm_config(8192, 3584) == (False, 1, 1, 4096, 4, 0, 0)
+    assert norm_config(2048, 16384) == (False, 1, 1, 16384, 16, 0, 0)
     # Short rows are packed to a 4096-element tile while the grid stays large.
-    assert norm_config(131072, 128) == (False, 32, 1, 128, 4, 0)
-    assert norm_config(16384, 512) == (False, 8, 1, 512, 4, 0)
-    assert norm_config(16384, 1536) == (False, 2, 1, 2048, 4, 0)
+    assert norm_config(131072, 128) == (False, 32, 1, 128, 4, 0, 0)
+    assert norm_config(16384, 512) == (False, 8, 1, 512, 4, 0, 0)
+    assert norm_config(16384, 1536) == (False, 2, 1, 2048, 4, 0, 0)
     # Smaller grids: fewer elements a thread, so that the few programs finish sooner.
-    assert norm_config(256, 4096) == (False, 1, 1, 4096, 8, 0)
-    assert norm_config(64, 128) == (False, 1, 1, 128, 1, 0)
-    assert norm_config(1, 4096) == (False, 1, 1, 4096, 16, 0)
-    assert norm_config(32, 8192) == (False, 1, 1, 8192, 32, 0)
-    assert norm_config(1, 16384) == (False, 1, 1, 16384, 32, 0)
+    assert norm_config(256, 4096) == (False, 1, 1, 4096, 8, 0, 0)
+    assert norm_config(64, 128) == (False, 1, 1, 128, 1, 0, 0)
+    assert norm_config(1, 4096) == (False, 1, 1, 4096, 16, 0, 0)
+    assert norm_config(32, 8192) == (False, 1, 1, 8192, 32, 0, 0)
+    assert norm_config(1, 16384) == (False, 1, 1, 16384, 32, 0, 0)
     # Rows of 32768 (LayerNorm of [2, 16384]) still in registers: 32 warps, 32 a thread.
-    assert norm_config(2048, 32768) == (False, 1, 1, 32768, 32, 0)
-    assert norm_config(4, 16385) == (False, 1, 1, 32768, 32, 0)
-    # Longer than the register block: the looped kernel.
+    assert norm_config(2048, 32768) == (False, 1, 1, 32768, 32, 0, 0)
+    assert norm_config(4, 16385) == (False, 1, 1, 32768, 32, 0, 0)
+    # Longer than the register block: the stream kernel, one program a row up to one per
+    # SM, 32 KiB chunks at 32 warps; without it (a residual), the looped kernel.
     assert MAX_REGISTER_BLOCK == 32768
     assert norm_config(4, 32768).looped is False
-    assert norm_config(4, 32769) == (True, 1, 1, 4096, 8, 0)
-    assert norm_config(64, 196608).looped
+    assert norm_config(4, 32769) == (True, 1, 1, 8192, 32, 0, 4)
+    assert norm_config(4, 32769, in_bytes=2) == (True, 1, 1, 16384, 32, 0, 4)
+    assert norm_config(640, 196608) == (True, 1, 1, 8192, 32, 0, 132)
+    assert norm_config(4, 32769, stream=False) == (True, 1, 1, 4096, 8, 0, 0)
+    # Rows of 32768 of 16-bit inputs on a grid of a row per SM or more: the stream kernel
+    # (32-bit ones, and fewer rows, stay in registers).
+    assert norm_config(2048, 32768, in_bytes=2) == (True, 1, 1, 16384, 32, 0, 132)
+    assert norm_config(132, 20000, in_bytes=2) == (True, 1, 1, 16384, 32, 0, 132)
+    assert norm_config(131, 32768, in_bytes=2).stream == 0
+    assert norm_config(2048, 16384, in_bytes=2).stream == 0
+    assert norm_config(2048, 32768, in_bytes=2, stream=False).stream == 0
 
 
 # ============================================================================ ops

@@ -1,0 +1,135 @@
+"""Probes behind the long-row tables of the softmax and norm kernels, on a CUDA device.
+
+    python benchmarks/row_probe.py time [CASE ...]   # device time and TB/s of each variant
+    python benchmarks/row_probe.py launch CASE [VARIANT]   # three launches, for ncu:
+        ncu --clock-control none -k regex:looped -s 1 -c 1 python benchmarks/row_probe.py launch softmax-vocab-bf16
+
+The cases are the vocabulary softmax rows and the LayerNorm rows of RESULTS.md that sit
+under 3.8 TB/s. `time` runs each beside a device-to-device copy of the same bytes, the
+table's launch (`opspec`) first, then launch variants of the same kernels: the looped
+softmax kernel's chunk, warps, programs per SM and register cap; the coop kernel's chunk
+and warps (float32 logits); the norm stream kernel's chunk, warps and programs per SM.
+Every variant's output is compared with torch. Case names: `softmax-vocab-bf16`,
+`logsoftmax-vocab-bf16`, `softmax-vocab-fp32`, `layernorm-32k-bf16` or
+`layernorm-RxN-DTYPE` (bf16, fp16, fp32). Not part of the package.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+import triton
+
+from opspec.kernels import norm as NK
+from opspec.kernels import softmax as SK
+
+from sweep_pool import bench  # beside this script
+
+CASES = ["softmax-vocab-bf16", "logsoftmax-vocab-bf16", "softmax-vocab-fp32",
+         "layernorm-32k-bf16", "layernorm-32k-fp32", "layernorm-8192x7168-bf16",
+         "layernorm-8192x3584-bf16", "layernorm-8192x3584-fp32"]
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def _sms() -> int:
+    return torch.cuda.get_device_properties(0).multi_processor_count
+
+
+def looped_softmax(x, out, log, block, warps, per_sm, maxnreg=0):
+    """The looped kernel on [M, N] with a chosen chunk, warps, grid and register cap."""
+    M, N = x.shape
+    vec = 16 // x.element_size()
+    kw = {"maxnreg": maxnreg} if maxnreg else {}
+    SK._looped_kernel[(min(M, per_sm * _sms()),)](
+        x, out, M, N, N, 1, N, 1, BLOCK_R=block // vec, VEC=vec, LOG=log, USE_INT64=False,
+        FFMA_LIMIT=SK.FFMA_LIMIT[out.dtype], num_warps=warps, **kw)
+    return out
+
+
+def _softmax_case(name, dt):
+    shape = (4096, 128256) if dt != torch.float32 else (1024, 151936)
+    x = torch.randn(shape, device="cuda", dtype=dt) * 3
+    out = torch.empty_like(x)
+    log = name.startswith("log")
+    fns = {"opspec": lambda: SK.softmax_triton(x, -1, out, log=log)}
+    M, N = shape
+    if dt != torch.float32:
+        # (chunk bytes, warps, programs per SM, register cap): the table before 64 KiB
+        # chunks at 32 warps, and its neighbours
+        for kb, wp, ps, cap in ((32, 16, 2, 0), (32, 32, 1, 0), (16, 32, 1, 0), (16, 16, 1, 0),
+                                (16, 16, 2, 0), (32, 16, 2, 64), (64, 32, 1, 0)):
+            blk = kb * 1024 // x.element_size()
+            fns[f"looped{kb}K/{wp}w/{ps}ps/r{cap}"] = (
+                lambda blk=blk, wp=wp, ps=ps, cap=cap: looped_softmax(x, out, log, blk, wp, ps, cap))
+    else:
+        for blk, wp in ((16384, 32), (8192, 16), (8192, 8), (4096, 8), (4096, 4)):
+            ch = triton.cdiv(N, blk)
+            plan = SK.SoftmaxPlan("coop", blk, wp, M * ch, chunks=ch)
+            fns[f"coop{blk}/{wp}w"] = (
+                lambda plan=plan: SK.softmax_triton(x, -1, out, log=log, plan=plan))
+        fns["looped64K/32w/1ps"] = lambda: looped_softmax(x, out, log, 16384, 32, 1)
+    ref = (torch.log_softmax if log else torch.softmax)(x.float(), -1).to(dt)
+    return 2 * x.numel() * x.element_size(), fns, ref, out
+
+
+def _layernorm_case(name, dt):
+    size = name.split("-")[1]
+    M, N = (2048, 32768) if size == "32k" else map(int, size.split("x"))
+    x = torch.randn(M, N, device="cuda", dtype=dt)
+    w = torch.randn(N, device="cuda", dtype=dt)
+    b = torch.randn(N, device="cuda", dtype=dt)
+    out = torch.empty_like(x)
+    fns = {"opspec": lambda: NK.layer_norm_triton(x, (N,), w, b, 1e-5, out)}
+    # the stream kernel: (chunk bytes, warps, programs per SM)
+    for kb, wp, ps in ((32, 32, 1), (16, 32, 1), (16, 16, 2), (32, 16, 2), (64, 32, 1),
+                       (8, 8, 4)):
+        blk = min(kb * 1024 // x.element_size(), triton.next_power_of_2(N))
+        cfg = NK.NormConfig(True, 1, 1, blk, wp, 0, min(M, ps * _sms()))
+        fns[f"stream{kb}K/{wp}w/{ps}ps"] = (
+            lambda cfg=cfg: NK.norm_fwd_triton(x, out, N, 1e-5, rms=False, weight=w, bias=b,
+                                               config=cfg))
+    ref = torch.nn.functional.layer_norm(x.float(), (N,), w.float(), b.float(), 1e-5).to(dt)
+    return 2 * x.numel() * x.element_size(), fns, ref, out
+
+
+def _case(name):
+    """(bytes moved, {variant: callable}, reference output, the output the callables write)"""
+    dt = _DTYPES.get(name.rsplit("-", 1)[1])
+    if dt is None:
+        raise SystemExit(f"unknown dtype in case {name!r}")
+    if name.startswith(("softmax-vocab", "logsoftmax-vocab")):
+        return _softmax_case(name, dt)
+    if name.startswith("layernorm-"):
+        return _layernorm_case(name, dt)
+    raise SystemExit(f"unknown case {name!r}")
+
+
+def main(argv):
+    cmd = argv[0] if argv else "time"
+    names = argv[1:] or CASES
+    if cmd == "launch":
+        _, fns, ref, out = _case(names[0])
+        fn = fns[names[1]] if len(names) > 1 else fns["opspec"]
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        print(f"{names[0]}: max error {(out.float() - ref.float()).abs().max().item():.3g}")
+        return 0
+    for name in names:
+        nbytes, fns, ref, out = _case(name)
+        src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
+        dst = torch.empty_like(src)
+        copy_ms = bench(lambda: dst.copy_(src), False)
+        print(f"{name}: copy {nbytes / copy_ms / 1e9:.2f} TB/s", flush=True)
+        for v, fn in fns.items():
+            out.zero_()
+            ms = bench(fn, False)
+            err = (out.float() - ref.float()).abs().max().item()
+            print(f"  {v:22s} {ms * 1e3:8.1f} us  {nbytes / ms / 1e9:.2f} TB/s  "
+                  f"({ms / copy_ms:.3f}x copy time)  max error {err:.3g}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
