@@ -170,7 +170,10 @@ class RowTuning(NamedTuple):
 #:   at 4 warps 375, 8192 at 8 384, 16384 at 32 537). (benchmarks/row_probe.py)
 #:   Triton's software pipeline for the chunk loops instead of the register prefetch
 #:   (tl.range num_stages 3-8: 16-64 KiB a stage through shared memory by cp.async, 42-64
-#:   registers) ran 689-933 us, every depth and chunk slower: not kept.
+#:   registers) ran 689-933 us, every depth and chunk slower: not kept. Neither kept: an
+#:   L2 prefetch of the next row's first chunk during pass 2 (softmax 597 -> 590 us,
+#:   log-softmax 590 -> 591), and carrying the chunk in flight across passes and rows in
+#:   registers (94-207 spilling instructions at 64 KiB chunks).
 ROW_TUNING = RowTuning(row_tile=8192, row_programs=4, row_per_thread=32, row_tiles=1,
                        row_tiles_min_programs=8, coop_block=16384, coop_warps=16,
                        coop_max_chunks=64, loop_chunk_bytes=64 * 1024, loop_thread_bytes=64,
