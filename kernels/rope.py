@@ -154,15 +154,13 @@ def _rope_kernel(
         tok = tok.to(tl.int64)
     pos = tl.load(pos_ptr + tok * stride_p).to(tl.int64)
     i = tl.arange(0, HALF)
-    # A position outside the cache never reads past it: it reads row 0 and turns by angle
-    # 0 (cos 1, sin 0) instead; the spec leaves such a call undefined.
+    # A position outside the cache reads nothing (an empty cache has no row 0 either) and
+    # turns by angle 0 (cos 1, sin 0); the spec leaves such a call undefined.
     inside = (pos >= 0) & (pos < max_position)
     crow = cache_ptr + tl.where(inside, pos, 0) * stride_cp
-    cmask = i < half
-    cos = tl.load(crow + i * stride_cr, mask=cmask, other=0.0).to(tl.float32)
+    cmask = i < tl.where(inside, half, 0)
+    cos = tl.load(crow + i * stride_cr, mask=cmask, other=1.0).to(tl.float32)
     sin = tl.load(crow + (i + half) * stride_cr, mask=cmask, other=0.0).to(tl.float32)
-    cos = tl.where(inside, cos, 1.0)
-    sin = tl.where(inside, sin, 0.0)
     if blk < n_q_blocks:
         _rotate_heads(q_ptr, tok * stride_qt, blk * BLOCK_HQ, n_q_heads, stride_qh, stride_qd,
                       cos, sin, half, BLOCK_HQ, HALF, IS_NEOX, USE_INT64)

@@ -221,6 +221,10 @@ def test_triton_out_of_range_position_is_identity():
     q0, k0 = q.clone(), k.clone()
     rotary_embedding_triton(pos, q, k, cache, 8, False)
     assert torch.equal(q, q0) and torch.equal(k, k0)
+    # An empty cache: every position is outside it, nothing is read from it.
+    for is_neox in (False, True):
+        rotary_embedding_triton(torch.tensor([0, 3]).to(DEVICE), q, k, cache[:0], 8, is_neox)
+        assert torch.equal(q, q0) and torch.equal(k, k0)
 
 
 def test_triton_rejects_bad_arguments():
