@@ -154,6 +154,8 @@ def _rope_kernel(
         tok = tok.to(tl.int64)
     pos = tl.load(pos_ptr + tok * stride_p).to(tl.int64)
     i = tl.arange(0, HALF)
+    # (Loading the heads before the position, so that their loads do not wait on it, ran
+    # 4-9 % slower on the H200's bf16 rows and 4-5 % faster on fp32-cache ones: not kept.)
     # A position outside the cache reads nothing (an empty cache has no row 0 either) and
     # turns by angle 0 (cos 1, sin 0); the spec leaves such a call undefined.
     inside = (pos >= 0) & (pos < max_position)
