@@ -154,15 +154,19 @@ def _rope_kernel(
         tok = tok.to(tl.int64)
     pos = tl.load(pos_ptr + tok * stride_p).to(tl.int64)
     i = tl.arange(0, HALF)
-    # (Loading the heads before the position, so that their loads do not wait on it, ran
-    # 4-9 % slower on the H200's bf16 rows and 4-5 % faster on fp32-cache ones: not kept.)
-    # A position outside the cache reads nothing (an empty cache has no row 0 either) and
-    # turns by angle 0 (cos 1, sin 0); the spec leaves such a call undefined.
+    # A position outside the cache never reads past it: it reads row 0 (the launcher
+    # returns early on an empty cache) and turns by angle 0 (cos 1, sin 0) instead; the
+    # spec leaves such a call undefined. (Loading the heads before the position, so that
+    # their loads do not wait on it, ran 4-9 % slower on the H200's bf16 rows; masking the
+    # cache loads by the position's range instead of selecting after them, -1 to +12 % a
+    # row in another run: neither kept.)
     inside = (pos >= 0) & (pos < max_position)
     crow = cache_ptr + tl.where(inside, pos, 0) * stride_cp
-    cmask = i < tl.where(inside, half, 0)
-    cos = tl.load(crow + i * stride_cr, mask=cmask, other=1.0).to(tl.float32)
+    cmask = i < half
+    cos = tl.load(crow + i * stride_cr, mask=cmask, other=0.0).to(tl.float32)
     sin = tl.load(crow + (i + half) * stride_cr, mask=cmask, other=0.0).to(tl.float32)
+    cos = tl.where(inside, cos, 1.0)
+    sin = tl.where(inside, sin, 0.0)
     if blk < n_q_blocks:
         _rotate_heads(q_ptr, tok * stride_qt, blk * BLOCK_HQ, n_q_heads, stride_qh, stride_qd,
                       cos, sin, half, BLOCK_HQ, HALF, IS_NEOX, USE_INT64)
@@ -242,7 +246,8 @@ def rotary_embedding_triton(positions: torch.Tensor, query: torch.Tensor, key: t
         raise ValueError(f"positions, query and key must have T = {T} tokens, got "
                          f"{list(positions.shape)}, {list(query.shape)}, {list(key.shape)}")
     half = rotary_dim // 2
-    if T == 0 or half == 0 or H + H_kv == 0:
+    # An empty cache turns every position by angle 0: nothing to do (and no row to read).
+    if T == 0 or half == 0 or H + H_kv == 0 or max_position == 0:
         return
 
     bq, bk, num_warps = rope_blocks(T, H, H_kv, rotary_dim)
