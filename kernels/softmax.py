@@ -174,6 +174,10 @@ class RowTuning(NamedTuple):
 #:   L2 prefetch of the next row's first chunk during pass 2 (softmax 597 -> 590 us,
 #:   log-softmax 590 -> 591), and carrying the chunk in flight across passes and rows in
 #:   registers (94-207 spilling instructions at 64 KiB chunks).
+#: * Float32 logits, a kernel of row parts (each row cut into 2-8 parts of 2-10 chunks,
+#:   each part walked twice as looped walks a row, the parts' statistics exchanged as
+#:   coop's are; the L2 then holds a part per program, not a row): 382-454 us against
+#:   coop's 369 (qwen2.5; bf16 Llama-3 logits 638-1058 against looped's 629). Not kept.
 ROW_TUNING = RowTuning(row_tile=8192, row_programs=4, row_per_thread=32, row_tiles=1,
                        row_tiles_min_programs=8, coop_block=16384, coop_warps=16,
                        coop_max_chunks=64, loop_chunk_bytes=64 * 1024, loop_thread_bytes=64,
