@@ -55,6 +55,7 @@ import torch
 import triton
 import triton.language as tl
 
+from opspec.kernels.coop import arrive_and_wait
 from opspec.kernels.launch import launch
 
 __all__ = [
@@ -565,12 +566,7 @@ def _norm_fwd_coop_kernel(
     tl.store(ws_ptr + slot, p1)
     if not IS_RMS:
         tl.store(ws_ptr + M * C + slot, p2)
-    # Release: the partials above are visible to whoever sees the incremented count.
-    done = tl.atomic_add(cnt_ptr + 1 + row, 1, sem="acq_rel") + 1
-    polls = 0
-    while (done < C) & (polls < spin):
-        done = tl.atomic_add(cnt_ptr + 1 + row, 0, sem="acquire")
-        polls += 1
+    done = arrive_and_wait(cnt_ptr + 1 + row, C, spin)
     if done >= C:
         # volatile: bypass L1, which may hold an older copy of the workspace line.
         km = k < C

@@ -72,6 +72,7 @@ import torch
 import triton
 import triton.language as tl
 
+from opspec.kernels.coop import arrive_and_wait
 from opspec.kernels.launch import LaunchMemo, launch
 
 __all__ = [
@@ -436,12 +437,7 @@ def _coop_kernel(x_ptr, out_ptr, ws_ptr, cnt_ptr, n_rows, N, G, spin, sxr, sxn, 
     s = tl.sum(e, axis=0)
     tl.store(ws_ptr + ticket, m)
     tl.store(ws_ptr + n_rows * G + ticket, s)
-    # Release: the partials above are visible to whoever sees the incremented count.
-    done = tl.atomic_add(cnt_ptr + 1 + row, 1, sem="acq_rel") + 1
-    polls = 0
-    while (done < G) & (polls < spin):
-        done = tl.atomic_add(cnt_ptr + 1 + row, 0, sem="acquire")
-        polls += 1
+    done = arrive_and_wait(cnt_ptr + 1 + row, G, spin)
     if done >= G:
         # volatile: bypass L1, which may hold an older copy of the workspace line.
         pm = tl.load(ws_ptr + row * G + k, mask=k < G, other=_NEG_BIG, volatile=True)
