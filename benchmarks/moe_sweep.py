@@ -53,7 +53,7 @@ from opspec.ops.moe_layout import as_layout
 from opspec.ops.workloads import cases
 from opspec.schema.primitives import moe_layout_metadata
 
-from sweep_pool import bench, run_ahead, sweep_parser  # beside this script
+from sweep_pool import bench, report_best, run_ahead, sweep_parser  # beside this script
 
 COPY_TBPS = 4.21  # measured device-to-device copy bandwidth (read + written), TB/s
 PEAK_TFLOPS = 760.0  # measured cuBLAS bf16 on large GEMMs (730-790)
@@ -441,23 +441,15 @@ def main() -> None:
             print(f"  ({len(skipped)} candidates skipped: the row's share of the budget, "
                   f"{allot:.0f} s, was spent: {', '.join(skipped)})", flush=True)
         kernels = [e for e in entries if "ms" in e and e["config"] is not None]
-        good = [e for e in kernels if e["ok"]]
-        wrong = [e["name"] for e in kernels if not e["ok"]]
-        best = min(good, key=lambda e: e["ms"]) if good else None
+        best, wrong = report_best(kernels, base, lambda b: f"{b['tflops']:.0f} TFLOP/s",
+                                  digits=3)
         # the best the table can take (a forced alignment is a diagnostic only)
-        best_cfg = min((e for e in good if not e.get("force_align")), key=lambda e: e["ms"],
-                       default=None)
+        best_cfg = min((e for e in kernels if e["ok"] and not e.get("force_align")),
+                       key=lambda e: e["ms"], default=None)
         table_ms = tab["ms"] if tab and tab["ok"] else None
         hint = suggestion(info, best_cfg, table_ms) if best_cfg else "no configuration matched"
         if best:
-            vs = lambda k: f"x{base[k] / best['ms']:.3f} vs {k}" if k in base else f"no {k}"  # noqa: E731
-            print(f"  BEST {best['name']}: {best['us']:.1f} us, {best['tflops']:.0f} TFLOP/s, "
-                  f"{vs('eager')}, {vs('compile')}", flush=True)
             print(f"  -> {hint}", flush=True)
-        else:
-            print("  BEST: none (no candidate matched the reference)", flush=True)
-        if wrong:
-            print(f"  WRONG outputs (never best): {', '.join(wrong)}", flush=True)
         results.append(dict(info, flop=flop, bytes=nbytes, sol_us=sol_us, table=list(table),
                             entries=entries, eager_ms=base.get("eager"),
                             compile_ms=base.get("compile"), best=best and best["name"],

@@ -48,7 +48,7 @@ import opspec.kernels.pool as PK
 from opspec.kernels.pool import BandConfig
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sweep_pool import bench, run_ahead, sweep_parser  # noqa: E402  (beside this script)
+from sweep_pool import bench, report_best, run_ahead, sweep_parser  # noqa: E402  (beside this script)
 
 COPY_TBPS = 4.21       # measured device-to-device copy bandwidth (read + written), TB/s
 DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "f32": torch.float32}
@@ -346,25 +346,10 @@ def main() -> None:
             print(f"  ({len(skipped)} candidates skipped: the row's share of the budget, "
                   f"{allot:.0f} s, was spent: {', '.join(skipped)})", flush=True)
         kernels = [e for e in entries if "ms" in e and not e["name"].startswith("torch")]
-        good = [e for e in kernels if e["ok"]]
-        wrong = [e["name"] for e in kernels if not e["ok"]]
-        best = min(good, key=lambda e: e["ms"]) if good else None
         tab = next((e for e in kernels if e["name"] == "TABLE"), None)
-        if best:
-            vs = lambda k: f"x{base[k] / best['ms']:.2f} vs {k}" if k in base else f"no {k}"  # noqa: E731
-            if tab is best:
-                verdict = "the table's choice is the best"
-            elif tab and tab["ok"]:
-                verdict = f"the table's choice is x{tab['ms'] / best['ms']:.2f} slower"
-            else:
-                verdict = "the table's choice is WRONG or failed"
-            print(f"  BEST {best['name']}: {best['us']:.1f} us, {best['tbps']:.2f} TB/s "
-                  f"({best['pct_copy']:.0f}% of {COPY_TBPS}), {vs('eager')}, {vs('compile')}; "
-                  f"{verdict}", flush=True)
-        else:
-            print("  BEST: none (no candidate matched the reference)", flush=True)
-        if wrong:
-            print(f"  WRONG outputs (never best): {', '.join(wrong)}", flush=True)
+        best, wrong = report_best(
+            kernels, base, lambda b: f"{b['tbps']:.2f} TB/s ({b['pct_copy']:.0f}% of {COPY_TBPS})",
+            table=tab)
         results.append(dict(label=label, mode=mode, shape=list(x.shape), dtype=dt,
                             kernel=k, stride=s, padding=p, dilation=d, ceil_mode=c,
                             count_include_pad=cip, divisor_override=div, bytes=nbytes,

@@ -98,6 +98,39 @@ def compile_fn(f, smoke: bool):
     return torch.compile(f, fullgraph=True, dynamic=False)
 
 
+def report_best(kernels: list[dict], base: dict, rate: Callable[[dict], str], *,
+                table: dict | None | bool = False, digits: int = 2,
+                note: Callable[[dict], str] | None = None) -> tuple[dict | None, list[str]]:
+    """Print a row's fastest matching candidate among ``kernels`` (entries with ``name``,
+    ``ms``, ``us`` and ``ok``) and the ones whose output was wrong, which are never best;
+    return ``(best or None, wrong names)``. The line gives the best's time, ``rate(best)``
+    and its speedup over each of ``base``'s ``eager`` and ``compile`` milliseconds (to
+    ``digits`` places); with ``table`` (the table's own entry, or None where it has none)
+    how the table's choice compares; then ``note(best)``."""
+    good = [e for e in kernels if e["ok"]]
+    wrong = [e["name"] for e in kernels if not e["ok"]]
+    best = min(good, key=lambda e: e["ms"]) if good else None
+    if best:
+        vs = [f"x{base[k] / best['ms']:.{digits}f} vs {k}" if k in base else f"no {k}"
+              for k in ("eager", "compile")]
+        line = f"  BEST {best['name']}: {best['us']:.1f} us, {rate(best)}, {', '.join(vs)}"
+        if table is not False:
+            if table is best:
+                line += "; the table's choice is the best"
+            elif table and table["ok"]:
+                line += f"; the table's choice is x{table['ms'] / best['ms']:.2f} slower"
+            else:
+                line += "; the table's choice is WRONG or failed"
+        if note:
+            line += f"; {note(best)}"
+        print(line, flush=True)
+    else:
+        print("  BEST: none (no candidate matched the reference)", flush=True)
+    if wrong:
+        print(f"  WRONG outputs (never best): {', '.join(wrong)}", flush=True)
+    return best, wrong
+
+
 def sweep_rows(args, rows: list, *, make_row, variants_of, precompile, tuning_note: str,
                json_extra: dict, describe=lambda cfg: cfg, table_of=None,
                widths: tuple[int, int, int] = (44, 7, 42)) -> None:

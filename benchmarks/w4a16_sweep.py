@@ -46,7 +46,7 @@ import triton
 import opspec.kernels.quant_gemm as Q
 from opspec.kernels.quant_gemm import DecodeConfig, PrefillConfig
 
-from sweep_pool import bench, run_ahead, sweep_parser  # beside this script
+from sweep_pool import bench, report_best, run_ahead, sweep_parser  # beside this script
 
 SMS = 132
 COPY_TBPS = 4.21       # measured device-to-device copy bandwidth (read + written), TB/s
@@ -345,25 +345,10 @@ def main() -> None:
             print(f"  ({len(skipped)} candidates skipped: the row's share of the budget, "
                   f"{allot:.0f} s, was spent: {', '.join(skipped)})", flush=True)
         kernels = [e for e in entries if "ms" in e and e["config"] is not None]
-        good = [e for e in kernels if e["ok"]]
-        wrong = [e["name"] for e in kernels if not e["ok"]]
-        best = min(good, key=lambda e: e["ms"]) if good else None
         tab = next((e for e in kernels if e["name"].startswith("TABLE")), None)
-        if best:
-            vs = lambda k: f"x{base[k] / best['ms']:.2f} vs {k}" if k in base else f"no {k}"  # noqa: E731
-            if tab is best:
-                verdict = "the table's choice is the best"
-            elif tab and tab["ok"]:
-                verdict = "the table's choice is x%.2f slower" % (tab["ms"] / best["ms"])
-            else:
-                verdict = "the table's choice is WRONG or failed"
-            print(f"  BEST {best['name']}: {best['us']:.1f} us, {best['tbps']:.2f} TB/s "
-                  f"({best['pct_copy']:.0f}% of {COPY_TBPS}), {vs('eager')}, {vs('compile')}; "
-                  f"{verdict}; config={tuple(best['config'])}", flush=True)
-        else:
-            print("  BEST: none (no candidate matched the reference)", flush=True)
-        if wrong:
-            print(f"  WRONG outputs (never best): {', '.join(wrong)}", flush=True)
+        best, wrong = report_best(
+            kernels, base, lambda b: f"{b['tbps']:.2f} TB/s ({b['pct_copy']:.0f}% of {COPY_TBPS})",
+            table=tab, note=lambda b: f"config={tuple(b['config'])}")
         results.append(dict(label=label, kind=kind, M=M, N=N, K=K, dtype=str(dtype), scale_dtype=str(sdtype),
                             group_size=G, bytes=nbytes, flop=flop, sol_us=sol_us,
                             table=list(table), entries=entries, eager_ms=base.get("eager"),
