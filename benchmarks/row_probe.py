@@ -10,7 +10,8 @@ table's launch (`opspec`) first, then launch variants of the same kernels: the l
 softmax kernel's chunk, warps, programs per SM and register cap; the coop kernel's chunk
 and warps (float32 logits); the norm stream kernel's chunk, warps and programs per SM.
 Every variant's output is compared with torch. Case names: `softmax-vocab-bf16`,
-`logsoftmax-vocab-bf16`, `softmax-vocab-fp32`, `layernorm-32k-bf16` or
+`logsoftmax-vocab-bf16`, `logsoftmax-vocab-bf16fp32` (float32 results), `softmax-vocab-fp32`,
+`layernorm-32k-bf16` or
 `layernorm-RxN-DTYPE` (bf16, fp16, fp32). Not part of the package.
 """
 
@@ -48,13 +49,18 @@ def looped_softmax(x, out, log, block, warps, per_sm, maxnreg=0):
 
 
 def _softmax_case(name, dt):
-    shape = (4096, 128256) if dt != torch.float32 else (1024, 151936)
+    # "-bf16fp32": bf16 logits, float32 results (torch's dtype=), 2048 rows
+    out_dt = torch.float32 if name.endswith("fp32") else dt
+    if dt == torch.float32:
+        shape = (1024, 151936)
+    else:
+        shape = (4096, 128256) if out_dt == dt else (2048, 128256)
     x = torch.randn(shape, device="cuda", dtype=dt) * 3
-    out = torch.empty_like(x)
+    out = torch.empty(shape, device="cuda", dtype=out_dt)
     log = name.startswith("log")
     fns = {"opspec": lambda: SK.softmax_triton(x, -1, out, log=log)}
     M, N = shape
-    if dt != torch.float32:
+    if x.dtype != torch.float32:
         # (chunk bytes, warps, programs per SM, register cap): the table before 64 KiB
         # chunks at 32 warps, and its neighbours
         for kb, wp, ps, cap in ((32, 16, 2, 0), (32, 32, 1, 0), (16, 32, 1, 0), (16, 16, 1, 0),
@@ -69,8 +75,8 @@ def _softmax_case(name, dt):
             fns[f"coop{blk}/{wp}w"] = (
                 lambda plan=plan: SK.softmax_triton(x, -1, out, log=log, plan=plan))
         fns["looped64K/32w/1ps"] = lambda: looped_softmax(x, out, log, 16384, 32, 1)
-    ref = (torch.log_softmax if log else torch.softmax)(x.float(), -1).to(dt)
-    return 2 * x.numel() * x.element_size(), fns, ref, out
+    ref = (torch.log_softmax if log else torch.softmax)(x.float(), -1).to(out_dt)
+    return x.numel() * (x.element_size() + out.element_size()), fns, ref, out
 
 
 def _layernorm_case(name, dt):
@@ -95,7 +101,7 @@ def _layernorm_case(name, dt):
 
 def _case(name):
     """(bytes moved, {variant: callable}, reference output, the output the callables write)"""
-    dt = _DTYPES.get(name.rsplit("-", 1)[1])
+    dt = _DTYPES.get(name.rsplit("-", 1)[1].replace("bf16fp32", "bf16"))
     if dt is None:
         raise SystemExit(f"unknown dtype in case {name!r}")
     if name.startswith(("softmax-vocab", "logsoftmax-vocab")):
