@@ -207,13 +207,12 @@ class NormTuning(NamedTuple):
 #:   H200 (benchmarks/row_probe.py): 32 KiB chunks at 32 warps, one program per SM, 95.0
 #:   -> 86.6 us (3.10 TB/s); 16 KiB chunks 99-101 us; two programs of 16 warps 87.1-88.5;
 #:   64 KiB chunks 94.4 (spills); a looped variant, one row a program in 4 KiB chunks (not
-#:   kept), 89.9. Float32
-#:   rows of 32768 stay in registers (3.39 TB/s; stream 3.27 at best); so do shorter
-#:   rows (dsv3 7168: registers 3.60, stream 3.03 at best). The looped kernel ran 32768
-#:   rows at 2.34-2.38 TB/s, so longer rows take stream at any width. ncu on stream
-#:   (bf16, 32k): 71 % issue-active, 60 % of DRAM peak; unmasked whole chunks (EVEN, 896
-#:   -> 776 SASS instructions) 86.5 -> 85.3 us (3.15 TB/s); loading pass 2's next chunk
-#:   (x, w, b) ahead (a variant, not kept) 86.8 -> 91.2 (64 registers).
+#:   kept), 89.9. Float32 rows of 32768 stay in registers (3.39 TB/s; stream 3.27 at
+#:   best); so do shorter rows (dsv3 7168: registers 3.60, stream 3.03 at best). The looped
+#:   kernel ran 32768 rows at 2.34-2.38 TB/s, so longer rows take stream at any width.
+#:   ncu on stream (bf16, 32k): 71 % issue-active, 60 % of DRAM peak; unmasked whole
+#:   chunks (EVEN, 896 -> 776 SASS instructions) 86.5 -> 85.3 us (3.15 TB/s); loading
+#:   pass 2's next chunk (x, w, b) ahead (a variant, not kept) 86.8 -> 91.2 (64 registers).
 TUNING = NormTuning(ln_stats="twopass", shift_limit=16.0, min_tile=4096, programs_per_sm=4,
                     per_thread_large=32, per_thread_mid=16, per_thread_small=8,
                     coop_min_block=0, coop_block=8192, coop_warps=8)
@@ -783,17 +782,15 @@ def norm_config(M: int, N: int, *, max_register_block: int = MAX_REGISTER_BLOCK,
     whatever the input dtype). Memoised: a call costs a dict lookup. ``coop=False`` and
     ``stream=False`` leave those kernels out (calls they cannot serve).
 
-    Then rows longer than the register block, and with ``tuning.stream_min_block`` set rows of
-    ``next_power_of_2(N) >= stream_min_block`` of at most ``stream_max_in_bytes`` bytes
-    an element on grids of at least ``M >= 132`` rows, take the stream kernel: chunks of
-    ``stream_chunk_bytes``, ``stream_warps`` warps, ``stream_programs_per_sm * 132``
-    programs (at most ``M``). Without it, rows longer than the register block take the
-    looped kernel.
-
     With ``tuning.coop_min_block`` set, rows of ``next_power_of_2(N) >= coop_min_block``
     cut into at most ``coop_max_chunks`` chunks of ``coop_block``, on grids of at least
-    ``coop_min_programs`` programs, take the coop kernel. Otherwise a row fits in
-    registers when ``next_power_of_2(N) <= max_register_block``. Short rows are packed
+    ``coop_min_programs`` programs, take the coop kernel. Then rows longer than the
+    register block, and (with ``tuning.stream_min_block`` set) rows of
+    ``next_power_of_2(N) >= stream_min_block`` of at most ``stream_max_in_bytes`` bytes an
+    element on grids of ``M >= 132`` rows or more, take the stream kernel: chunks of
+    ``stream_chunk_bytes``, ``stream_warps`` warps, ``stream_programs_per_sm * 132``
+    programs (at most ``M``). Otherwise a row fits in registers when
+    ``next_power_of_2(N) <= max_register_block``. Short rows are packed
     ``rows`` to a tile of up to ``min_tile`` (4096) elements, fewer while the grid would
     hold under ``programs_per_sm * 132`` programs. The warp count sets the elements each
     thread holds:
