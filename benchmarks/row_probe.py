@@ -2,7 +2,8 @@
 
     python benchmarks/row_probe.py time [CASE ...]   # device time and TB/s of each variant
     python benchmarks/row_probe.py launch CASE [VARIANT]   # three launches, for ncu:
-        ncu --clock-control none -k regex:looped -s 1 -c 1 python benchmarks/row_probe.py launch softmax-vocab-bf16
+        ncu --clock-control none -k regex:looped -s 1 -c 1 \
+            python benchmarks/row_probe.py launch softmax-vocab-bf16
 
 The cases are the vocabulary softmax rows and the LayerNorm rows of RESULTS.md that sit
 under 3.8 TB/s. `time` runs each beside a device-to-device copy of the same bytes, the
@@ -67,7 +68,8 @@ def _softmax_case(name, dt):
                                 (16, 16, 2, 0), (32, 16, 2, 64), (64, 32, 1, 0)):
             blk = kb * 1024 // x.element_size()
             fns[f"looped{kb}K/{wp}w/{ps}ps/r{cap}"] = (
-                lambda blk=blk, wp=wp, ps=ps, cap=cap: looped_softmax(x, out, log, blk, wp, ps, cap))
+                lambda blk=blk, wp=wp, ps=ps, cap=cap:
+                looped_softmax(x, out, log, blk, wp, ps, cap))
     else:
         for blk, wp in ((16384, 32), (8192, 16), (8192, 8), (4096, 8), (4096, 4)):
             ch = triton.cdiv(N, blk)

@@ -32,9 +32,9 @@ output dtype, as torch casts the input before the op. Five kernels:
 ``looped``
     ``inner == 1``, 16-bit rows too long for ``rows`` and rows longer than 64 x 16384
     elements, enough rows to fill the GPU: a persistent grid of one program of 32 warps
-    per SM, each taking whole rows. Pass 1 streams the row once, keeping a running max and sum per
-    group of ``VEC`` contiguous elements (one 16-byte vector, so the group's max is a
-    reduction inside one thread and ``exp`` of the rescale runs once per ``VEC``
+    per SM, each taking whole rows. Pass 1 streams the row once, keeping a running max and
+    sum per group of ``VEC`` contiguous elements (one 16-byte vector, so the group's max is
+    a reduction inside one thread and ``exp`` of the rescale runs once per ``VEC``
     elements); pass 2 reads the row again in reverse chunk order and writes it, mostly
     from L2: the first pass loads with ``evict_last``, the second and the stores with
     ``evict_first``. Chunks are 64 KiB of input; each loop loads its next chunk ahead,
