@@ -238,6 +238,43 @@ def test_stream_kernel_takes_no_residual():
                         config=NormConfig(True, 1, 1, 1024, 4, 0, 3))
 
 
+_STREAM_BUILD = r"""
+import json, sys
+from sm90_build import build
+import opspec.kernels.norm as K
+
+def stream(ty, N, block, rms):
+    vec = 16 // (2 if ty == "*bf16" else 4)
+    args = dict(x_ptr=ty, w_ptr=ty, b_ptr=ty, y_ptr=ty, M=2048, N=N, eps=1e-5, stride_xm=N,
+                stride_xn=1, stride_ym=N, stride_yn=1, stride_w=1, stride_b=1)
+    c = dict(BLOCK_R=block // vec, VEC=vec, EVEN=N % block == 0, IS_RMS=rms, HAS_WEIGHT=True,
+             HAS_BIAS=not rms, USE_INT64=False, SHIFT_LIMIT=16.0)
+    b = build(K._norm_fwd_stream_kernel, args, c, 32)
+    spills = sum(1 for line in b.sass.splitlines() if "STL" in line or "LDL" in line)
+    return dict(reg=b.registers, spills=spills, ld=b.loads, st=b.stores)
+
+json.dump({"bf16-32k-layer": stream("*bf16", 32768, 16384, False),
+           "bf16-32k-rms": stream("*bf16", 32768, 16384, True),
+           "fp32-40000-layer": stream("*fp32", 40000, 8192, False)}, sys.stdout)
+"""
+
+
+def test_stream_kernel_builds_for_sm90_without_spills():
+    """The stream kernel as the table launches it (32 warps: at most 64 registers a thread)
+    compiles for sm_90 without a spill, its rows in 16-byte loads and stores: pass 1's loads
+    keep the row in L2 (evict_last) for pass 2, whose loads and stores are evict_first.
+    Compiled in a fresh process (the interpreter patches triton.language)."""
+    from sm90_build import evict_hints, run_script, strip_hints
+
+    built = run_script(_STREAM_BUILD)
+    for name, k in built.items():
+        assert k["reg"] is not None and k["reg"] <= 64 and k["spills"] == 0, (name, k)
+        assert "ld.global.v4.b32" in {strip_hints(op) for op in k["ld"]}, (name, k)
+        assert {strip_hints(op) for op in k["st"]} == {"st.global.v4.b32"}, (name, k)
+        assert {"L1::evict_last", "L1::evict_first"} <= set(evict_hints(k["ld"])), (name, k)
+        assert evict_hints(k["st"]) == ["L1::evict_first"], (name, k)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_rows_of_32k_stay_in_registers(dtype, monkeypatch):
     """A row of 16385 to 32768 elements takes the register kernel (32 warps), its affine
