@@ -49,6 +49,18 @@ def looped_softmax(x, out, log, block, warps, per_sm, maxnreg=0):
     return out
 
 
+def coop_softmax(x, out, log, block, warps, maxnreg):
+    """The coop kernel on [M, N] with a chosen chunk, warps and register cap."""
+    M, N = x.shape
+    G = triton.cdiv(N, block)
+    cnt = torch.zeros(1 + M, dtype=torch.int32, device=x.device)
+    ws = torch.empty(2 * M * G, dtype=torch.float32, device=x.device)
+    SK._coop_kernel[(M * G,)](x, out, ws, cnt, M, N, G, 1 << 16, N, 1, N, 1, BLOCK=block,
+                              FB=min(block, 1024), G_POW2=triton.next_power_of_2(G), LOG=log,
+                              USE_INT64=False, num_warps=warps, maxnreg=maxnreg)
+    return out
+
+
 def _softmax_case(name, dt):
     # "-bf16fp32": bf16 logits, float32 results (torch's dtype=), 2048 rows
     out_dt = torch.float32 if name.endswith("fp32") else dt
@@ -77,6 +89,10 @@ def _softmax_case(name, dt):
             fns[f"coop{blk}/{wp}w"] = (
                 lambda plan=plan: SK.softmax_triton(x, -1, out, log=log, plan=plan))
         fns["looped64K/32w/1ps"] = lambda: looped_softmax(x, out, log, 16384, 32, 1)
+        # coop under a register cap (more programs an SM): (chunk, warps, maxnreg)
+        for blk, wp, cap in ((8192, 8, 64), (4096, 4, 64), (4096, 4, 48)):
+            fns[f"coop{blk}/{wp}w/r{cap}"] = (
+                lambda blk=blk, wp=wp, cap=cap: coop_softmax(x, out, log, blk, wp, cap))
     ref = (torch.log_softmax if log else torch.softmax)(x.float(), -1).to(out_dt)
     return x.numel() * (x.element_size() + out.element_size()), fns, ref, out
 

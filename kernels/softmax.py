@@ -179,6 +179,9 @@ class RowTuning(NamedTuple):
 #:   each part walked twice as looped walks a row, the parts' statistics exchanged as
 #:   coop's are; the L2 then holds a part per program, not a row): 382-454 us against
 #:   coop's 369 (qwen2.5; bf16 Llama-3 logits 638-1058 against looped's 629). Not kept.
+#:   Coop under a register cap of 64 (4 or 8 programs an SM): chunks of 8192 at 8 warps
+#:   362.7 us and 4096 at 4 warps 365.0 against the table's 367.2 in one run; 1.2 %, within
+#:   what runs differ by, so the table stays until a sweep repeats it.
 ROW_TUNING = RowTuning(row_tile=8192, row_programs=4, row_per_thread=32, row_tiles=1,
                        row_tiles_min_programs=8, coop_block=16384, coop_warps=16,
                        coop_max_chunks=64, loop_chunk_bytes=64 * 1024, loop_thread_bytes=64,
