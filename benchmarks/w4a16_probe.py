@@ -2,6 +2,7 @@
 
     python benchmarks/w4a16_probe.py rows      # read ceiling of the decode kernel's access pattern
     python benchmarks/w4a16_probe.py host      # host and device time a call of the decode launcher
+    python benchmarks/w4a16_probe.py prefill   # fused prefill kernel against two passes
     python benchmarks/w4a16_probe.py launch [FIELD=VALUE ...]   # one 70B gate-up launch, for ncu:
         ncu --clock-control none -k regex:w4a16_tc -s 2 -c 1 python benchmarks/w4a16_probe.py launch
 
@@ -9,7 +10,8 @@
 C words a step, K split in KS contiguous slices as the tensor-core kernel's warps split it,
 and prints TB/s beside a device-to-device copy: how fast the weight can be streamed in the
 kernel's own steps with nothing else in the loop. `launch` takes tc_config_for's keyword
-arguments to override the table's choice (k_slices=2 row_warps=2 ...). Not part of the package.
+arguments to override the table's choice (k_slices=2 row_warps=2 ...), and M=, N=, K= the
+shape. Not part of the package.
 """
 
 from __future__ import annotations
@@ -84,10 +86,41 @@ def host() -> None:
               f"device {_median_s(call) * 1e6:.1f} us")
 
 
+def prefill() -> None:
+    """The fused prefill kernel against two passes (dequantize, then the GEMM kernel) and
+    their parts, beside cuBLAS on the dequantized weight, by M."""
+    from opspec.kernels.gemm import gemm_triton
+    from opspec.kernels.quant_dequant import dequantize_int4_triton
+    rows_ = [(m, 14336, 4096) for m in (256, 512, 1024, 2048)]
+    rows_ += [(m, 28672, 8192) for m in (512, 1024, 4096)]
+    rows_ += [(2048, 4096, 14336), (1024, 3584, 18944)]
+    for M, N, K in rows_:
+        x, p, s, z, out = _operands(M, N, K, torch.bfloat16)
+        w = torch.empty(N, K, dtype=x.dtype, device="cuda")
+        fused = Q.prefill_config_for(M, N, K, G, two_pass=False)
+        two = Q.prefill_config_for(M, N, K, G, two_pass=True)
+        t = {
+            "fused": _median_s(lambda: Q.w4a16_prefill_triton(x, p, s, z, G, out, fused)),
+            "two-pass": _median_s(lambda: Q.w4a16_prefill_triton(x, p, s, z, G, out, two)),
+            "dequant": _median_s(lambda: dequantize_int4_triton(p, s, z, G, w)),
+            "gemm": _median_s(lambda: gemm_triton(x, w, False, True, out)),
+            "cublas": _median_s(lambda: torch.matmul(x, w.t(), out=out)),
+        }
+        ref = Q.gemm_w4a16_reference(x, p, s, z, G).float()
+        Q.w4a16_prefill_triton(x, p, s, z, G, out, two)
+        err = ((out.float() - ref).norm() / ref.norm()).item()
+        flop = 2 * M * N * K
+        print(f"M={M} N={N} K={K}: " + ", ".join(
+            f"{k} {v * 1e6:.1f} us" for k, v in t.items())
+            + f"; fused {flop / t['fused'] / 1e12:.0f}, two-pass {flop / t['two-pass'] / 1e12:.0f}"
+            f" TFLOP/s; dequant {(N * K * 2.5 + 4 * N * K / G * 2) / t['dequant'] / 1e12:.2f}"
+            f" TB/s; rel err {err:.2e}", flush=True)
+
+
 def launch(overrides: list[str]) -> None:
-    M, N, K, dtype = 1, 57344, 8192, torch.bfloat16
-    x, p, s, z, out = _operands(M, N, K, dtype)
     kw = {k: int(v) for k, v in (a.split("=", 1) for a in overrides)}
+    M, N, K, dtype = kw.pop("M", 1), kw.pop("N", 57344), kw.pop("K", 8192), torch.bfloat16
+    x, p, s, z, out = _operands(M, N, K, dtype)
     cfg = Q.tc_config_for(M, N, K, G, dtype, **kw) if kw else Q.decode_config_for(M, N, K, G, dtype)
     print(cfg)
     for _ in range(3):
@@ -99,5 +132,5 @@ if __name__ == "__main__":
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA device")
     what = sys.argv[1] if len(sys.argv) > 1 else "rows"
-    {"rows": lambda: rows(), "host": lambda: host(),
+    {"rows": lambda: rows(), "host": lambda: host(), "prefill": lambda: prefill(),
      "launch": lambda: launch(sys.argv[2:])}[what]()

@@ -76,6 +76,12 @@ Kernels (plain functions; the dispatch classes are in :mod:`opspec.kernels.quant
   accumulator. With ``PrefillConfig.swap_ab`` the program computes its tile of ``y.T``,
   ``dot(dequant(W), x.T)``: on sm_90 the dequantized weight is then wgmma's A operand,
   taken from registers, rather than stored to shared memory for the B operand.
+  From ``_PREFILL_TWO_PASS_MIN_M`` tokens (``PrefillConfig.two_pass``) the product is bound
+  by tensor-core throughput, which dequantizing in the main loop keeps far below the GEMM
+  kernel's: there it runs in two passes instead, the weight dequantized into a scratch
+  ``[rows, K]`` matrix in x's dtype (:mod:`opspec.kernels.quant_dequant`; float32, one
+  rounding) and ``x @ scratch.T`` by :func:`opspec.kernels.gemm.gemm_triton` (its own
+  table, TMA on sm_90), N in slices of at most ``_TWO_PASS_SCRATCH_BYTES`` of scratch.
 
 Every tuning constant is in the block below (plain Python, no autotuning at call time), to
 be retuned from H200 timings. On the CPU, Triton's interpreter computes ``tl.dot`` wrongly in
@@ -94,7 +100,9 @@ import triton
 import triton.language as tl
 
 from opspec.kernels.devices import TRITON_INTERPRETED
+from opspec.kernels.gemm import gemm_triton
 from opspec.kernels.launch import LaunchMemo, launch
+from opspec.kernels.quant_dequant import dequant_supported, dequantize_int4_triton
 from opspec.kernels.tiling import H200_SMS as _NUM_SMS
 from opspec.kernels.tiling import element_extent as _extent
 from opspec.kernels.tiling import grouped_tile
@@ -162,6 +170,12 @@ class PrefillConfig(NamedTuple):
     # x.T): the dequantized weight is the MMA's A operand, which sm_90 (wgmma) can take
     # from registers, so it need not go through shared memory.
     swap_ab: bool = False
+    # Two passes instead of the fused kernel: the weight dequantized into a scratch
+    # [N, K] matrix in x's dtype (:func:`opspec.kernels.quant_dequant.dequantize_int4_triton`,
+    # at most _TWO_PASS_SCRATCH_BYTES a pass, so N in slices), then the GEMM kernel
+    # (:func:`opspec.kernels.gemm.gemm_triton`, its own table) on each slice. The tile fields
+    # are unused.
+    two_pass: bool = False
 
 
 # --- the table: every tuning constant ------------------------------------------------
@@ -217,6 +231,20 @@ _PREFILL_UNSWAPPED = PrefillConfig(128, 128, 64, 8, 8, 3)
 # unswapped tiles of at most 128x128 at 8 warps; None disables the cap.
 _PREFILL_MAXNREG = 128
 _PREFILL_MEDIUM = PrefillConfig(64, 128, 64, 8, 4, 3)
+# Two passes (PrefillConfig.two_pass) from this many tokens, where the group is 2^i bytes:
+# the fused tiles above stay near 380-490 TFLOP/s, the GEMM kernel on the 16-bit weight
+# runs at 560-740, and the dequantization pass streams 2.5 bytes an element at 3.4-3.6
+# TB/s. H200, bfloat16 (benchmarks/w4a16_probe.py prefill), fused against two passes:
+# N x K = 14336 x 4096: M = 256 80 against 102 us, 512 150 / 145, 1024 280 / 213, 2048
+# 492 / 352; 28672 x 8192: M = 512 630 / 487, 1024 1089 / 764, 4096 4358 / 2588 (cuBLAS
+# on the dequantized weight 2535); 4096 x 14336, M = 2048: 588 / 342; 3584 x 18944,
+# M = 1024: 373 / 251.
+_PREFILL_TWO_PASS_MIN_M = 512
+_PREFILL_TWO_PASS = PrefillConfig(0, 0, 0, 0, 0, 0, True, False, True)
+# The scratch matrix's bound: N is dequantized and multiplied in slices of whole
+# _TWO_PASS_ROW_ALIGN rows (16-byte aligned output columns for the GEMM's TMA path).
+_TWO_PASS_SCRATCH_BYTES = 256 << 20
+_TWO_PASS_ROW_ALIGN = 256
 _PREFILL_SMALL = PrefillConfig(32, 64, 64, 8, 4, 3)
 # Tensor-core decode kernel (DecodeConfig.tc) for every M <= 16 with 128-wide groups; set
 # _TC_MAX_M = 0 to fall back to the MMA / FMA kernels everywhere. Not yet timed on the H200
@@ -341,8 +369,15 @@ def legacy_decode_config(M: int, N: int, K: int, group_size: int) -> DecodeConfi
 
 
 @functools.lru_cache(maxsize=1024)
-def prefill_config_for(M: int, N: int, K: int, group_size: int) -> PrefillConfig:
-    """The prefill kernel's tile configuration."""
+def prefill_config_for(M: int, N: int, K: int, group_size: int,
+                       two_pass: bool | None = None) -> PrefillConfig:
+    """The prefill kernel's configuration: two passes (from _PREFILL_TWO_PASS_MIN_M tokens,
+    where the group allows) or the fused kernel's tiles; ``two_pass`` overrides the choice
+    (True where the group does not allow it is an error at launch)."""
+    if two_pass is None:
+        two_pass = M >= _PREFILL_TWO_PASS_MIN_M and dequant_supported(group_size)
+    if two_pass:
+        return _PREFILL_TWO_PASS
     cfg = _PREFILL_LARGE if M > 64 else _PREFILL_MEDIUM if M > 32 else _PREFILL_SMALL
     if cfg.swap_ab and M < cfg.block_m:
         cfg = _PREFILL_UNSWAPPED
@@ -1412,6 +1447,8 @@ def w4a16_prefill_triton(x: torch.Tensor, packed_weight: torch.Tensor, scales: t
     if K == 0:
         return out.zero_()
     cfg = config or prefill_config_for(M, N, K, group_size)
+    if cfg.two_pass:
+        return _two_pass(x, packed_weight, scales, zeros, group_size, out)
     use_int64 = max(_extent(x), _extent(packed_weight), _extent(scales), _extent(zeros),
                     _extent(out)) > _INT32_LIMIT
     grid = (triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n),)
@@ -1428,4 +1465,33 @@ def w4a16_prefill_triton(x: torch.Tensor, packed_weight: torch.Tensor, scales: t
         F32_DEQUANT=bool(cfg.f32_dequant), SWAP_AB=bool(cfg.swap_ab),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **extra,
     )
+    return out
+
+
+def _two_pass(x, packed_weight, scales, zeros, group_size, out):
+    """``PrefillConfig.two_pass``: dequantize a slice of weight rows into scratch, then
+    ``x @ slice.T`` into the slice's columns of ``out`` with the GEMM kernel."""
+    if not dequant_supported(group_size):
+        raise ValueError(f"two-pass prefill needs a group of 2^i bytes, got group_size = "
+                         f"{group_size}")
+    M, K = x.shape
+    N = packed_weight.shape[0]
+    # Under the interpreter bfloat16 tl.dot is wrong (see _upcast): float32 there.
+    work = torch.float32 if _upcast(x) else x.dtype
+    row_bytes = K * torch.empty((), dtype=work).element_size()
+    rows = max(_TWO_PASS_ROW_ALIGN, _TWO_PASS_SCRATCH_BYTES // row_bytes
+               // _TWO_PASS_ROW_ALIGN * _TWO_PASS_ROW_ALIGN)
+    rows = min(rows, N)
+    scratch = torch.empty((rows, K), dtype=work, device=x.device)
+    a = x if work == x.dtype else x.to(work)
+    for n0 in range(0, N, rows):
+        n1 = min(N, n0 + rows)
+        w = dequantize_int4_triton(packed_weight[n0:n1], scales[n0:n1], zeros[n0:n1],
+                                   group_size, scratch[:n1 - n0])
+        if work == x.dtype:
+            gemm_triton(a, w, False, True, out[:, n0:n1])
+        else:
+            out[:, n0:n1].copy_(gemm_triton(a, w, False, True,
+                                            torch.empty((M, n1 - n0), dtype=work,
+                                                        device=x.device)))
     return out

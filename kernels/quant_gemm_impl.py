@@ -74,7 +74,9 @@ class W4A16DecodeTritonKernel(Kernel, GemmW4A16FwdInterface):
 
 class W4A16PrefillTritonKernel(Kernel, GemmW4A16FwdInterface):
     """Tiled (any M): a [BLOCK_N, BLOCK_K] weight tile dequantized in registers per step,
-    tl.dot with the x tile, float32 accumulation, grouped program order."""
+    tl.dot with the x tile, float32 accumulation, grouped program order; from 512 tokens
+    (groups of 2^i bytes) two passes: the weight dequantized into a bounded scratch matrix
+    in x's dtype, then the GEMM kernel on it, a slice of rows at a time."""
 
     devices = TRITON_DEVICES
 

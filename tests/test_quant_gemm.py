@@ -48,10 +48,10 @@ def _operands(M, N, K, g, dtype=F16, sdtype=None, seed=0):
     """x, packed weight (every nibble value), scales > 0 and integer zero points."""
     gen = torch.Generator().manual_seed(seed)
     sdtype = sdtype or dtype
-    x = torch.randn(M, K, generator=gen)
-    q = torch.randint(0, 16, (N, K), generator=gen, dtype=torch.uint8)
-    s = torch.rand(N, K // g, generator=gen) * 0.1 + 0.01
-    z = torch.randint(0, 16, (N, K // g), generator=gen).float()
+    x = torch.randn(M, K, generator=gen, device="cpu")
+    q = torch.randint(0, 16, (N, K), generator=gen, dtype=torch.uint8, device="cpu")
+    s = torch.rand(N, K // g, generator=gen, device="cpu") * 0.1 + 0.01
+    z = torch.randint(0, 16, (N, K // g), generator=gen, device="cpu").float()
     return (x.to(DEV, dtype), pack_int4(q).to(DEV), s.to(DEV, sdtype), z.to(DEV, sdtype))
 
 
@@ -89,7 +89,7 @@ def test_dequantize_is_the_spec_formula():
 
 def test_quantize_within_half_a_step():
     gen = torch.Generator().manual_seed(3)
-    w = torch.randn(6, 64, generator=gen).to(DEV)
+    w = torch.randn(6, 64, generator=gen, device="cpu").to(DEV)
     p, s, z = GemmW4A16FwdOp.quantize(w, 32)
     assert p.shape == (6, 32) and s.shape == z.shape == (6, 2) and s.dtype == w.dtype
     assert torch.equal(z, z.round()) and int(z.min()) >= 0 and int(z.max()) <= 15
@@ -346,12 +346,16 @@ def test_config_choice():
     assert legacy(1, 4096, 512, 128).split_k == 1
     # group sizes that are no multiple of 32: per-weight dequantization, 64-wide steps
     assert decode_config_for(1, 4096, 4104, 24).block_k == 64
-    # (block_m, block_n, block_k, group_m, warps, stages, f32_dequant, swap_ab): the
-    # swapped 256-token tile with 16-bit dequantization where M fills it; below that the
+    # (block_m, block_n, block_k, group_m, warps, stages, f32_dequant, swap_ab, two_pass):
+    # from 512 tokens two passes (tests/test_quant_two_pass.py); the fused kernel's tiles:
+    # the swapped 256-token tile with 16-bit dequantization where M fills it; below that the
     # unswapped 128x128 tile, float32 dequantization (swapped 128x128 tiles measured wrong)
-    assert prefill_config_for(4096, 28672, 8192, 128) == (256, 128, 64, 8, 8, 3, False, True)
-    assert prefill_config_for(100, 256, 256, 128) == (128, 128, 64, 8, 8, 3, True, False)
-    assert prefill_config_for(512, 14336, 4096, 32).block_k == 32
+    assert prefill_config_for(4096, 28672, 8192, 128).two_pass
+    assert prefill_config_for(4096, 28672, 8192, 128, two_pass=False) == (
+        256, 128, 64, 8, 8, 3, False, True, False)
+    assert prefill_config_for(300, 28672, 8192, 128) == (256, 128, 64, 8, 8, 3, False, True, False)
+    assert prefill_config_for(100, 256, 256, 128) == (128, 128, 64, 8, 8, 3, True, False, False)
+    assert prefill_config_for(300, 14336, 4096, 32).block_k == 32
 
 
 # ============================================================================ op
@@ -371,8 +375,8 @@ def test_op_matches_reference(M):
 def test_quantized_linear_end_to_end():
     """quantize a float weight, then the op is x @ dequant(W).T within quantization error."""
     gen = torch.Generator().manual_seed(5)
-    w = torch.randn(40, 128, generator=gen).to(DEV, F16)
-    x = torch.randn(3, 128, generator=gen).to(DEV, F16)
+    w = torch.randn(40, 128, generator=gen, device="cpu").to(DEV, F16)
+    x = torch.randn(3, 128, generator=gen, device="cpu").to(DEV, F16)
     op = GemmW4A16FwdOp()
     p, s, z = op.quantize(w, 128)
     got = op(x, p, s, z)
@@ -537,7 +541,7 @@ for dt, sdt in (("bf16", "bf16"), ("fp16", "fp32")):
     ints = dict(M=4096, N=N, K=K, stride_xm=K, stride_xk=1, stride_wn=K // 2, stride_wk=1,
                 stride_sn=K // g, stride_sg=1, stride_zn=K // g, stride_zg=1, stride_om=N,
                 stride_on=1)
-    table = Q.prefill_config_for(4096, N, K, g)
+    table = Q.prefill_config_for(4096, N, K, g, two_pass=False)   # the fused kernel
     for name, cfg in (("-swap", table), ("-unswapped", Q._PREFILL_UNSWAPPED)):
         out[f"prefill-{dt}-{sdt}{name}"] = build(
             Q._w4a16_prefill_kernel, dict(ptrs, out_ptr="*" + dt), ints,
