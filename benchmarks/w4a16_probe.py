@@ -3,6 +3,7 @@
     python benchmarks/w4a16_probe.py rows      # read ceiling of the decode kernel's access pattern
     python benchmarks/w4a16_probe.py host      # host and device time a call of the decode launcher
     python benchmarks/w4a16_probe.py prefill   # fused prefill kernel against two passes
+    python benchmarks/w4a16_probe.py mma [splits]   # the MMA decode kernel's tiles, splits
     python benchmarks/w4a16_probe.py launch [FIELD=VALUE ...]   # one 70B gate-up launch, for ncu:
         ncu --clock-control none -k regex:w4a16_tc -s 2 -c 1 python benchmarks/w4a16_probe.py launch
 
@@ -24,6 +25,7 @@ import triton
 import triton.language as tl
 
 import opspec.kernels.quant_gemm as Q
+from opspec.kernels.quant_gemm import DecodeConfig
 
 from sweep_pool import bench  # beside this script
 
@@ -117,6 +119,43 @@ def prefill() -> None:
             f" TB/s; rel err {err:.2e}", flush=True)
 
 
+def mma(splits: bool) -> None:
+    """The MMA decode kernel (the table's choice for M = 9..16) by pipeline depth, tile and
+    K split, beside the table and the tensor-core kernel's second token tile; with
+    ``splits``, 64-row tiles by K split only, float16 and bfloat16."""
+    shapes = ((16, 28672, 8192), (16, 8192, 28672), (12, 14336, 4096))
+    for (M, N, K), dtype in ([(s, d) for s in shapes[:2] for d in (torch.float16, torch.bfloat16)]
+                             if splits else [(s, torch.bfloat16) for s in shapes]):
+        x, p, s, z, out = _operands(M, N, K, dtype)
+        ref = Q.gemm_w4a16_reference(x, p, s, z, G).float()
+        nbytes = N * K // 2
+        table = Q.decode_config_for(M, N, K, G, dtype)
+        cands = [("table", table)]
+        if splits:
+            cands += [(f"bn64 split{n}", DecodeConfig(64, 128, n, 4, 4)) for n in range(1, 9)]
+            cands += [("bn128 split3", DecodeConfig(128, 128, 3, 4, 4))]
+        else:
+            cands.append(("tc nt2", Q.tc_config_for(M, N, K, G, dtype)))
+            for bn in (64, 128):
+                for warps in (4, 8):
+                    for stages in (1, 2, 4):
+                        for split in (1, 2, 3, 4, 6):
+                            cands.append((f"bn{bn} w{warps} st{stages} split{split}",
+                                          DecodeConfig(bn, 128, split, warps, stages)))
+        res = []
+        for name, cfg in cands:
+            out.fill_(float("nan"))
+            Q.w4a16_decode_triton(x, p, s, z, G, out, cfg)
+            err = ((out.float() - ref).norm() / ref.norm()).item()
+            t = _median_s(lambda: Q.w4a16_decode_triton(x, p, s, z, G, out, cfg))
+            res.append((t, name, err))
+        res.sort()
+        print(f"M={M} N={N} K={K} {dtype}: table {next(t for t, n, _ in res if n == 'table') * 1e6:.1f} us")
+        for t, name, err in res[:12 if splits else 8]:
+            print(f"  {name:28s} {t * 1e6:7.1f} us {nbytes / t / 1e12:5.2f} TB/s err {err:.1e}",
+                  flush=True)
+
+
 def launch(overrides: list[str]) -> None:
     kw = {k: int(v) for k, v in (a.split("=", 1) for a in overrides)}
     M, N, K, dtype = kw.pop("M", 1), kw.pop("N", 57344), kw.pop("K", 8192), torch.bfloat16
@@ -133,4 +172,5 @@ if __name__ == "__main__":
         sys.exit("needs a CUDA device")
     what = sys.argv[1] if len(sys.argv) > 1 else "rows"
     {"rows": lambda: rows(), "host": lambda: host(), "prefill": lambda: prefill(),
+     "mma": lambda: mma(sys.argv[2:] == ["splits"]),
      "launch": lambda: launch(sys.argv[2:])}[what]()

@@ -181,7 +181,12 @@ class PrefillConfig(NamedTuple):
 # --- the table: every tuning constant ------------------------------------------------
 # Decode: enough programs to keep every SM streaming (several resident per SM, each with
 # num_stages - 1 byte tiles in flight), a split of K only where N gives too few.
-_DECODE_TARGET_PROGRAMS = 4 * _NUM_SMS
+# With 64-row tiles (below) the split that gave about 4 programs an SM measured best, and
+# the split one past it (5 on the 8192 x 28672 row: 640 programs) up to 16 % slower than
+# it, so the target is a little under 4 x 132 (H200, M = 16, float16 and bfloat16 alike:
+# 8192 x 28672 split 4 90.7 us, 8 92.2, 6 93.5, 3 93.0, 5 105.1, 2 102.8; 28672 x 8192
+# split 2 92.5, 4 94.0, 1 99.0).
+_DECODE_TARGET_PROGRAMS = 512
 _DECODE_MIN_STEPS_PER_SPLIT = 4
 _DECODE_BLOCK_K = (256, 128, 64, 32)  # the largest dividing group_size (one group a tile)
 _DECODE_GATHER_BLOCK_K = 64           # group sizes that are not a multiple of 32
@@ -192,7 +197,14 @@ _DECODE_WARPS, _DECODE_STAGES = 4, 4
 # (1.4 bytes an instruction), 128 rows 509 for 8 KB (4.0); HBM at 75 % of 4.2 TB/s needs
 # about 3.4 at 1.75 GHz (4 instructions a clock per SM). It also amortizes the re-read of
 # x from L2 (4 KB a step at M = 16). Split-K makes up the programs for small N.
-_DECODE_BLOCK_N = 128
+# H200 (benchmarks/w4a16_probe.py mma, bfloat16, 2026-11-30), the rows this kernel serves
+# (M = 9..16): 64 rows, 4 warps, 4 stages, K split to about 4 programs an SM was best or
+# within 2 % of it on each, against the table's 128 rows then: 28672 x 8192 (M = 16) 93.7
+# us against 104.2, 8192 x 28672 92.9 / 103.8, 14336 x 4096 (M = 12) 30.8 / 34.0 (though
+# the 3-way split the target above gives that row ran above 33). Every candidate (64 or
+# 128 rows, 4 or 8 warps, 1, 2 or 4 stages, 1-6 splits) ran at 0.9-1.26 TB/s: the step's
+# fixed work, not the pipeline or the split, bounds this kernel.
+_DECODE_BLOCK_N = 64
 # The FMA decode kernel (DecodeConfig.gemv) for M <= _GEMV_DEFAULT_MAX_M: no shared memory
 # or MMA waits a step; in the sm_90 build its loop issues 658 instructions a warp for 2 KB
 # of weight at M = 1 (3.1 bytes an instruction: 1 shift, 1 LOP3, 1 FFMA a nibble), 2.2 at

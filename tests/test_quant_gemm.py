@@ -333,14 +333,14 @@ def test_config_choice():
     assert decode_config_for(1, 4096, 128, 128).k_slices == 1
     assert decode_config_for(1, 4096, 512, 256).tc                # whole 128-wide steps
     assert not decode_config_for(1, 4096, 4096, 64).tc            # a step would straddle groups
-    # The MMA and FMA kernels (the fallback): 128 weight rows and one 128-wide group a
-    # step; K split until about 4 x 132 programs (MMA kernel) or 10 x 132 (FMA kernel)
+    # The MMA and FMA kernels (the fallback): 64 (MMA) or 128 (FMA) weight rows and one
+    # 128-wide group a step; K split until about 4 x 132 programs (MMA) or 10 x 132 (FMA)
     # stream the weight. M = 1: the FMA kernel (gemv), 128-wide steps
     legacy = Q.legacy_decode_config
     assert legacy(1, 57344, 8192, 128)[:6] == (128, 128, 3, 4, 2, True)
-    assert legacy(16, 28672, 8192, 128)[:6] == (128, 128, 3, 4, 4, False)
+    assert legacy(16, 28672, 8192, 128)[:6] == (64, 128, 2, 4, 4, False)
     assert legacy(1, 4096, 4096, 128)[:6] == (128, 128, 8, 4, 2, True)
-    assert legacy(4, 4096, 14336, 128)[:6] == (128, 128, 16, 4, 4, False)
+    assert legacy(4, 4096, 14336, 128)[:6] == (64, 128, 8, 4, 4, False)
     assert not decode_config_for(1, 4096, 4096, 64).gemv     # a step would straddle groups
     # few steps: at least 4 a split
     assert legacy(1, 4096, 512, 128).split_k == 1
