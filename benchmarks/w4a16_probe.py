@@ -4,6 +4,7 @@
     python benchmarks/w4a16_probe.py host      # host and device time a call of the decode launcher
     python benchmarks/w4a16_probe.py prefill   # fused prefill kernel against two passes
     python benchmarks/w4a16_probe.py mma [splits]   # the MMA decode kernel's tiles, splits
+    python benchmarks/w4a16_probe.py gemm      # TMA GEMM tiles on the two-pass shapes
     python benchmarks/w4a16_probe.py launch [FIELD=VALUE ...]   # one 70B gate-up launch, for ncu:
         ncu --clock-control none -k regex:w4a16_tc -s 2 -c 1 python benchmarks/w4a16_probe.py launch
 
@@ -119,6 +120,28 @@ def prefill() -> None:
             f" TB/s; rel err {err:.2e}", flush=True)
 
 
+def gemm() -> None:
+    """The GEMM kernel's TMA tiles on the two-pass prefill shapes (x @ w.T, w [N, K]
+    bfloat16), beside cuBLAS and the GEMM table's choice."""
+    from opspec.kernels.gemm import GemmConfig, gemm_tma, gemm_triton, tma_config_for
+    cands = [GemmConfig(128, 256, 64, g, 8, 3) for g in (4, 8, 16)]   # 4 stages: too much smem
+    cands += [GemmConfig(128, 128, 64, 8, w, st) for w in (4, 8) for st in (4, 5)]
+    cands += [GemmConfig(64, 256, 64, 8, 4, 4), GemmConfig(128, 128, 128, 8, 8, 3)]
+    for M, N, K in ((512, 14336, 4096), (1024, 14336, 4096), (1024, 3584, 18944),
+                    (2048, 4096, 14336), (512, 28672, 8192), (4096, 14336, 8192)):
+        x = torch.randn(M, K, dtype=torch.bfloat16, device="cuda")
+        w = torch.randn(N, K, dtype=torch.bfloat16, device="cuda")
+        out = torch.empty(M, N, dtype=x.dtype, device="cuda")
+        t_cublas = _median_s(lambda: torch.matmul(x, w.t(), out=out))
+        t_table = _median_s(lambda: gemm_triton(x, w, False, True, out))
+        res = sorted((_median_s(lambda c=c: gemm_tma(x, w, False, True, out, c)), c)
+                     for c in cands)
+        print(f"M={M} N={N} K={K}: cuBLAS {t_cublas * 1e6:.1f} us, table "
+              f"{tma_config_for(M, N, K, True)} {t_table / t_cublas:.3f} of its time")
+        for t, c in res[:4]:
+            print(f"  {tuple(c)} {t * 1e6:.1f} us, {t / t_cublas:.3f} of cuBLAS's time", flush=True)
+
+
 def mma(splits: bool) -> None:
     """The MMA decode kernel (the table's choice for M = 9..16) by pipeline depth, tile and
     K split, beside the table and the tensor-core kernel's second token tile; with
@@ -172,5 +195,5 @@ if __name__ == "__main__":
         sys.exit("needs a CUDA device")
     what = sys.argv[1] if len(sys.argv) > 1 else "rows"
     {"rows": lambda: rows(), "host": lambda: host(), "prefill": lambda: prefill(),
-     "mma": lambda: mma(sys.argv[2:] == ["splits"]),
+     "gemm": lambda: gemm(), "mma": lambda: mma(sys.argv[2:] == ["splits"]),
      "launch": lambda: launch(sys.argv[2:])}[what]()
