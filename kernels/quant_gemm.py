@@ -305,7 +305,11 @@ _TC_MAX_M = 8
 # thread, against 64-72): on the H200 one step ahead was 16 % slower than none on the
 # M = 1 rows, and it gave wrong outputs where a slice's step count was not a multiple of
 # the depth + 1 (qwen2.5-7b: 28 steps over 4 slices, one ahead), which the interpreter's
-# model did not show. It was removed.
+# model did not show. It was removed. Issuing two steps' loads before computing either (an
+# unrolled pair, no registers carried across iterations; 76-80 registers) did not help
+# either (H200, 2026-11-30): 4096 x 4096 13.7 against 13.8 us, 4096 x 14336 (M = 4) 25.9 /
+# 26.5, 18944 x 3584 (M = 4) 29.3 / 29.6, and 6-15 % slower on the large M = 1 rows; ptxas
+# issues the second step's weight loads after the first step's MMAs anyway.
 # Warps of a program: all along K by default (programs of 16 rows x all of K; the slices'
 # sums meet in shared memory once a program), so that N / 16 short programs give every
 # SM work without a split-K launch or a second kernel, even for N = 4096, and the last
@@ -1315,7 +1319,8 @@ def w4a16_decode_triton(x: torch.Tensor, packed_weight: torch.Tensor, scales: to
         dest = torch.empty((split, M, N), dtype=torch.float32, device=x.device)
         dstrides = dest.stride()
     grid = (triton.cdiv(N, cfg.block_n), split)
-    _w4a16_decode_kernel[grid](
+    launch(
+        _w4a16_decode_kernel, grid,
         x, packed_weight, scales, zeros, dest, M, N, K // 2, k_per_split // 2,
         *_strides(x, packed_weight, scales, zeros), *dstrides,
         BLOCK_M=16, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP=group_size,
@@ -1324,8 +1329,8 @@ def w4a16_decode_triton(x: torch.Tensor, packed_weight: torch.Tensor, scales: to
     )
     if split > 1:
         block = 1024
-        _split_sum_kernel[(triton.cdiv(M * N, block),)](
-            dest, out, M * N, N, split, out.stride(0), out.stride(1), BLOCK=block, num_warps=4)
+        launch(_split_sum_kernel, (triton.cdiv(M * N, block),),
+               dest, out, M * N, N, split, out.stride(0), out.stride(1), BLOCK=block, num_warps=4)
     return out
 
 
@@ -1432,7 +1437,8 @@ def _launch_gemv(x, words, scales, zeros, group_size, out, cfg, M, N, K):
     else:
         dest = torch.empty((split, M, N), dtype=torch.float32, device=x.device)
         dstrides = dest.stride()
-    _w4a16_gemv_kernel[(triton.cdiv(N, cfg.block_n), split)](
+    launch(
+        _w4a16_gemv_kernel, (triton.cdiv(N, cfg.block_n), split),
         x, words, scales, zeros, dest, M, N, kw, w_per_split,
         x.stride(0), x.stride(1), words.stride(0), scales.stride(0), scales.stride(1),
         zeros.stride(0), zeros.stride(1), *dstrides,
@@ -1442,8 +1448,8 @@ def _launch_gemv(x, words, scales, zeros, group_size, out, cfg, M, N, K):
     )
     if split > 1:
         block = 1024
-        _split_sum_kernel[(triton.cdiv(M * N, block),)](
-            dest, out, M * N, N, split, out.stride(0), out.stride(1), BLOCK=block, num_warps=4)
+        launch(_split_sum_kernel, (triton.cdiv(M * N, block),),
+               dest, out, M * N, N, split, out.stride(0), out.stride(1), BLOCK=block, num_warps=4)
     return out
 
 
@@ -1468,8 +1474,8 @@ def w4a16_prefill_triton(x: torch.Tensor, packed_weight: torch.Tensor, scales: t
     if (_PREFILL_MAXNREG and cfg.num_warps == 8 and not cfg.swap_ab
             and cfg.block_m * cfg.block_n <= 128 * 128):
         extra["maxnreg"] = _PREFILL_MAXNREG
-    _w4a16_prefill_kernel[grid](
-        x, packed_weight, scales, zeros, out, M, N, K,
+    launch(
+        _w4a16_prefill_kernel, grid, x, packed_weight, scales, zeros, out, M, N, K,
         *_strides(x, packed_weight, scales, zeros), out.stride(0), out.stride(1),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
         GROUP=group_size, ONE_GROUP=group_size % cfg.block_k == 0,
