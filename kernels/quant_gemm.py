@@ -309,7 +309,11 @@ _TC_MAX_M = 8
 # unrolled pair, no registers carried across iterations; 76-80 registers) did not help
 # either (H200, 2026-11-30): 4096 x 4096 13.7 against 13.8 us, 4096 x 14336 (M = 4) 25.9 /
 # 26.5, 18944 x 3584 (M = 4) 29.3 / 29.6, and 6-15 % slower on the large M = 1 rows; ptxas
-# issues the second step's weight loads after the first step's MMAs anyway.
+# issues the second step's weight loads after the first step's MMAs anyway. Nor did more
+# warps a program or a register cap on the small-N rows (16 K slices: 19-76 us against
+# 14-29; caps of 64, 56, 48 registers: equal or slower). There (ncu, 4096 x 4096, M = 1,
+# 11.8 us) 3.6 warps a scheduler issue once every 5 cycles, stalled on the MMA and load
+# chains of each step, DRAM 16 % busy: few warps and much work a warp, not bytes in flight.
 # Warps of a program: all along K by default (programs of 16 rows x all of K; the slices'
 # sums meet in shared memory once a program), so that N / 16 short programs give every
 # SM work without a split-K launch or a second kernel, even for N = 4096, and the last
