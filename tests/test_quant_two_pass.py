@@ -19,26 +19,23 @@ from opspec.kernels.quant_gemm import (
     dequantize_int4, gemm_w4a16_reference, pack_int4, prefill_config_for, w4a16_prefill_triton,
 )
 
-DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
-TOL = {F16: dict(rtol=4e-3, atol=2e-2), BF16: dict(rtol=1.6e-2, atol=1.5e-1)}
+import test_quant_gemm as base
+from test_quant_gemm import BF16, DEV, F16, F32, TOL
+
+_on_device = base._on_device   # the autouse fixture that makes DEV the default device
+
 TWO_PASS = prefill_config_for(1, 1, 128, 128, two_pass=True)
-
-
-@pytest.fixture(autouse=True)
-def _on_device():
-    with torch.device(DEV):
-        yield
 
 
 def _operands(M, N, K, g, dtype=F16, sdtype=None, seed=0):
     """x, packed weight (every nibble value), scales > 0 and fractional zero points."""
     gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(M, K, generator=gen, device="cpu").to(dtype)
-    q = torch.randint(0, 16, (N, K), generator=gen, dtype=torch.uint8, device="cpu")
-    s = (torch.rand(N, K // g, generator=gen, device="cpu") * 0.1 + 0.01).to(sdtype or dtype)
-    z = (torch.rand(N, K // g, generator=gen, device="cpu") * 15).to(sdtype or dtype)
-    return x.to(DEV), pack_int4(q).to(DEV), s.to(DEV), z.to(DEV)
+    cpu = dict(generator=gen, device="cpu")
+    span = torch.tensor([0.1, 15.0], device="cpu")[:, None, None]
+    s, z = torch.rand(2, N, K // g, **cpu) * span
+    return (torch.randn(M, K, **cpu).to(DEV, dtype),
+            pack_int4(torch.randint(0, 16, (N, K), dtype=torch.uint8, **cpu)).to(DEV),
+            (s + 0.01).to(DEV, sdtype or dtype), z.to(DEV, sdtype or dtype))
 
 
 def _formula(p, s, z, g, dtype):
