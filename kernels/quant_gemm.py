@@ -314,6 +314,8 @@ _TC_MAX_M = 8
 # 14-29; caps of 64, 56, 48 registers: equal or slower). There (ncu, 4096 x 4096, M = 1,
 # 11.8 us) 3.6 warps a scheduler issue once every 5 cycles, stalled on the MMA and load
 # chains of each step, DRAM 16 % busy: few warps and much work a warp, not bytes in flight.
+# Loading x only in the lanes whose token is < M (the others' B columns zero) cost 2-7 %
+# on every M = 1 and M = 4 row (the extra predicates), so every lane loads a token.
 # Warps of a program: all along K by default (programs of 16 rows x all of K; the slices'
 # sums meet in shared memory once a program), so that N / 16 short programs give every
 # SM work without a split-K launch or a second kernel, even for N = 4096, and the last
