@@ -178,3 +178,19 @@ def test_dequantize_builds_for_sm90():
         assert k["local"] == 0 and k["i2f"] == 0, (odt, k)
         assert k["ld"] == ["ld.global.b16", "ld.global.v4.b32"], (odt, k)
         assert k["st"] == ["st.global.v4.b32"], (odt, k)
+
+
+def test_op_takes_two_passes(monkeypatch):
+    """Through the op (dispatch, custom-op boundary, opcheck): 512 tokens take two passes."""
+    from opspec.ops import GemmW4A16FwdOp
+
+    taken = []
+    real = Q._two_pass
+    monkeypatch.setattr(Q, "_two_pass", lambda *a: taken.append(a[0].shape) or real(*a))
+    op = GemmW4A16FwdOp(32)
+    x, p, s, z = _operands(512, 24, 64, 32, F16, seed=5)
+    y = op(x, p, s, z)
+    assert taken == [(512, 64)] and y.shape == (512, 24) and y.dtype == F16
+    torch.testing.assert_close(y.double(), _want(x, p, s, z, 32), **TOL[F16])
+    torch.library.opcheck(torch.ops.opspec.quant_gemm_gemm_w4_a16_fwd_op.default,
+                          (x, p, s, z, op._opspec_key))
