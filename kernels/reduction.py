@@ -159,6 +159,10 @@ class Tuning(NamedTuple):
 #: 537 MB at 4.1 TB/s). The prefetch stays off: on the sm_90 build it raises the split
 #: loop's 8-warp program from 40 to 72 registers a thread, so 3 programs fit an SM instead of
 #: the 4 the split grid is sized for (a partial second wave). The sweep times it anyway.
+#: Open: rows of 7168 (DeepSeek-V3's hidden size; a one-block row padded to 8192) trail
+#: torch.compile (mean of [8192, 7168] bf16 -> f32: 37.6 against 31.8 us; sum of
+#: [4096, 7168]: 22.4 / 19.2), whose kernel there loops one row a program in 2048-element
+#: blocks at 16 warps (benchmarks/inductor_code.py); no variant of this table beat it.
 ROW = RowTuning(tile_bytes=16384, bytes_per_thread=64, one_block_max_bytes=32768,
                 one_block_min_bytes=8192, split_programs_per_sm=4, split_min_steps=4,
                 prefetch=False)
