@@ -83,8 +83,9 @@ def dequantize_int4_triton(packed_weight: torch.Tensor, scales: torch.Tensor,
                          f"got group_size = {group_size}")
     N, K = out.shape
     if tuple(packed_weight.shape) != (N, K // 2) or K % group_size:
-        raise ValueError(f"out [{N}, {K}] does not match packed_weight "
-                         f"{list(packed_weight.shape)} with group_size = {group_size}")
+        raise ValueError(f"out [{N}, {K}] needs packed_weight [{N}, {K // 2}] and K a multiple "
+                         f"of group_size = {group_size}; got packed_weight "
+                         f"{list(packed_weight.shape)}")
     G = K // group_size
     if N == 0 or G == 0:
         return out

@@ -47,7 +47,7 @@ def _assert_dequantized(got, p, s, z, g):
     want = _formula(p, s, z, g, got.dtype)
     if got.dtype == BF16 and DEV.type == "cpu":
         # Triton's interpreter rounds float32 to bfloat16 toward zero, the GPU to nearest:
-        # within one bfloat16 step of the float32 value, on the same side as zero or it
+        # within one bfloat16 step of the float32 value and no farther from zero than it
         want32 = _formula(p, s, z, g, F32)
         step = want32.abs() * 2.0**-7
         assert ((got.float() - want32).abs() <= step).all()
@@ -98,7 +98,8 @@ def test_dequantize_rejects_bad_arguments():
     with pytest.raises(ValueError, match=r"group of 2\^i bytes, got group_size = 96"):
         dequantize_int4_triton(p, s, z, 96, torch.empty(4, 96, dtype=F16))
     _, p, s, z = _operands(1, 4, 64, 32, F16)
-    with pytest.raises(ValueError, match=r"out \[4, 32\] does not match packed_weight \[4, 32\]"):
+    with pytest.raises(ValueError, match=r"out \[4, 32\] needs packed_weight \[4, 16\] and K a "
+                                         r"multiple of group_size = 32; got packed_weight \[4, 32\]"):
         dequantize_int4_triton(p, s, z, 32, torch.empty(4, 32, dtype=F16))
 
 
