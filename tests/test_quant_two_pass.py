@@ -98,8 +98,9 @@ def test_dequantize_rejects_bad_arguments():
     with pytest.raises(ValueError, match=r"group of 2\^i bytes, got group_size = 96"):
         dequantize_int4_triton(p, s, z, 96, torch.empty(4, 96, dtype=F16))
     _, p, s, z = _operands(1, 4, 64, 32, F16)
-    with pytest.raises(ValueError, match=r"out \[4, 32\] needs packed_weight \[4, 16\] and K a "
-                                         r"multiple of group_size = 32; got packed_weight \[4, 32\]"):
+    want = (r"out \[4, 32\] needs packed_weight \[4, 16\] and K a multiple of "
+            r"group_size = 32; got packed_weight \[4, 32\]")
+    with pytest.raises(ValueError, match=want):
         dequantize_int4_triton(p, s, z, 32, torch.empty(4, 32, dtype=F16))
 
 
