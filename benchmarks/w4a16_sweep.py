@@ -20,9 +20,9 @@ to. --json writes every timing. --budget-s bounds the whole run, compiles includ
 candidates are compiled first in --jobs processes (and torch.compile's kernels warmed in
 them), then the budget left is shared out over the rows, the table, eager and compile first
 in each row, then the candidates in the order listed, most promising first; when a row's
-share is spent the rest are skipped (and said so). --prefill adds the old prefill rows (their
-tile candidates; they need a larger budget). --rows keeps rows whose label contains one of
-the given strings.
+share is spent the rest are skipped (and said so). --prefill adds prefill rows (at 4096
+tokens and around the two-pass bound; candidates: two passes and the fused kernel's tiles;
+they need a larger budget). --rows keeps rows whose label contains one of the given strings.
 
 --smoke runs tiny rows through Triton's interpreter on the CPU (a check of this script; the
 tensor-core kernel runs its portable model there, torch.compile its "eager" backend).
@@ -70,6 +70,8 @@ PREFILL_ROWS = [
     ("llama3-70b-up-prefill-4096", 4096, 28672, 8192, BF16, BF16),
     ("llama3-8b-up-prefill-4096", 4096, 14336, 4096, BF16, BF16),
     ("llama3-8b-down-prefill-4096", 4096, 4096, 14336, BF16, BF16),
+    ("llama3-8b-up-prefill-512", 512, 14336, 4096, BF16, BF16),      # near the two-pass bound
+    ("llama3-8b-up-prefill-256", 256, 14336, 4096, BF16, BF16),
 ]
 
 
@@ -112,7 +114,9 @@ def decode_variants(M: int, N: int, K: int, dtype: torch.dtype) -> list[tuple[st
 
 
 def prefill_variants() -> list[tuple[str, PrefillConfig]]:
-    out = []
+    # two passes (dequantize, then the GEMM kernel; the table's choice from 512 tokens) and
+    # the fused kernel's tiles
+    out = [("two passes", Q.prefill_config_for(1, 1, 128, G, two_pass=True))]
     # (block_m, block_n, block_k, group_m, warps, stages, f32_dequant, swap_ab)
     for c in ((256, 128, 64, 8, 8, 3, False, True), (128, 128, 64, 8, 8, 3, True, False),
               (256, 128, 64, 8, 8, 4, False, True), (128, 256, 64, 8, 8, 3, True, False),
@@ -332,7 +336,7 @@ def main() -> None:
             entries.append(dict(name="torch.compile(eager)", config=None,
                                 error=f"{type(exc).__name__}: {exc}"[:800]))
         if kind == "prefill":
-            tname = "TABLE: prefill tile"
+            tname = "TABLE: two passes" if table.two_pass else "TABLE: prefill tile"
         else:
             tname = f"TABLE: {tc_name(table) if table.tc else 'older decode kernel'}"
         record(tname, lambda: launch(x, p, s, z, G, out), table, False)
