@@ -543,9 +543,10 @@ _TMA_NT = GemmConfig(128, 128, 64, 8, 4, 5)
 _TMA_M128 = GemmConfig(64, 128, 128, 8, 4, 4)  # 64 < M <= 128: 0.86x cuBLAS (was 0.79x)
 _TMA_M64 = GemmConfig(64, 64, 256, 8, 4, 3)    # 16 < M <= 64: 0.98x cuBLAS
 # Share of the last wave's SM slots a tiling must fill to run 128x256 tiles; within two
-# waves a little less will do (each SM then walks at most two tiles, and 128x128 tiles
-# would leave the same share idle). H200, bf16, x @ w.T, 0.848 filled (benchmarks/
-# w4a16_probe.py gemm): 512 x 14336 x 4096 (224 tiles) 100.1 us against 128x128's 105.0,
+# waves, b stored [N, K] (timed only so), a little less will do (each SM then walks at most
+# two tiles, and 128x128 tiles would leave the same share idle). H200, bf16, x @ w.T, 0.848
+# filled (benchmarks/w4a16_probe.py gemm): 512 x 14336 x 4096 (224 tiles) 100.1 us against
+# 128x128's 105.0,
 # 1024 x 3584 x 18944 (112 tiles) 196.8 / 205.8; at 448 tiles (512 x 28672 x 8192,
 # 1024 x 14336 x 4096) 128x128 stays ahead, 331.7 / 352.9 and 174.7 / 184.5 us.
 _MIN_WAVE_FILL = 0.85
@@ -567,7 +568,8 @@ def tma_config_for(M: int, N: int, K: int, trans_b: bool) -> GemmConfig | None:
     elif M <= 128:
         cfg = _TMA_M128
     elif _wave_fill(M, N, 128, 256) >= (
-            _MIN_WAVE_FILL_TWO_WAVES if triton.cdiv(M, 128) * triton.cdiv(N, 256) <= 2 * _NUM_SMS
+            _MIN_WAVE_FILL_TWO_WAVES
+            if trans_b and triton.cdiv(M, 128) * triton.cdiv(N, 256) <= 2 * _NUM_SMS
             else _MIN_WAVE_FILL):
         cfg = _TMA_BIG
     elif trans_b:

@@ -270,12 +270,13 @@ def test_tma_table():
     assert tma_config_for(4096, 1536, 7168, True)[:3] == (128, 128, 64)
     assert not tma_persistent(tma_config_for(4096, 1536, 7168, True))
     assert tma_config_for(4096, 1536, 7168, False) is None
-    # within two waves of 128x256 tiles a last wave 80 % full will do (224 and 112 tiles,
+    # NT, within two waves of 128x256 tiles a last wave 80 % full will do (224 and 112 tiles,
     # 0.848 full); beyond, 85 % (448 tiles, 0.848: 128x128)
     for mnk in [(512, 14336, 4096), (1024, 3584, 18944)]:
         assert tma_persistent(tma_config_for(*mnk, True)), mnk
     for mnk in [(512, 28672, 8192), (1024, 14336, 4096)]:
         assert tma_config_for(*mnk, True)[:3] == (128, 128, 64), mnk
+    assert tma_config_for(512, 14336, 4096, False) is None    # NN: the 85 % rule only
     assert tma_config_for(128, 6144, 4096, True)[:3] == (64, 128, 128)
     assert tma_config_for(64, 6144, 4096, False)[:3] == (64, 64, 256)
     assert tma_config_for(20, 6144, 4096, True)[:3] == (32, 64, 256)  # clipped to M
