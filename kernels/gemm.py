@@ -546,9 +546,8 @@ _TMA_M64 = GemmConfig(64, 64, 256, 8, 4, 3)    # 16 < M <= 64: 0.98x cuBLAS
 # waves, b stored [N, K] (timed only so), a little less will do (each SM then walks at most
 # two tiles, and 128x128 tiles would leave the same share idle). H200, bf16, x @ w.T, 0.848
 # filled (benchmarks/w4a16_probe.py gemm): 512 x 14336 x 4096 (224 tiles) 100.1 us against
-# 128x128's 105.0,
-# 1024 x 3584 x 18944 (112 tiles) 196.8 / 205.8; at 448 tiles (512 x 28672 x 8192,
-# 1024 x 14336 x 4096) 128x128 stays ahead, 331.7 / 352.9 and 174.7 / 184.5 us.
+# 128x128's 105.0, 1024 x 3584 x 18944 (112 tiles) 196.8 / 205.8; at 448 tiles (512 x 28672
+# x 8192, 1024 x 14336 x 4096) 128x128 stays ahead, 331.7 / 352.9 and 174.7 / 184.5 us.
 _MIN_WAVE_FILL = 0.85
 _MIN_WAVE_FILL_TWO_WAVES = 0.8
 
