@@ -1273,6 +1273,24 @@ def _strides(x, w, s, z):
             z.stride(0), z.stride(1))
 
 
+def _split_dest(out: torch.Tensor, split: int) -> tuple[torch.Tensor, tuple[int, int, int]]:
+    """Where a decode kernel writes its sums and their (split, m, n) strides: ``out`` itself
+    when K is not split, else a float32 ``[split, M, N]`` buffer that :func:`_sum_splits`
+    adds up."""
+    if split == 1:
+        return out, (0, out.stride(0), out.stride(1))
+    dest = torch.empty((split, *out.shape), dtype=torch.float32, device=out.device)
+    return dest, dest.stride()
+
+
+def _sum_splits(dest: torch.Tensor, out: torch.Tensor, split: int, block: int = 1024) -> None:
+    """``out = dest.sum(0)`` in a fixed order (deterministic) where K was split."""
+    if split > 1:
+        M, N = out.shape
+        launch(_split_sum_kernel, (triton.cdiv(M * N, block),),
+               dest, out, M * N, N, split, out.stride(0), out.stride(1), BLOCK=block, num_warps=4)
+
+
 def w4a16_decode_triton(x: torch.Tensor, packed_weight: torch.Tensor, scales: torch.Tensor,
                         zeros: torch.Tensor, group_size: int, out: torch.Tensor,
                         config: DecodeConfig | None = None) -> torch.Tensor:
@@ -1319,11 +1337,7 @@ def w4a16_decode_triton(x: torch.Tensor, packed_weight: torch.Tensor, scales: to
     split = triton.cdiv(K, k_per_split)
     use_int64 = max(_extent(x), _extent(packed_weight), _extent(scales), _extent(zeros),
                     _extent(out), split * M * N) > _INT32_LIMIT
-    if split == 1:
-        dest, dstrides = out, (0, out.stride(0), out.stride(1))
-    else:
-        dest = torch.empty((split, M, N), dtype=torch.float32, device=x.device)
-        dstrides = dest.stride()
+    dest, dstrides = _split_dest(out, split)
     grid = (triton.cdiv(N, cfg.block_n), split)
     launch(
         _w4a16_decode_kernel, grid,
@@ -1333,10 +1347,7 @@ def w4a16_decode_triton(x: torch.Tensor, packed_weight: torch.Tensor, scales: to
         ONE_GROUP=group_size % cfg.block_k == 0, USE_INT64=use_int64,
         UPCAST=_upcast(x), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
-    if split > 1:
-        block = 1024
-        launch(_split_sum_kernel, (triton.cdiv(M * N, block),),
-               dest, out, M * N, N, split, out.stride(0), out.stride(1), BLOCK=block, num_warps=4)
+    _sum_splits(dest, out, split)
     return out
 
 
@@ -1403,11 +1414,7 @@ def _launch_tc(x, packed_weight, scales, zeros, group_size, out, cfg, M, N, K,
     (prep, prep_cons), (main, main_cons) = _TC_ASM[(bf16, nt, biased)]
     use_int64 = max(_extent(x), _extent(words) * 4, _extent(scales), _extent(zeros),
                     _extent(out), split * M * N) > _INT32_LIMIT
-    if split == 1:
-        dest, dstrides = out, (0, out.stride(0), out.stride(1))
-    else:
-        dest = torch.empty((split, M, N), dtype=torch.float32, device=x.device)
-        dstrides = dest.stride()
+    dest, dstrides = _split_dest(out, split)
     skind = str(scales.dtype).removeprefix("torch.")
     (ld, ld_cons), (ldm, ldm_cons) = _TC_SCALE_ASM[(skind, False)], _TC_SCALE_ASM[(skind, True)]
     _PREPARED.launch(
@@ -1422,10 +1429,7 @@ def _launch_tc(x, packed_weight, scales, zeros, group_size, out, cfg, M, N, K,
            EMULATE=TRITON_INTERPRETED, PREP=prep, PREP_CONS=prep_cons, MAIN=main,
            MAIN_CONS=main_cons, LD=ld, LD_CONS=ld_cons, LDM=ldm, LDM_CONS=ldm_cons,
            num_warps=cfg.num_warps, num_stages=1)
-    if split > 1:
-        block = 1024
-        launch(_split_sum_kernel, (triton.cdiv(M * N, block),),
-               dest, out, M * N, N, split, out.stride(0), out.stride(1), BLOCK=block, num_warps=4)
+    _sum_splits(dest, out, split)
     return True
 
 
@@ -1438,11 +1442,7 @@ def _launch_gemv(x, words, scales, zeros, group_size, out, cfg, M, N, K):
     split = triton.cdiv(kw, w_per_split)
     use_int64 = max(_extent(x), _extent(words) * 4, _extent(scales), _extent(zeros),
                     _extent(out), split * M * N) > _INT32_LIMIT
-    if split == 1:
-        dest, dstrides = out, (0, out.stride(0), out.stride(1))
-    else:
-        dest = torch.empty((split, M, N), dtype=torch.float32, device=x.device)
-        dstrides = dest.stride()
+    dest, dstrides = _split_dest(out, split)
     launch(
         _w4a16_gemv_kernel, (triton.cdiv(N, cfg.block_n), split),
         x, words, scales, zeros, dest, M, N, kw, w_per_split,
@@ -1452,10 +1452,7 @@ def _launch_gemv(x, words, scales, zeros, group_size, out, cfg, M, N, K):
         USE_INT64=use_int64, PREFETCH=cfg.num_stages >= 2, num_warps=cfg.num_warps,
         num_stages=1,
     )
-    if split > 1:
-        block = 1024
-        launch(_split_sum_kernel, (triton.cdiv(M * N, block),),
-               dest, out, M * N, N, split, out.stride(0), out.stride(1), BLOCK=block, num_warps=4)
+    _sum_splits(dest, out, split)
     return out
 
 
@@ -1502,7 +1499,7 @@ def _two_pass(x, packed_weight, scales, zeros, group_size, out):
     N = packed_weight.shape[0]
     # Under the interpreter bfloat16 tl.dot is wrong (see _upcast): float32 there.
     work = torch.float32 if _upcast(x) else x.dtype
-    row_bytes = K * torch.empty((), dtype=work).element_size()
+    row_bytes = K * torch.finfo(work).bits // 8
     rows = max(_TWO_PASS_ROW_ALIGN, _TWO_PASS_SCRATCH_BYTES // row_bytes
                // _TWO_PASS_ROW_ALIGN * _TWO_PASS_ROW_ALIGN)
     rows = min(rows, N)
