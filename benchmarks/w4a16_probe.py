@@ -173,7 +173,8 @@ def mma(splits: bool) -> None:
             t = _median_s(lambda: Q.w4a16_decode_triton(x, p, s, z, G, out, cfg))
             res.append((t, name, err))
         res.sort()
-        print(f"M={M} N={N} K={K} {dtype}: table {next(t for t, n, _ in res if n == 'table') * 1e6:.1f} us")
+        t_table = next(t for t, n, _ in res if n == "table")
+        print(f"M={M} N={N} K={K} {dtype}: table {t_table * 1e6:.1f} us")
         for t, name, err in res[:12 if splits else 8]:
             print(f"  {name:28s} {t * 1e6:7.1f} us {nbytes / t / 1e12:5.2f} TB/s err {err:.1e}",
                   flush=True)
