@@ -17,16 +17,19 @@ Two plain functions; the dispatch classes are built elsewhere.
   precision when wider), returning new tensors.
 * :func:`rotary_embedding_triton` -- a memory-bound Triton kernel writing the inputs in place.
 
-Layout of the work: a 2-D grid ``(T, nq + nk)``: program ``(t, b)`` loads token ``t``'s
-position and its cos/sin row once (fp32), then rotates block ``b`` of ``BLOCK_HQ`` query
-heads (``b < nq``) or block ``b - nq`` of ``BLOCK_HK`` key heads, as a ``[heads, rotary]``
-tile. The neox tile is two contiguous half-row loads; the gptj tile is one contiguous
-row load split into (even, odd) pairs in registers and joined back before one contiguous
-store, so both pairings keep vectorised 16-byte accesses. Only the rotary part of a head
-is read and written: the traffic is ``2 * T * (H + H_kv) * rotary_dim`` elements plus one
-cache row per token. Block sizes and warps are picked from the shape in plain Python (no
-autotuning at call time): a tile of at most 4096 elements, halved while the grid would
-hold fewer than ``4 * 132`` programs (decode), 8 elements per thread and operand.
+Layout of the work: the heads of all tokens, query and key alike, are ``T * (H + H_kv)``
+rows of ``rotary_dim`` features, row ``(t, v)`` being query head ``v`` (``v < H``) or key
+head ``v - H`` of token ``t``. A program rotates ``BR`` consecutive rows as a ``[BR,
+rotary]`` tile: each row gathers its token's position and cos/sin (fp32 math; the rows of
+one token share addresses, so a warp's load of them is one request), then its features.
+Every program moves the same bytes whatever the head counts. The neox tile is two
+contiguous half-row loads; the gptj tile is one contiguous row load split into (even, odd)
+pairs in registers and joined back before one contiguous store, so both pairings keep
+vectorised 16-byte accesses. Only the rotary part of a head is read and written: the
+traffic is ``2 * T * (H + H_kv) * rotary_dim`` elements plus one cache row per token.
+``BR`` and the warps come from the shape in plain Python (:func:`rope_plan`, no autotuning
+at call time). Query and key share a launch when their features have one stride, else
+each takes its own.
 """
 
 from __future__ import annotations
@@ -42,13 +45,22 @@ from opspec.kernels.launch import launch
 __all__ = [
     "rotary_embedding_reference",
     "rotary_embedding_triton",
-    "rope_blocks",
+    "rope_plan",
 ]
 
-# Enough programs to give every SM of an H200 (132) a few resident programs.
+# -- the launch table (see rope_plan) ----------------------------------------------------------
+#: _THREAD_BYTES: bytes of rotated features a thread holds (16 elements in 16-bit types, 8
+#: in float32); _WARPS: warps of a program. H200, side by side (benchmarks/rope_probe.py, 2026-11-30): 16
+#: features a thread at 4 warps ran the Llama-3-8B 16k-token bf16 row at 3.96 TB/s (85.7
+#: us), 16 at 8 warps 3.94, 32 at 4 3.91, 8 at 4 or 8 warps 3.57-3.62; the 4k-token fp32
+#: row at 3.80 with 8 a thread (16: 3.77); DeepSeek-V3 MLA (64-wide rows, gptj) at 3.78
+#: (bf16 cache) and 3.97 (fp32 cache) with 16 a thread at 4 warps, against 3.46 and 3.42
+#: for the former layout, one program per token and block of query or key heads, whose
+#: key programs moved a quarter (Llama) or a 128th (MLA) of a query program's bytes.
+_THREAD_BYTES = 32
+_WARPS = 4
+#: Enough programs to give every SM of an H200 (132) a few resident programs.
 _TARGET_PROGRAMS = 4 * 132
-# Elements of one [heads, rotary] tile: 8 KiB of bf16 read and written per program.
-_MAX_TILE = 4096
 _INT32_LIMIT = 2**31 - 1
 
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
@@ -106,96 +118,67 @@ def rotary_embedding_reference(positions: torch.Tensor, query: torch.Tensor, key
 
 
 @triton.jit
-def _rotate_heads(x_ptr, tok_off, head0, n_heads, stride_h, stride_d, cos, sin, half,
-                  BLOCK_H: tl.constexpr, HALF: tl.constexpr, IS_NEOX: tl.constexpr,
-                  USE_INT64: tl.constexpr):
-    """Rotate heads [head0, head0 + BLOCK_H) of one token in place; `cos`/`sin` are the
-    token's [HALF] angles in fp32 (zero past `half`)."""
-    heads = head0 + tl.arange(0, BLOCK_H)
-    hmask = heads < n_heads
-    if USE_INT64:
-        heads = heads.to(tl.int64)
-    row = x_ptr + tok_off + heads[:, None] * stride_h
-    c = cos[None, :]
-    s = sin[None, :]
-    if IS_NEOX:
-        i = tl.arange(0, HALF)
-        mask = hmask[:, None] & (i < half)[None, :]
-        p1 = row + i[None, :] * stride_d
-        p2 = row + (i + half)[None, :] * stride_d
-        x1 = tl.load(p1, mask=mask, other=0.0).to(tl.float32)
-        x2 = tl.load(p2, mask=mask, other=0.0).to(tl.float32)
-        tl.store(p1, (x1 * c - x2 * s).to(x_ptr.dtype.element_ty), mask=mask)
-        tl.store(p2, (x2 * c + x1 * s).to(x_ptr.dtype.element_ty), mask=mask)
-    else:
-        j = tl.arange(0, 2 * HALF)
-        mask = hmask[:, None] & (j < 2 * half)[None, :]
-        p = row + j[None, :] * stride_d
-        x = tl.load(p, mask=mask, other=0.0).to(tl.float32)
-        x1, x2 = tl.split(tl.reshape(x, (BLOCK_H, HALF, 2)))
-        y = tl.join(x1 * c - x2 * s, x2 * c + x1 * s)
-        tl.store(p, tl.reshape(y, (BLOCK_H, 2 * HALF)).to(x_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _rope_kernel(
+def _rope_rows_kernel(
     pos_ptr, q_ptr, k_ptr, cache_ptr,
-    n_q_heads, n_k_heads, n_q_blocks, half, max_position,
-    stride_p,
-    stride_qt, stride_qh, stride_qd,
-    stride_kt, stride_kh, stride_kd,
+    n_rows, V, H, half, max_position,
+    stride_p, stride_qt, stride_qh, stride_kt, stride_kh, stride_d,
     stride_cp, stride_cr,
-    BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr, HALF: tl.constexpr,
-    IS_NEOX: tl.constexpr, USE_INT64: tl.constexpr,
+    BR: tl.constexpr, HALF: tl.constexpr, IS_NEOX: tl.constexpr, USE_INT64: tl.constexpr,
 ):
-    tok = tl.program_id(0)
-    blk = tl.program_id(1)
+    # Row (t, v) of the [T, V] head rows (V = H + H_kv) is query head v (v < H) or key head
+    # v - H of token t; BR consecutive rows a program (see the module's docstring).
+    rows = tl.program_id(0) * BR + tl.arange(0, BR)
+    rmask = rows < n_rows
     if USE_INT64:
-        tok = tok.to(tl.int64)
-    pos = tl.load(pos_ptr + tok * stride_p).to(tl.int64)
-    i = tl.arange(0, HALF)
-    # A position outside the cache never reads past it: it reads row 0 (the launcher
-    # returns early on an empty cache) and turns by angle 0 (cos 1, sin 0) instead; the
-    # spec leaves such a call undefined. (Loading the heads before the position, so that
-    # their loads do not wait on it, ran 4-9 % slower on the H200's bf16 rows; masking the
-    # cache loads by the position's range instead of selecting after them, -1 to +12 % a
-    # row in another run: neither kept.)
+        rows = rows.to(tl.int64)
+    tok = rows // V
+    v = rows - tok * V
+    base = tl.where(v < H, q_ptr + (tok * stride_qt + v * stride_qh),
+                    k_ptr + (tok * stride_kt + (v - H) * stride_kh))
+    pos = tl.load(pos_ptr + tok * stride_p, mask=rmask, other=0).to(tl.int64)
     inside = (pos >= 0) & (pos < max_position)
     crow = cache_ptr + tl.where(inside, pos, 0) * stride_cp
-    cmask = i < half
-    cos = tl.load(crow + i * stride_cr, mask=cmask, other=0.0).to(tl.float32)
-    sin = tl.load(crow + (i + half) * stride_cr, mask=cmask, other=0.0).to(tl.float32)
-    cos = tl.where(inside, cos, 1.0)
-    sin = tl.where(inside, sin, 0.0)
-    if blk < n_q_blocks:
-        _rotate_heads(q_ptr, tok * stride_qt, blk * BLOCK_HQ, n_q_heads, stride_qh, stride_qd,
-                      cos, sin, half, BLOCK_HQ, HALF, IS_NEOX, USE_INT64)
+    i = tl.arange(0, HALF)
+    cmask = rmask[:, None] & (i < half)[None, :]
+    cos = tl.load(crow[:, None] + i[None, :] * stride_cr, mask=cmask, other=0.0).to(tl.float32)
+    sin = tl.load(crow[:, None] + (i + half)[None, :] * stride_cr, mask=cmask,
+                  other=0.0).to(tl.float32)
+    cos = tl.where(inside[:, None], cos, 1.0)
+    sin = tl.where(inside[:, None], sin, 0.0)
+    row = base[:, None]
+    if IS_NEOX:
+        p1 = row + i[None, :] * stride_d
+        p2 = row + (i + half)[None, :] * stride_d
+        x1 = tl.load(p1, mask=cmask, other=0.0).to(tl.float32)
+        x2 = tl.load(p2, mask=cmask, other=0.0).to(tl.float32)
+        tl.store(p1, (x1 * cos - x2 * sin).to(q_ptr.dtype.element_ty), mask=cmask)
+        tl.store(p2, (x2 * cos + x1 * sin).to(q_ptr.dtype.element_ty), mask=cmask)
     else:
-        _rotate_heads(k_ptr, tok * stride_kt, (blk - n_q_blocks) * BLOCK_HK, n_k_heads,
-                      stride_kh, stride_kd, cos, sin, half, BLOCK_HK, HALF, IS_NEOX, USE_INT64)
+        j = tl.arange(0, 2 * HALF)
+        mask = rmask[:, None] & (j < 2 * half)[None, :]
+        p = row + j[None, :] * stride_d
+        x = tl.load(p, mask=mask, other=0.0).to(tl.float32)
+        x1, x2 = tl.split(tl.reshape(x, (BR, HALF, 2)))
+        y = tl.join(x1 * cos - x2 * sin, x2 * cos + x1 * sin)
+        tl.store(p, tl.reshape(y, (BR, 2 * HALF)).to(q_ptr.dtype.element_ty), mask=mask)
 
 
 @functools.lru_cache(maxsize=4096)
-def rope_blocks(T: int, H: int, H_kv: int, rotary_dim: int) -> tuple[int, int, int]:
-    """The ``(BLOCK_HQ, BLOCK_HK, num_warps)`` the launcher uses.
+def rope_plan(rows: int, rotary_dim: int, elem_size: int) -> tuple[int, int]:
+    """The ``(BR, num_warps)`` of a launch over ``rows`` head rows (``T * (H + H_kv)``).
 
-    A tile is ``[BLOCK_H, 2 * HALF]`` with ``HALF = next_power_of_2(rotary_dim // 2)``; the
-    query block takes every head up to a ``4096``-element tile, and is halved while the grid
-    (``T`` times the query and key blocks) would hold fewer than ``4 * 132`` programs; the
-    key block is the query block capped by the key heads. ``num_warps`` gives each thread
-    about 16 elements of the query tile (one 16-byte vector per half in fp16/bf16).
+    A row loads ``2 * next_power_of_2(rotary_dim // 2)`` features; a thread holds
+    ``_THREAD_BYTES`` of them (16 in 16-bit types, 8 in float32) and a program has
+    ``_WARPS`` warps, which sets ``BR``. ``BR`` is halved while the grid would hold fewer
+    than ``_TARGET_PROGRAMS`` programs (decode), the warps following it; rows wider than
+    a program's threads can hold take one row a program and up to 16 warps.
     """
     width = 2 * _pow2(rotary_dim // 2)
-    bq = min(_pow2(H), max(1, _MAX_TILE // width))
-
-    def programs(b: int) -> int:
-        return T * (_cdiv(H, b) + _cdiv(H_kv, min(b, _pow2(H_kv))))
-
-    while bq > 1 and programs(bq) < _TARGET_PROGRAMS:
-        bq //= 2
-    bk = min(bq, _pow2(H_kv))
-    num_warps = max(1, min(8, bq * width // 512))
-    return bq, bk, num_warps
+    per_thread = max(1, _THREAD_BYTES // elem_size)
+    br = max(1, _WARPS * 32 * per_thread // width)
+    while br > 1 and _cdiv(rows, br) < _TARGET_PROGRAMS:
+        br //= 2
+    return br, max(1, min(16, br * width // (32 * per_thread)))
 
 
 def _heads_layout(x: torch.Tensor, head_size: int) -> tuple[int, int, tuple[int, int, int]]:
@@ -250,17 +233,31 @@ def rotary_embedding_triton(positions: torch.Tensor, query: torch.Tensor, key: t
     if T == 0 or half == 0 or H + H_kv == 0 or max_position == 0:
         return
 
-    bq, bk, num_warps = rope_blocks(T, H, H_kv, rotary_dim)
-    n_q_blocks = _cdiv(H, bq)
-    n_k_blocks = _cdiv(H_kv, bk)
+    br, num_warps = rope_plan(T * (H + H_kv), rotary_dim, query.element_size())
+    _launch(positions, query, key, cos_sin_cache, is_neox, br, num_warps, T, (H, sq), (H_kv, sk))
+
+
+def _launch(positions, query, key, cos_sin_cache, is_neox, br, num_warps, T, q_heads, k_heads):
+    """Launch the rows kernel with ``br`` rows a program at ``num_warps`` (the probe,
+    benchmarks/rope_probe.py, calls it with other values than rope_plan's); ``q_heads`` and
+    ``k_heads``: ``(heads, strides)`` from _heads_layout. Query and key rows share one
+    launch when their features have one stride, else each has its own."""
+    (H, sq), (H_kv, sk) = q_heads, k_heads
+    if H_kv and sq[2] != sk[2]:
+        for x, heads in ((query, q_heads), (key, k_heads)):
+            if heads[0]:
+                _launch(positions, x, x, cos_sin_cache, is_neox, br, num_warps, T, heads,
+                        (0, heads[1]))
+        return
+    max_position, rotary_dim = cos_sin_cache.shape
+    half = rotary_dim // 2
+    V = H + H_kv
     (sp,), sc = positions.stride(), cos_sin_cache.stride()
+    span = 2 * _pow2(half) * abs(sq[2])
     use_int64 = max(_max_offset((T, H, rotary_dim), sq), _max_offset((T, H_kv, rotary_dim), sk),
-                    (T - 1) * abs(sp)) + _MAX_TILE > _INT32_LIMIT
-    launch(_rope_kernel, (T, n_q_blocks + n_k_blocks),
-        positions, query, key, cos_sin_cache,
-        H, H_kv, n_q_blocks, half, max_position,
-        sp, sq[0], sq[1], sq[2], sk[0], sk[1], sk[2], sc[0], sc[1],
-        BLOCK_HQ=bq, BLOCK_HK=bk, HALF=_pow2(half),
-        IS_NEOX=bool(is_neox), USE_INT64=use_int64,
-        num_warps=num_warps,
-    )
+                    (T - 1) * abs(sp), T * V) + span > _INT32_LIMIT
+    launch(_rope_rows_kernel, (_cdiv(T * V, br),),
+           positions, query, key, cos_sin_cache, T * V, V, H, half, max_position,
+           sp, sq[0], sq[1], sk[0], sk[1], sq[2], sc[0], sc[1],
+           BR=br, HALF=_pow2(half), IS_NEOX=bool(is_neox), USE_INT64=use_int64,
+           num_warps=num_warps)

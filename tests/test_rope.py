@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from opspec.kernels.devices import TRITON_DEVICES
-from opspec.kernels.rope import rope_blocks, rotary_embedding_reference, rotary_embedding_triton
+from opspec.kernels.rope import rope_plan, rotary_embedding_reference, rotary_embedding_triton
 from opspec.kernels.rope_impl import (
     RotaryEmbeddingCall, RotaryEmbeddingReferenceKernel, RotaryEmbeddingTritonKernel,
 )
@@ -130,6 +130,27 @@ def test_triton_matches_reference(shape, is_neox, dtype):
 
 @needs_triton
 @pytest.mark.parametrize("is_neox", [True, False], ids=["neox", "gptj"])
+@pytest.mark.parametrize("br", [2, 8, 16], ids=lambda b: f"BR{b}")
+def test_triton_rows_straddle_tokens_and_query_key(br, is_neox):
+    """Programs of several rows (rope_plan gives small inputs one row a program): the rows
+    of a program cross tokens and the query/key boundary (V = 7 heads a token, 5 tokens:
+    35 rows), and the last program is partly past the end."""
+    from opspec.kernels import rope as RK
+
+    T, H, H_kv, D, R = 5, 5, 2, 8, 6
+    for layout in ("flat", "heads"):
+        pos, q, k, cache = _data(T, H, H_kv, D, R, 9, torch.float16, torch.float32, seed=br,
+                                 layout=layout)
+        rq, rk = rotary_embedding_reference(pos, q, k, cache, D, is_neox)
+        _, _, sq = RK._heads_layout(q, D)
+        _, _, sk = RK._heads_layout(k, D)
+        RK._launch(pos, q, k, cache, is_neox, br, 1, T, (H, sq), (H_kv, sk))
+        _close(q, rq, torch.float16)
+        _close(k, rk, torch.float16)
+
+
+@needs_triton
+@pytest.mark.parametrize("is_neox", [True, False], ids=["neox", "gptj"])
 def test_triton_heads_layout_and_long_rotary(is_neox):
     # [T, H, D] inputs, a 998-wide rotary part (half 499, padded to 512) of 1000 features.
     pos, q, k, cache = _data(3, 2, 1, 1000, 998, 4, torch.float16, torch.float16,
@@ -241,17 +262,20 @@ def test_triton_rejects_bad_arguments():
         rotary_embedding_triton(pos[:1], q, k, cache, 8, True)
 
 
-def test_block_choice():
-    # Llama-3-8B prefill: all 32 query heads in one 4096-element tile, 8 warps; keys 8 heads.
-    assert rope_blocks(16384, 32, 8, 128) == (32, 8, 8)
-    # DeepSeek-V3 MLA (rotary 64): 64 of the 128 heads per tile; the one key head alone.
-    assert rope_blocks(16384, 128, 1, 64) == (64, 1, 8)
-    # Decode: blocks shrink until the grid has a few programs per SM.
-    bq, bk, warps = rope_blocks(64, 32, 8, 128)
-    assert bq == 4 and bk == 4 and warps == 1 and 64 * (32 // bq + 8 // bk) >= 4 * 132
-    assert rope_blocks(1, 32, 8, 128) == (1, 1, 1)
-    # A rotary part of 998 pads to 1024: 4 heads per 4096-element tile.
-    assert rope_blocks(10_000, 40, 8, 998)[0] == 4
+def test_launch_plan():
+    # Llama-3-8B prefill, bf16: 128-wide rows, 16 features a thread at 4 warps: 16 rows a
+    # program, query and key heads alike; float32: 8 a thread, 8 rows.
+    assert rope_plan(16384 * 40, 128, 2) == (16, 4)
+    assert rope_plan(4096 * 40, 128, 4) == (8, 4)
+    # DeepSeek-V3 MLA (rotary 64): 32 rows of 64 features.
+    assert rope_plan(16384 * 129, 64, 2) == (32, 4)
+    # Decode: rows shrink until the grid has a few programs per SM, the warps with them.
+    br, warps = rope_plan(64 * 40, 128, 2)
+    assert (br, warps) == (4, 1) and 64 * 40 // br >= 4 * 132
+    assert rope_plan(40, 128, 2) == (1, 1)
+    # A rotary part of 998 pads to 1024: two rows a program; wider rows, more warps.
+    assert rope_plan(10_000 * 48, 998, 2) == (2, 4)
+    assert rope_plan(10_000 * 48, 8192, 4) == (1, 16)
 
 
 # ============================================================================ dispatch
