@@ -30,7 +30,10 @@ Plain functions; the dispatch classes are built elsewhere.
 * :func:`gemv_triton` -- the small-M (decode, ``M <= 16``) kernel: one program per
   ``BLOCK_N`` output columns holding all M rows, looping over K with an fp32
   accumulator; ``BLOCK_N`` (at most 64) is chosen so that the grid has a program per SM
-  or more, since the kernel is bound by streaming ``b`` from HBM.
+  or more, since the kernel is bound by streaming ``b`` from HBM. A single row (``M ==
+  1``) whose ``b`` has a contiguous K axis (the ``[N, K]`` weight layout) takes an FMA
+  kernel instead: 16 rows of ``b`` a program, the products summed elementwise in fp32 and
+  reduced over K once at the end (no MMA padding one row to 16).
 
 fp32 inputs run with ``input_precision="ieee"`` (no TF32), fp16/bf16 on tensor cores.
 On CPU the Triton interpreter's ``tl.dot`` is wrong for bf16: test the kernels in
@@ -125,8 +128,27 @@ _EXTRA = (
 # GEMV (M <= 16): BLOCK_M = 16, BLOCK_N from N, BLOCK_K = 128 (fp16/bf16) or 64 (fp32).
 # From an H200 sweep (benchmarks/gemm_sweep.py): 64 columns, 4 stages, one wave of programs
 # or more: 0.94x cuBLAS at M = 1, 0.98x at M = 16 (32 columns for two waves: 0.84x / 0.97x).
+# Under a wave of 64-column programs, the widest BLOCK_N giving at least half a wave, with
+# 6 stages (more bytes in flight a program; over a wave they cost resident programs). H200, bf16, side by side
+# (benchmarks/gemv_probe.py, 2026-11-30): M = 4, 4096 x 14336: 32 columns, 6 stages 44.7 us
+# against the former 16 columns, 4 stages 59.2 (cuBLAS 42.0; 16 / 6 stages 52.3, 64 / 6
+# stages 45.8); M = 8, 4096 x 4096: 18.2 against 20.4 (cuBLAS 18.8); M = 1, 6144 x 4096
+# (b stored [K, N]) 64 / 6 stages 23.9 against 26.5 at 4. M = 16, 18432 x 7168 (288
+# programs) 78.7 us at 4 stages, 88.9 at 6.
 _GEMV_BLOCK_N = (64, 32, 16)
 _GEMV_TARGET_PROGRAMS = _NUM_SMS
+_GEMV_MIN_PROGRAMS = _NUM_SMS // 2
+_GEMV_STAGES, _GEMV_STAGES_UNDER_A_WAVE = 4, 6
+# M = 1 with op(b)'s K axis contiguous (b stored [N, K], the nn.Linear weight) takes the FMA
+# kernel (_gemv_fma_kernel): rows of b a program, bytes of each row a step, warps. It has no
+# MMA wasting 15 of 16 rows and no reduction a step (one at the end), and its 16-row
+# programs spread even N = 4096 over every SM. H200, bf16, side by side
+# (benchmarks/gemv_probe.py, 2026-11-30), FMA / the MMA kernel above / cuBLAS: 14336 x 4096
+# 35.8 / 43.7 / 40.5 us, 6144 x 4096 19.3 / 31.2 / 23.6, 57344 x 8192 227.9 / 232.1 / 224.4
+# (16 rows x 256 k: 35.2, 19.9, 229.5; 32 x 256: 35.7, 21.1, 233.1; 8 x 512: 37.0, 18.9, 230.7).
+_GEMV_FMA_ROWS = 16
+_GEMV_FMA_STEP_BYTES = 1024
+_GEMV_FMA_WARPS = 4
 
 
 def gemm_configs() -> list[GemmConfig]:
@@ -192,19 +214,21 @@ def gemv_config_for(
 ) -> GemmConfig:
     """The GEMV configuration: all M rows in one 16-row block, BLOCK_N from N.
 
-    ``BLOCK_N`` is the largest of 64, 32, 16 that still gives one program per SM
-    (132; else 16), so that the stream of ``b`` is spread over every SM.
+    ``BLOCK_N`` is 64 with 4 stages where that gives a program per SM (132) or more. Else
+    the largest of 64, 32, 16 giving half as many programs (else 16), with 6 stages: fewer
+    programs than SMs, each with more bytes in flight.
     ``aligned`` as for :func:`gemm_config_for` (False: BLOCK_K <= 32).
     """
     if M > GEMV_MAX_M:
         raise ValueError(f"gemv_triton handles M <= {GEMV_MAX_M}, got M = {M}")
-    block_n = _GEMV_BLOCK_N[-1]
-    for bn in _GEMV_BLOCK_N:
-        if triton.cdiv(N, bn) >= _GEMV_TARGET_PROGRAMS:
-            block_n = bn
-            break
+    if triton.cdiv(N, _GEMV_BLOCK_N[0]) >= _GEMV_TARGET_PROGRAMS:
+        block_n, stages = _GEMV_BLOCK_N[0], _GEMV_STAGES
+    else:
+        block_n = next((bn for bn in _GEMV_BLOCK_N
+                        if triton.cdiv(N, bn) >= _GEMV_MIN_PROGRAMS), _GEMV_BLOCK_N[-1])
+        stages = _GEMV_STAGES_UNDER_A_WAVE
     block_k = 64 if dtype == torch.float32 else 128
-    cfg = GemmConfig(16, block_n, block_k, 1, 4, 4)
+    cfg = GemmConfig(16, block_n, block_k, 1, 4, stages)
     if not aligned:
         cfg = _unaligned(cfg, 32)
     return _clip(cfg, M, N, K)
@@ -372,6 +396,40 @@ def _gemv_kernel(
     tl.store(c_ptrs, c, mask=c_mask)
 
 
+@triton.jit
+def _gemv_fma_kernel(a_ptr, b_ptr, c_ptr, N, K, stride_ak, stride_bn, stride_cn,
+                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+                     USE_INT64: tl.constexpr):
+    # M = 1 and op(b)'s K stride 1: BLOCK_N rows of b ([N, K] storage) a program. The
+    # products accumulate elementwise in a float32 [BLOCK_N, BLOCK_K] tile, reduced over K
+    # once at the end; a is re-read from L2 by each program.
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    rows_c = rows % N
+    if USE_INT64:
+        rows_c = rows_c.to(tl.int64)
+        offs_k = offs_k.to(tl.int64)
+    b_ptrs = b_ptr + rows_c[:, None] * stride_bn + offs_k[None, :]
+    a_ptrs = a_ptr + offs_k * stride_ak
+    acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    for _ in range(0, K // BLOCK_K):
+        b = tl.load(b_ptrs, eviction_policy="evict_first").to(tl.float32)
+        a = tl.load(a_ptrs).to(tl.float32)
+        acc += b * a[None, :]
+        b_ptrs += BLOCK_K
+        a_ptrs += BLOCK_K * stride_ak
+    if not EVEN_K:
+        k_mask = offs_k < K % BLOCK_K
+        b = tl.load(b_ptrs, mask=k_mask[None, :], other=0.0,
+                    eviction_policy="evict_first").to(tl.float32)
+        a = tl.load(a_ptrs, mask=k_mask, other=0.0).to(tl.float32)
+        acc += b * a[None, :]
+    if USE_INT64:
+        rows = rows.to(tl.int64)
+    tl.store(c_ptr + rows * stride_cn, tl.sum(acc, axis=1).to(c_ptr.dtype.element_ty),
+             mask=rows < N)
+
+
 # --- launchers ----------------------------------------------------------------------
 
 
@@ -525,10 +583,25 @@ def gemv_launch(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, M: int, N: 
     if trans_b:
         sb = (sb[1], sb[0])
     if config is None:
+        if M == 1 and sb[0] == 1 and _is_aligned(b):
+            _launch_fma(a, b, out, N, K, sa, sb, key)
+            return out
         config = gemv_config_for(M, N, K, a.dtype, _is_aligned(a) and _is_aligned(b))
     grid = (triton.cdiv(N, config.block_n),)
     _launch(_gemv_kernel, grid, a, b, out, M, N, K, sa, sb, config, {}, memo_key=key)
     return out
+
+
+def _launch_fma(a, b, out, N, K, sa, sb, memo_key) -> None:
+    """The M = 1 launch of :func:`_gemv_fma_kernel` (op(b)'s K stride is 1; see the table)."""
+    block_k = min(_GEMV_FMA_STEP_BYTES // b.element_size(), max(16, triton.next_power_of_2(K)))
+    so = out.stride()
+    use_int64 = max((K - 1) * abs(sa[1]) + block_k * abs(sa[1]),
+                    (N - 1) * abs(sb[1]) + K + block_k, (N - 1) * abs(so[1])) > _INT32_LIMIT
+    _PREPARED.launch(memo_key, 3, _gemv_fma_kernel, (triton.cdiv(N, _GEMV_FMA_ROWS),),
+                     a, b, out, N, K, sa[1], sb[1], so[1],
+                     BLOCK_N=_GEMV_FMA_ROWS, BLOCK_K=block_k, EVEN_K=K % block_k == 0,
+                     USE_INT64=use_int64, num_warps=_GEMV_FMA_WARPS, num_stages=1)
 
 
 # --- TMA descriptors ---------------------------------------------------------------------

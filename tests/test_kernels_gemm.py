@@ -107,6 +107,36 @@ def test_gemv_decode_rows(m, layout):
     torch.testing.assert_close(out, gemm_reference(a, b, trans_a, trans_b), **TOL[torch.float16])
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("nk", [(40, 1024), (33, 1040), (5, 48)], ids=str)
+def test_gemv_single_row_takes_the_fma_kernel(nk, dtype, monkeypatch):
+    """M = 1 with b stored [N, K] (aligned rows) runs the FMA kernel: whole K steps, a
+    masked tail (1040 = 2 x 512 + 16 in fp16, 4 x 256 + 16 in fp32), N not a multiple of
+    its 16 rows, a read through its K stride and out written through its strides. Any
+    other layout of b keeps the MMA kernel."""
+    import opspec.kernels.gemm as G
+
+    ran = []
+    real = G._launch_fma
+    monkeypatch.setattr(G, "_launch_fma", lambda *args: ran.append(args[3:5]) or real(*args))
+    monkeypatch.setattr(G, "_PREPARED", G.LaunchMemo())   # no replay of an earlier launch
+    n, k = nk
+    a, b = _operands(1, n, k, False, True, dtype, seed=4)
+    wide = torch.zeros(1, 2 * k, dtype=dtype)
+    wide[:, ::2] = a
+    out_t = torch.full((n, 3), float("nan"), dtype=dtype)
+    out = out_t[:, 1:2].t()                     # [1, n], column stride 3
+    gemv_triton(wide[:, ::2], b, False, True, out)
+    torch.testing.assert_close(out, gemm_reference(a, b, False, True), **TOL[dtype])
+    assert ran == [(n, k)]
+    assert torch.isnan(out_t[:, 0]).all() and torch.isnan(out_t[:, 2]).all()
+    # b stored [K, N], or M > 1: the MMA kernel
+    ran.clear()
+    gemv_triton(a, b.t().contiguous(), False, False, torch.empty(1, n, dtype=dtype))
+    gemv_triton(a.expand(2, k), b, False, True, torch.empty(2, n, dtype=dtype))
+    assert ran == []
+
+
 @pytest.mark.parametrize("fn", [gemm_triton, gemv_triton], ids=["gemm", "gemv"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_k_zero_gives_zeros(fn, dtype):
@@ -197,7 +227,12 @@ def test_config_table():
     # Decode GEMV: up to 64 columns per program, a program per SM (132) or more.
     gv = gemv_config_for(1, 14336, 4096, torch.bfloat16)
     assert gv.block_m == 16 and gv.block_n == 64 and 14336 // gv.block_n >= 132
-    assert gemv_config_for(16, 4096, 4096, torch.bfloat16).block_n == 16
+    assert gv.num_stages == 4
+    # Under a wave of 64-column programs: the widest giving half a wave, 6 stages.
+    small = gemv_config_for(16, 4096, 4096, torch.bfloat16)
+    assert (small.block_n, small.num_stages) == (32, 6)
+    assert (gemv_config_for(4, 6144, 4096).block_n, gemv_config_for(4, 1024, 4096).block_n) \
+        == (64, 16)
     # Unaligned operands (no 16-element row alignment): smaller K step, N <= 128.
     un = gemm_config_for(4096, 4096, 4095, torch.bfloat16, aligned=False)
     assert un.block_k <= 32 and un.block_n <= 128
