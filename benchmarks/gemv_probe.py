@@ -2,13 +2,15 @@
 
     python benchmarks/gemv_probe.py           # device time and TB/s of each variant, per row
     python benchmarks/gemv_probe.py --smoke   # tiny rows through the interpreter (CPU)
+    python benchmarks/gemv_probe.py --tma     # M = 32..128 rows: TMA GEMM tiles
 
 Per row (the GemmFwdOp decode rows of RESULTS.md and two more shapes; ``b`` stored [N, K],
 as the bench rows store it) it times torch.matmul (cuBLAS), the library's GEMV launch, then:
 the GEMV kernel under other tiles (``cfg BN/BK/warps/stages``); K split in S parts, each
 program writing float32 partial sums that a second launch adds (``split``); and, for M = 1,
 a kernel with no MMA that accumulates b * a elementwise in float32 and reduces once at the
-end (``fma``). Every variant's output is compared with cuBLAS's. Not part of the package.
+end (``fma``). ``--tma`` times the TMA GEMM kernel's tiles on decode batches of 32 to 128
+rows instead. Every variant's output is compared with cuBLAS's. Not part of the package.
 """
 
 from __future__ import annotations
@@ -153,5 +155,42 @@ def run() -> None:
                   f"{'ok' if err < 1e-2 else f'WRONG ({err:.3g})'}", flush=True)
 
 
+TMA_ROWS = [(128, 6144, 4096), (128, 14336, 4096), (128, 4096, 14336), (64, 6144, 4096),
+            (32, 14336, 4096)]
+TMA_TILES = [(64, 128, 128, 4, 4), (64, 64, 128, 4, 4), (64, 64, 256, 4, 3), (128, 64, 128, 4, 4),
+             (128, 64, 64, 4, 6), (128, 128, 64, 4, 5), (64, 32, 256, 4, 4), (128, 32, 128, 4, 4),
+             (64, 64, 128, 4, 6), (128, 64, 128, 8, 4)]
+
+
+def run_tma() -> None:
+    for M, N, K in TMA_ROWS:
+        g = torch.Generator(device="cpu").manual_seed(0)
+        a = torch.randn(M, K, generator=g).to(DEV, DT)
+        b = torch.randn(N, K, generator=g).to(DEV, DT)
+        ref = a.float() @ b.float().t()
+        nbytes = (M * K + N * K + M * N) * a.element_size()
+        out = torch.empty(M, N, dtype=DT, device=DEV)
+        ms = bench(lambda: torch.matmul(a, b.t(), out=out), SMOKE)
+        print(f"M={M} N={N} K={K}: cuBLAS {ms * 1e3:.1f} us ({nbytes / ms / 1e9:.2f} TB/s); "
+              f"table {G.tma_config_for(M, N, K, True)}", flush=True)
+        for bm, bn, bk, warps, stages in [(0,) * 5] + TMA_TILES:
+            out = torch.full((M, N), float("nan"), dtype=DT, device=DEV)
+            if bm == 0:
+                name, fn = "opspec", lambda: G.gemm_triton(a, b, False, True, out)  # noqa: E731
+            else:
+                cfg = G.GemmConfig(bm, bn, bk, 8, warps, stages)
+                name = f"tma {bm}x{bn}x{bk}/{warps}w/{stages}s"
+                fn = lambda: G.gemm_tma(a, b, False, True, out, cfg)  # noqa: E731
+            try:
+                fn()
+            except Exception as e:
+                print(f"  {name:32s} failed: {type(e).__name__}: {str(e)[:80]}", flush=True)
+                continue
+            err = ((out.float() - ref).norm() / ref.norm()).item()
+            ms = bench(fn, SMOKE)
+            print(f"  {name:32s} {ms * 1e3:8.1f} us {nbytes / ms / 1e9:6.2f} TB/s "
+                  f"{'ok' if err < 1e-2 else f'WRONG ({err:.3g})'}", flush=True)
+
+
 if __name__ == "__main__":
-    run()
+    run_tma() if "--tma" in sys.argv else run()

@@ -615,6 +615,12 @@ _TMA_BIG = GemmConfig(128, 256, 64, 16, 8, 3)
 _TMA_NT = GemmConfig(128, 128, 64, 8, 4, 5)
 _TMA_M128 = GemmConfig(64, 128, 128, 8, 4, 4)  # 64 < M <= 128: 0.86x cuBLAS (was 0.79x)
 _TMA_M64 = GemmConfig(64, 64, 256, 8, 4, 3)    # 16 < M <= 64: 0.98x cuBLAS
+# M <= 128 where 64x64 tiles make at most one wave: those, 6 stages (fewer programs than
+# SMs, each with more bytes in flight; as for the GEMV). H200, bf16, x @ w.T
+# (benchmarks/gemv_probe.py --tma, 2026-11-30): 128 x 4096 x 14336 43.4 us against 56.1
+# for _TMA_M128 (cuBLAS 44.6), 64 x 6144 x 4096 22.8 / 23.6 for _TMA_M64 (cuBLAS 23.1);
+# over a wave it lost (128 x 6144 x 4096: 29.9 / 26.1; 128 x 14336 x 4096: 54.6 / 45.9).
+_TMA_ONE_WAVE = GemmConfig(64, 64, 128, 8, 4, 6)
 # Share of the last wave's SM slots a tiling must fill to run 128x256 tiles; within two
 # waves, b stored [N, K] (timed only so), a little less will do (each SM then walks at most
 # two tiles, and 128x128 tiles would leave the same share idle). H200, bf16, x @ w.T, 0.848
@@ -635,7 +641,9 @@ def tma_config_for(M: int, N: int, K: int, trans_b: bool) -> GemmConfig | None:
     """The TMA kernels' configuration for a bf16/fp16 problem, or None where the pointer
     kernel is as fast (M > 128 with b stored [K, N] and too few tiles for 128x256).
     A configuration with 128x256 tiles runs the persistent kernel (:func:`tma_persistent`)."""
-    if M <= 64:
+    if M <= 128 and triton.cdiv(M, 64) * triton.cdiv(N, 64) <= _NUM_SMS:
+        cfg = _TMA_ONE_WAVE
+    elif M <= 64:
         cfg = _TMA_M64
     elif M <= 128:
         cfg = _TMA_M128

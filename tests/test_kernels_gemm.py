@@ -313,5 +313,8 @@ def test_tma_table():
         assert tma_config_for(*mnk, True)[:3] == (128, 128, 64), mnk
     assert tma_config_for(512, 14336, 4096, False) is None    # NN: the 85 % rule only
     assert tma_config_for(128, 6144, 4096, True)[:3] == (64, 128, 128)
-    assert tma_config_for(64, 6144, 4096, False)[:3] == (64, 64, 256)
-    assert tma_config_for(20, 6144, 4096, True)[:3] == (32, 64, 256)  # clipped to M
+    assert tma_config_for(32, 14336, 4096, False)[:3] == (32, 64, 256)  # clipped to M
+    # M <= 128 where 64x64 tiles make at most a wave (128 and 96 here): those, 6 stages.
+    assert tma_config_for(128, 4096, 14336, True)[:6] == (64, 64, 128, 8, 4, 6)
+    assert tma_config_for(64, 6144, 4096, False)[:6] == (64, 64, 128, 8, 4, 6)
+    assert tma_config_for(128, 4288, 4096, True)[:3] == (64, 128, 128)    # 134 tiles: over
