@@ -7,9 +7,9 @@ dtype; a wrong candidate is reported and is never "best"), then time device time
 bench does (sweep_pool.bench: L2 flushed before each sample, medians), the table's choice (``pool2d_triton``
 with no override), torch eager (F.max_pool2d / F.avg_pool2d in the input dtype: the bench's
 baseline), torch.compile of that function (once per row; said if it fails) and the
-candidates: band-kernel configurations (``BandConfig`` fields changed one at a time from
-the table's, each kept only where it changes the launch) and the older kernels
-(``pool2d_plan``: tile / rows / global).
+candidates: the flat kernel (outputs a program, warps), band-kernel configurations
+(``BandConfig`` fields changed one at a time from the table's, each kept only where it
+changes the launch) and the older kernels (``pool2d_plan``: tile / rows / global).
 
     python benchmarks/pool_sweep.py [--budget-s 150] [--json PATH] [--rows SUBSTR ...]
                                     [--jobs N] [--smoke]
@@ -137,6 +137,11 @@ def candidates(row, x):
     N, C, H, W = x4.shape
     H_out, W_out = PK.pool2d_out_size(H, W, g)
     out = []
+    if PK.flat_fits(x4, g):
+        # the flat kernel: outputs a program, warps
+        for block, warps in ((1024, 4), (512, 4), (2048, 8), (1024, 8), (512, 2), (4096, 8)):
+            plan = PK.Pool2dPlan(block, 0, warps, True, False, "flat")
+            out.append((f"flat {block}/{warps}w", dict(plan=plan), None, plan))
     if PK.band_fits(x4, g):
         table = PK.band_config_for(mode, g, W_out)
         # the table's configuration, else its default, else the kernel's own defaults

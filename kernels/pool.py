@@ -24,8 +24,17 @@ max). On the H200 the older tile kernel below ran 1.1-1.8 TB/s on the workload r
 scalar stores) against ~2.5-3.5 implied by torch.compile; the band kernel's sm_90 build of
 the stem is ~20 instructions an output with 16-byte loads and 8-byte stores.
 
+The flat kernel (the classes ``_FLAT_TABLE`` names: narrow rows, at most 16 outputs, of
+contiguous NCHW inputs; see :func:`flat_fits`). The output is one flat index space; a
+program takes a run of consecutive outputs, splits each into (plane, row, column) by
+divisions by compile-time constants (the plane's shape and the window are ``constexpr``,
+one build per layer shape, as torch.compile's kernels have) and gathers its window element
+by element, neighbouring outputs sharing cache lines. No lane pads a 14-wide row to 16, and
+there is no per-row work to amortise: on 14 x 14 outputs it ran twice as fast as the tile
+kernel on the H200.
+
 The older kernels (``pool2d_plan``; channels_last and other strided rows, global pooling,
-and any window class the ``_BAND_TABLE`` sends to them). The input is viewed as
+and any window class neither table sends elsewhere). The input is viewed as
 ``[N, C, H, W]`` with any strides. The output ``[N, C, H_out, W_out]`` (contiguous) is seen as a
 matrix of ``R = N * C * H_out`` rows of ``W_out`` pixels; each program takes a tile of
 ``BLOCK_R`` rows by ``BLOCK_W`` columns (see :func:`pool2d_plan`): rows of one plane
@@ -90,6 +99,7 @@ __all__ = [
     "band_fits",
     "band_key",
     "band_launch",
+    "flat_fits",
     "pool2d_geometry",
     "pool2d_out_size",
     "pool2d_plan",
@@ -185,17 +195,38 @@ class BandConfig(NamedTuple):
 #: 68; Inception's 35 x 35 planes gained, 60 -> 37) and on narrow rows: so no default,
 #: the classes it won only, and only from _BAND_MIN_OUTPUTS outputs (the smallest input it
 #: won on had 6.4 M; DenseNet's, lost, 3.2 M).
+#: A second H200 sweep (same script, 2026-11-30, with the flat kernel among the candidates),
+#: us, table then -> now (compile): the stem's bands of at most 8 rows, not 4: batch 256
+#: 189 -> 148 (208), 128 bf16 98 -> 76 (109), fp32 148 -> 126 (156), 32 30.4 -> 24.9 (33.0),
+#: GoogLeNet stem 52.9 -> 42.4 (59.3). The band kernel now ahead where it had lost: 3x3
+#: stride-1 averages (Inception 60.3 -> 27.2 (38.4), fp32 57.4 -> 29.4 (40.7), PoolFormer
+#: s1 41.2 -> 27.2, s4 11.3 -> 10.2 with 2 columns a thread) and DenseNet's 2x2/2 average
+#: with bands of at most 4 rows, tiles of 512 (28.2 -> 12.7 (16.0); the ResNet-D rows
+#: within 1 % of the former 8-row bands); the ResNet-50 stem at batch 1 (200 k outputs)
+#: 7.1 -> 5.5. Narrow rows (at most 16 outputs) take the flat kernel (_FLAT_TABLE).
 _BAND_DEFAULT = None
 #: Per-class choices, keyed by ``band_key``: (mode, kernel, stride, "narrow" | "wide"); a
-#: class not here takes ``_BAND_DEFAULT`` (None: the older kernels, ``pool2d_plan``: tile,
-#: rows, global).
+#: class not here takes ``_BAND_DEFAULT`` (None: the flat kernel where ``_FLAT_TABLE`` names
+#: the class, else the older kernels, ``pool2d_plan``: tile, rows, global).
 _BAND_TABLE: dict[tuple, BandConfig | None] = {
-    ("max", (3, 3), (2, 2), "wide"): BandConfig(rows=4, tile=512),
+    ("max", (3, 3), (2, 2), "wide"): BandConfig(rows=8, tile=512),
     ("max", (2, 2), (2, 2), "wide"): BandConfig(rows=4, tile=512),
-    ("avg", (2, 2), (2, 2), "wide"): BandConfig(rows=8),
+    ("avg", (2, 2), (2, 2), "wide"): BandConfig(rows=4, tile=512),
+    ("avg", (3, 3), (1, 1), "wide"): BandConfig(rows=8),
+    ("avg", (3, 3), (1, 1), "narrow"): BandConfig(cols_per_thread=2),
 }
-#: Outputs below which every class takes the older kernels.
-_BAND_MIN_OUTPUTS = 4 << 20
+#: Outputs below which every class takes the older kernels (the smallest input measured
+#: since, the stem at batch 1, 200 k outputs, is above it).
+_BAND_MIN_OUTPUTS = 1 << 17
+#: The flat kernel's classes (contiguous inputs, see ``flat_fits``), by ``band_key``:
+#: (outputs a program, warps). Same sweep, us, the tile kernel -> flat (compile): GoogLeNet's
+#: 3x3/2 max on 28 x 28 planes 63.4 -> 32.1 (34.0); VGG's 2x2/2 max bf16 22.2 -> 16.3, fp32
+#: 39.6 -> 24.4; 2x2/2 averages on 14 x 14 planes 28.0 -> 24.0 (26.7) and 8.0 -> 7.3.
+_FLAT_TABLE: dict[tuple, tuple[int, int]] = {
+    ("max", (3, 3), (2, 2), "narrow"): (512, 4),
+    ("max", (2, 2), (2, 2), "narrow"): (512, 4),
+    ("avg", (2, 2), (2, 2), "narrow"): (512, 4),
+}
 #: Output rows of at most this many columns are "narrow" in ``band_key``.
 _BAND_NARROW = 16
 #: The widest window row and the most input rows a band may read (unrolled: code size and
@@ -422,6 +453,70 @@ def _pool2d_kernel(
     out_off = rows[:, None] * W_out + cols[None, :]
     tl.store(out_ptr + out_off, res.to(out_ptr.dtype.element_ty),
              mask=row_in[:, None] & col_in[None, :])
+
+
+@triton.jit
+def _pool2d_flat_kernel(
+    x_ptr, out_ptr, total, divisor,
+    H: tl.constexpr, W: tl.constexpr, H_out: tl.constexpr, W_out: tl.constexpr,
+    KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
+    PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr,
+    IS_MAX: tl.constexpr, CLAMP: tl.constexpr, NATIVE: tl.constexpr,
+    COUNT_INCLUDE_PAD: tl.constexpr, HAS_DIVISOR: tl.constexpr,
+    BLOCK: tl.constexpr, USE_INT64: tl.constexpr,
+):
+    # Contiguous NCHW: BLOCK consecutive outputs of the flattened [N * C * H_out * W_out]
+    # output a program, each split into (plane, oh, ow) by divisions by compile-time
+    # constants (the geometry and the plane's shape are constexpr: one build per layer
+    # shape), then its window gathered element by element (neighbouring outputs share the
+    # lines, from L1). No padded tile lanes: narrow planes (14 x 14 outputs) waste none.
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if USE_INT64:
+        o = o.to(tl.int64)
+    o_in = o < total
+    oc = tl.minimum(o, total - 1)
+    ow = oc % W_out
+    t = oc // W_out
+    oh = t % H_out
+    base = x_ptr + (t // H_out) * (H * W)
+    h0 = oh * SH - PH
+    w0 = ow * SW - PW
+    if IS_MAX:
+        acc = tl.full((BLOCK,), float("-inf"), x_ptr.dtype.element_ty if NATIVE else tl.float32)
+    else:
+        acc = tl.zeros((BLOCK,), tl.float32)
+    for kh in tl.static_range(KH):
+        ih = h0 + kh * DH
+        for kw in tl.static_range(KW):
+            iw = w0 + kw * DW
+            if CLAMP:
+                # max, dilation 1: a clamped element lies in the same window
+                v = tl.load(base + (tl.minimum(tl.maximum(ih, 0), H - 1) * W
+                                    + tl.minimum(tl.maximum(iw, 0), W - 1)))
+            else:
+                ok = (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+                v = tl.load(base + (ih * W + iw), mask=ok,
+                            other=float("-inf") if IS_MAX else 0.0)
+            if IS_MAX:
+                if not NATIVE:
+                    v = v.to(tl.float32)
+                acc = tl.maximum(acc, v, propagate_nan=tl.PropagateNan.ALL)
+            else:
+                acc = acc + v.to(tl.float32)
+    if IS_MAX:
+        res = acc
+    elif HAS_DIVISOR:
+        res = acc / divisor
+    else:
+        # torch's divisor: the window clipped to the padded input, or to the input
+        h1 = tl.minimum(h0 + KH, H + PH)
+        w1 = tl.minimum(w0 + KW, W + PW)
+        if COUNT_INCLUDE_PAD:
+            cnt = (h1 - h0) * (w1 - w0)
+        else:
+            cnt = (tl.minimum(h1, H) - tl.maximum(h0, 0)) * (tl.minimum(w1, W) - tl.maximum(w0, 0))
+        res = acc / cnt.to(tl.float32)
+    tl.store(out_ptr + o, res.to(out_ptr.dtype.element_ty), mask=o_in)
 
 
 @triton.jit
@@ -781,6 +876,8 @@ def _pool2d_band_kernel(
 class Pool2dPlan:
     """How the launcher splits the output.
 
+    ``path`` 'flat' (:func:`_launch_flat`; never from ``pool2d_plan``, only from
+    ``_FLAT_TABLE`` or a caller): ``block_r`` outputs a program, ``num_warps``.
     ``path`` 'tile' (the general kernel): tiles of ``block_r`` rows by ``block_w`` columns,
     ``num_warps``, whether the window is unrolled, and whether a tile's rows are rows of
     one plane (``plane_tiles``) or consecutive rows of the flattened output. 'global' (a
@@ -1115,6 +1212,35 @@ def _launch_band(x4: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeomet
     return out
 
 
+def flat_fits(x4: torch.Tensor, g: Pool2dGeometry) -> bool:
+    """Whether the flat kernel serves ``x4`` ([N, C, H, W]) and the window: a contiguous
+    input and a window it unrolls."""
+    return x4.is_contiguous() and g.kernel[0] * g.kernel[1] <= _MAX_UNROLL
+
+
+def _launch_flat(x4: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeometry,
+                 p: Pool2dPlan, count_include_pad: bool,
+                 divisor_override: int | None) -> torch.Tensor:
+    """The flat kernel (see ``_pool2d_flat_kernel``; ``p.block_r`` outputs a program)."""
+    if not flat_fits(x4, g):
+        raise ValueError("the flat kernel needs a contiguous input and a window of at most "
+                         f"{_MAX_UNROLL} elements")
+    N, C, H, W = x4.shape
+    H_out, W_out = pool2d_out_size(H, W, g)
+    total = N * C * H_out * W_out
+    (kh, kw), (s_h, s_w), (ph, pw), (dh, dw) = g.kernel, g.stride, g.padding, g.dilation
+    launch(_pool2d_flat_kernel, (triton.cdiv(total, p.block_r),),
+        x4, out, total, float(divisor_override) if divisor_override is not None else 1.0,
+        H=H, W=W, H_out=H_out, W_out=W_out, KH=kh, KW=kw, SH=s_h, SW=s_w, PH=ph, PW=pw,
+        DH=dh, DW=dw, IS_MAX=(mode == "max"), CLAMP=(mode == "max" and g.dilation == (1, 1)),
+        NATIVE=not _INTERPRET, COUNT_INCLUDE_PAD=bool(count_include_pad),
+        HAS_DIVISOR=divisor_override is not None, BLOCK=p.block_r,
+        USE_INT64=max(x4.numel(), total) + p.block_r > _INT32_LIMIT,
+        num_warps=p.num_warps,
+    )
+    return out
+
+
 def pool2d_triton(x: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeometry,
                   count_include_pad: bool = True, divisor_override: int | None = None,
                   plan: Pool2dPlan | None = None,
@@ -1124,10 +1250,12 @@ def pool2d_triton(x: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeomet
 
     ``x``: [N, C, H, W] or [C, H, W] of fp16, bf16 or fp32, any strides; ``out``: the
     output shape, ``x``'s dtype, contiguous. ``plan`` forces the older kernels with
-    that plan, ``config`` the band kernel with that configuration (tests, the sweep); by
-    default, from ``_BAND_MIN_OUTPUTS`` outputs, ``band_config_for`` picks (the band kernel
-    where it names a configuration and ``band_fits``), else the older kernels. Nothing is
-    launched for an empty output. No allocation, no host sync.
+    that plan (``path='flat'``: the flat kernel), ``config`` the band kernel with that
+    configuration (tests, the sweep); by default, from ``_BAND_MIN_OUTPUTS`` outputs,
+    ``band_config_for`` picks (the band kernel where it names a configuration and
+    ``band_fits``), else the flat kernel where ``_FLAT_TABLE`` names the class and
+    ``flat_fits``, else the older kernels. Nothing is launched for an empty output. No
+    allocation, no host sync.
     """
     if mode not in ("max", "avg"):
         raise ValueError(f"mode must be 'max' or 'avg', got {mode!r}")
@@ -1157,6 +1285,9 @@ def pool2d_triton(x: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeomet
         if config is not None:
             raise ValueError("the band kernel does not serve this input and window "
                              "(see band_fits)")
+        flat = _FLAT_TABLE.get(band_key(mode, g, W_out))
+        if flat is not None and flat_fits(x4, g):
+            plan = Pool2dPlan(flat[0], 0, flat[1], True, False, "flat")
     p = plan or pool2d_plan(R, H_out, W_out, g, H, W)
     merge_nc = N == 1 or x4.stride(0) == C * x4.stride(1)
     if p.path == "global":
@@ -1164,6 +1295,8 @@ def pool2d_triton(x: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeomet
                               divisor_override)
     if p.path == "rows":
         return _launch_rows(x4, out, mode, g, p, merge_nc, count_include_pad, divisor_override)
+    if p.path == "flat":
+        return _launch_flat(x4, out, mode, g, p, count_include_pad, divisor_override)
     n_col_blocks = triton.cdiv(W_out, p.block_w)
     n_row_blocks = triton.cdiv(H_out, p.block_r) if p.plane_tiles else 1
     use_int64 = _needs_int64(x4, R, H_out, W_out, g, p)

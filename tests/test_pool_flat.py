@@ -1,0 +1,138 @@
+"""The pool family's flat kernel (``_pool2d_flat_kernel``): contiguous NCHW inputs, one
+output element a lane, the geometry compile-time constant.
+
+Against torch's F.max_pool2d / F.avg_pool2d through the real launch path (``pool2d_triton``
+with a ``path='flat'`` plan), on the CPU through Triton's interpreter (tests/conftest.py), in
+float32, float16 and bfloat16: odd sizes, padding, dilation, ceil_mode windows past the
+edge, every divisor rule, NaN and infinities, unbatched inputs, partial last programs and
+int64 offsets; then which inputs the launcher sends to it.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import opspec.kernels.pool as PK
+from opspec.kernels.pool import Pool2dPlan, flat_fits, pool2d_geometry, pool2d_out_size, pool2d_triton
+from opspec.ops import AvgPool2dFwdOp, MaxPool2dFwdOp
+
+# the device, dtypes, tolerances and helpers of the pool tests (tests/ is on sys.path)
+from test_pool import DTYPES, TOL, _on_device, _randn  # noqa: F401  (_on_device: a fixture)
+from test_pool_variants import AVG_MODES, WINDOWS, _wid
+
+# (outputs a program, warps): the table's, and a small one (several programs, a partial last)
+PLANS = {"512/4w": Pool2dPlan(512, 0, 4, True, False, "flat"),
+         "32/1w": Pool2dPlan(32, 0, 1, True, False, "flat")}
+
+
+def _run(x, mode, g, cip=True, div=None, plan=None):
+    H_out, W_out = pool2d_out_size(x.shape[-2], x.shape[-1], g)
+    out = torch.empty((*x.shape[:-2], H_out, W_out), dtype=x.dtype)
+    assert pool2d_triton(x, out, mode, g, cip, div, plan=plan) is out
+    return out
+
+
+def _want_max(x, g):
+    return F.max_pool2d(x.float(), g.kernel, g.stride, g.padding, g.dilation,
+                        g.ceil_mode).to(x.dtype)
+
+
+def _want_avg(x, g, cip, div):
+    return F.avg_pool2d(x.float(), g.kernel, g.stride, g.padding, g.ceil_mode, cip, div)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("window", WINDOWS, ids=_wid)
+def test_flat_max(window, dtype):
+    """Exact, NaN kept, an all -inf window -inf, +inf kept; clamped (dilation 1) and masked
+    (dilated) windows alike."""
+    shape, k, s, p, d, c = window
+    g = pool2d_geometry(k, s, p, d, c)
+    x = _randn(*shape, dtype=dtype)
+    x[..., 1, 2] = float("nan")
+    x[..., -3:, -4:] = float("-inf")
+    x[..., 0, -1] = float("inf")
+    assert flat_fits(x if x.dim() == 4 else x[None], g)
+    want = _want_max(x, g)
+    for name, plan in PLANS.items():
+        torch.testing.assert_close(_run(x, "max", g, plan=plan), want, rtol=0, atol=0,
+                                   equal_nan=True, msg=name)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("window", [w for w in WINDOWS if w[4] == 1], ids=_wid)
+def test_flat_avg(window, dtype):
+    """Every divisor rule: count_include_pad, the window clipped to the input, and
+    divisor_override."""
+    shape, k, s, p, _, c = window
+    g = pool2d_geometry(k, s, p, 1, c)
+    x = _randn(*shape, dtype=dtype, seed=1)
+    for cip, div in AVG_MODES:
+        want = _want_avg(x, g, cip, div)
+        for name, plan in PLANS.items():
+            torch.testing.assert_close(_run(x, "avg", g, cip, div, plan).float(), want,
+                                       **TOL[dtype], msg=lambda m: f"{name} {cip=} {div=}: {m}")
+
+
+def test_flat_refuses_what_it_cannot_serve():
+    """A non-contiguous input or a window of more than _MAX_UNROLL elements, forced onto the
+    flat kernel, is an error that says why; the default path serves both elsewhere."""
+    g = pool2d_geometry(2)
+    x = _randn(2, 3, 8, 10, dtype=torch.float16)
+    for bad, gb in ((x[..., 1:], g), (x.contiguous(memory_format=torch.channels_last), g),
+                    (x, pool2d_geometry((6, 6), 1))):
+        assert not flat_fits(bad, gb)
+        with pytest.raises(ValueError, match="flat kernel needs a contiguous input"):
+            _run(bad, "max", gb, plan=PLANS["512/4w"])
+        assert torch.equal(_run(bad, "max", gb), _want_max(bad, gb))
+
+
+def test_flat_empty_and_int64(monkeypatch):
+    """An empty batch launches nothing; the int64 offsets (forced with a lower limit) give
+    the same results."""
+    g = pool2d_geometry(3, 2, 0, 1, True)
+    assert _run(torch.empty(0, 3, 9, 9), "max", g, plan=PLANS["32/1w"]).numel() == 0
+    monkeypatch.setattr(PK, "_INT32_LIMIT", 64)
+    x = _randn(2, 3, 9, 12, dtype=torch.bfloat16, seed=3)
+    for plan in PLANS.values():
+        assert torch.equal(_run(x, "max", g, plan=plan), _want_max(x, g))
+        torch.testing.assert_close(_run(x, "avg", g, False, None, plan).float(),
+                                   _want_avg(x, g, False, None), **TOL[torch.bfloat16])
+
+
+def test_flat_table_routes_narrow_classes(monkeypatch):
+    """The launcher sends the classes _FLAT_TABLE names (narrow rows: at most 16 outputs) of
+    contiguous inputs to the flat kernel with the table's plan, through the ops too; wide
+    rows, non-contiguous inputs and unnamed classes go elsewhere."""
+    seen = []
+    real = PK._launch_flat
+
+    def spy(x4, out, mode, g, p, *a):
+        seen.append((mode, g.kernel, g.stride, p.block_r, p.num_warps))
+        return real(x4, out, mode, g, p, *a)
+
+    monkeypatch.setattr(PK, "_launch_flat", spy)
+    x = _randn(2, 3, 28, 28, dtype=torch.float16, seed=4)     # 14 x 14 outputs: narrow
+    y = MaxPool2dFwdOp(kernel_size=3, stride=2, ceil_mode=True)(x)
+    assert torch.equal(y, F.max_pool2d(x.float(), 3, 2, 0, 1, True).half())
+    y = AvgPool2dFwdOp(kernel_size=2, stride=2)(x)
+    torch.testing.assert_close(y.float(), F.avg_pool2d(x.float(), 2, 2), **TOL[torch.float16])
+    assert seen == [("max", (3, 3), (2, 2), 512, 4), ("avg", (2, 2), (2, 2), 512, 4)]
+    seen.clear()
+    g = pool2d_geometry(2)
+    _run(_randn(2, 3, 40, 40, dtype=torch.float16), "max", g)      # 20 outputs a row: wide
+    _run(x[:, :, :, 1:], "max", g)                                # not contiguous
+    _run(x, "max", pool2d_geometry(3, 1, 1))                      # a class not in the table
+    assert seen == []
+
+
+def test_flat_ops_match_torch_unbatched():
+    """An unbatched [C, H, W] input (one image) through the ops' default path."""
+    x = _randn(5, 14, 14, dtype=torch.bfloat16, seed=5)
+    y = MaxPool2dFwdOp(kernel_size=2)(x)
+    assert torch.equal(y, F.max_pool2d(x.float(), 2).to(torch.bfloat16))
+    y = AvgPool2dFwdOp(kernel_size=2, divisor_override=3)(x)
+    torch.testing.assert_close(y.float(), F.avg_pool2d(x.float(), 2, divisor_override=3),
+                               **TOL[torch.bfloat16])
