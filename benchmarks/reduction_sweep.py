@@ -66,6 +66,9 @@ ROWS = [
     ("mean dsv3-prefill-row bf16->f32", "mean", (8192, 7168), dict(dim=-1, dtype="float32"),
      "bfloat16", 0.8),
     ("sum llama3-8b-full bf16", "sum", (8192, 14336), dict(dim=None), "bfloat16", 0.8),
+    ("sum dsv3-prefill-row bf16", "sum", (4096, 7168), dict(dim=-1, keepdim=True),
+     "bfloat16", 0.8),
+    ("sum qwen2.5-row 3584 bf16", "sum", (8192, 3584), dict(dim=-1), "bfloat16", 0.5),
     ("log_softmax ade20k-seg-classes f32", "log_softmax", (16, 150, 128, 128), dict(dim=1),
      "float32", 0.6),
     ("sum llama3-8b-prefill-row bf16 (control)", "sum", (4096, 4096), dict(dim=-1),
@@ -77,7 +80,8 @@ ROWS = [
 SMOKE_SHAPES = {  # tiny stand-ins, same layouts (the interpreter runs every program in numpy)
     (16384, 8192): (70, 300), (16384, 4096): (70, 300), (4, 2048, 4096): (2, 40, 136),
     (64, 32, 4096): (8, 3, 40), (16, 150, 128, 128): (2, 11, 4, 6), (1, 4800, 4800): (1, 1200, 36),
-    (8192, 7168): (5, 700), (8192, 14336): (9, 1200), (4096, 4096): (6, 300),
+    (8192, 7168): (5, 700), (4096, 7168): (3, 7 * 256), (8192, 3584): (4, 3 * 256),
+    (8192, 14336): (9, 1200), (4096, 4096): (6, 300),
     (32768, 8192): (7, 900),
 }
 

@@ -164,7 +164,11 @@ class Tuning(NamedTuple):
 #: [4096, 7168]: 22.4 / 19.2), whose kernel there loops one row a program in 2048-element
 #: blocks at 16 warps (benchmarks/inductor_code.py); no variant of this table beat it, nor
 #: did that layout here (looped 2048- or 4096-element blocks at 16 warps: 49.9 and 44.0 us
-#: on the mean row) or one block at 16 warps (37.7 against the table's 38.0).
+#: on the mean row) or one block at 16 warps (37.7 against the table's 38.0). Nor is it the
+#: padding: the row read as 7 unmasked pieces of 1024 combined elementwise (4 warps, one
+#: 16-byte vector a thread and piece) ran the amax of [8192, 7168] rows in 37.5 us, as the
+#: padded block does (compile 36.8), and the [8192, 3584] sum in 22.4 against 22.2 (H200,
+#: benchmarks/reduction_sweep.py, 2026-11-30); not kept.
 ROW = RowTuning(tile_bytes=16384, bytes_per_thread=64, one_block_max_bytes=32768,
                 one_block_min_bytes=8192, split_programs_per_sm=4, split_min_steps=4,
                 prefetch=False)
