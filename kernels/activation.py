@@ -40,6 +40,7 @@ import triton.language as tl
 
 from opspec.kernels.launch import LaunchMemo
 from opspec.kernels.tiling import sm_count
+from opspec.kernels.tiling import INT32_LIMIT
 
 __all__ = [
     "ACTIVATIONS",
@@ -59,7 +60,7 @@ ACTIVATIONS = {"relu": 0, "silu": 1, "gelu": 2, "gelu_tanh": 3}
 
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
 _TILE = 2048          # elements per program of the strided kernel
-_INT32_LIMIT = 2**31 - 1
+_INT32_LIMIT = INT32_LIMIT
 #: Prepared launches of the flat kernel (opspec.kernels.launch), by activation_triton's key.
 _PREPARED = LaunchMemo()
 

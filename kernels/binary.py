@@ -55,6 +55,7 @@ import triton.language as tl
 
 from opspec.kernels.activation import StreamConfig, _cdiv, _pow2, pick_config, stream_grid
 from opspec.kernels.launch import launch
+from opspec.kernels.tiling import INT32_LIMIT
 
 __all__ = [
     "BINARY_OPS",
@@ -81,7 +82,7 @@ SUPPORTED_DTYPES = (
 #: Row axes one launch handles; deeper iteration spaces are split over the leading axis.
 MAX_OUTER = 4
 
-_INT32_LIMIT = 2**31 - 1
+_INT32_LIMIT = INT32_LIMIT
 _MIN_BLOCK_C = 128
 
 # ---- the configuration table (one row per element size) -----------------------------------

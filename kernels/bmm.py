@@ -63,6 +63,7 @@ from opspec.kernels.launch import launch
 from opspec.kernels.devices import TRITON_INTERPRETED
 from opspec.kernels.gemm import gemm_tile
 from opspec.kernels.tiling import H200_SMS as _NUM_SMS
+from opspec.kernels.tiling import INT32_LIMIT
 from opspec.kernels.tiling import clip_tiles as _clip
 from opspec.kernels.tiling import grouped_tile
 from opspec.kernels.tiling import sm_count as _num_sms
@@ -70,7 +71,7 @@ from opspec.kernels.tiling import sm_count as _num_sms
 __all__ = ["BmmConfig", "bmm_config_for", "bmm_configs", "bmm_reference", "bmm_triton",
            "bmm_tma", "bmm_tma_config_for", "bmm_tma_eligible"]
 
-_INT32_LIMIT = 2**31 - 1
+_INT32_LIMIT = INT32_LIMIT
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
 
 

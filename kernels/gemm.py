@@ -52,6 +52,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from opspec.kernels.launch import LaunchMemo, launch
 from opspec.kernels.tiling import H200_SMS as _NUM_SMS
+from opspec.kernels.tiling import INT32_LIMIT
 from opspec.kernels.tiling import clip_tiles as _clip
 from opspec.kernels.tiling import grouped_tile
 from opspec.kernels.tiling import sm_count as _num_sms
@@ -74,7 +75,7 @@ __all__ = [
 ]
 
 GEMV_MAX_M = 16
-_INT32_LIMIT = 2**31 - 1
+_INT32_LIMIT = INT32_LIMIT
 #: Prepared launches (opspec.kernels.launch) of the GEMV kernel, by everything its launch
 #: is computed from: the sizes, transposes, strides, dtype, device and pointer alignments.
 _PREPARED = LaunchMemo()

@@ -72,6 +72,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from opspec.kernels.launch import launch
 from opspec.kernels.tiling import clip_tiles as _clip
+from opspec.kernels.tiling import INT32_LIMIT
 from opspec.kernels.tiling import element_extent as _extent
 from opspec.kernels.tiling import grouped_tile
 from opspec.kernels.tiling import sm_count as _num_sms
@@ -89,7 +90,7 @@ __all__ = [
     "moe_expert_mlp_reference",
 ]
 
-_INT32_LIMIT = 2**31 - 1
+_INT32_LIMIT = INT32_LIMIT
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
 _SIZE_DTYPES = (torch.int32, torch.int64)
 

@@ -63,6 +63,7 @@ import triton.language as tl
 
 from opspec.kernels.launch import launch
 from opspec.kernels.tiling import element_extent as _extent
+from opspec.kernels.tiling import INT32_LIMIT
 from opspec.kernels.tiling import grouped_tile
 from opspec.kernels.tiling import sm_count
 
@@ -74,7 +75,7 @@ __all__ = [
     "moe_grouped_gemm_triton",
 ]
 
-_INT32_LIMIT = 2**31 - 1
+_INT32_LIMIT = INT32_LIMIT
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
 
 

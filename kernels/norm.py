@@ -57,6 +57,7 @@ import triton.language as tl
 
 from opspec.kernels.coop import arrive_and_wait
 from opspec.kernels.launch import launch
+from opspec.kernels.tiling import INT32_LIMIT
 
 __all__ = [
     "DEFAULT_RMS_EPS",
@@ -93,7 +94,7 @@ _LOOP_BLOCK = 4096
 #: Streaming multiprocessors of an H200, and a grid that gives each a few programs.
 _SMS = 132
 _TARGET_PROGRAMS = 4 * _SMS
-_INT32_LIMIT = 2**31 - 1
+_INT32_LIMIT = INT32_LIMIT
 
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
 

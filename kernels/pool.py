@@ -91,6 +91,7 @@ import triton.language as tl
 
 from opspec.kernels.devices import TRITON_INTERPRETED
 from opspec.kernels.launch import launch
+from opspec.kernels.tiling import INT32_LIMIT
 
 __all__ = [
     "BandConfig",
@@ -135,7 +136,7 @@ _ROWS_CHOICES = (16, 8)
 _ROWS_MAX_IN = 40
 _ROWS_MAX_KW = 8
 _ROWS_MAX_IDLE = 1 / 7
-_INT32_LIMIT = 2**31 - 1
+_INT32_LIMIT = INT32_LIMIT
 
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
 _TL_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}

@@ -20,10 +20,11 @@ import triton.language as tl
 
 from opspec.kernels.launch import launch
 from opspec.kernels.tiling import element_extent as _extent
+from opspec.kernels.tiling import INT32_LIMIT
 
 __all__ = ["dequant_supported", "dequantize_int4_triton"]
 
-_INT32_LIMIT = 2**31 - 1
+_INT32_LIMIT = INT32_LIMIT
 # A program: 8 weight rows x up to 512 packed bytes (4 KB read, 16 KB written at 16 bits),
 # each row's bytes in whole groups so that a group's scale and zero point are loaded once
 # and broadcast over its bytes.

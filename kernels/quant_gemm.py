@@ -104,6 +104,7 @@ from opspec.kernels.gemm import gemm_triton
 from opspec.kernels.launch import LaunchMemo, launch
 from opspec.kernels.quant_dequant import dequant_supported, dequantize_int4_triton
 from opspec.kernels.tiling import H200_SMS as _NUM_SMS
+from opspec.kernels.tiling import INT32_LIMIT
 from opspec.kernels.tiling import element_extent as _extent
 from opspec.kernels.tiling import grouped_tile
 
@@ -127,7 +128,7 @@ __all__ = [
 
 DECODE_MAX_M = 16
 GEMV_MAX_M = 4     # the FMA decode kernel's rows (its FMAs grow with M, the MMA's do not)
-_INT32_LIMIT = 2**31 - 1
+_INT32_LIMIT = INT32_LIMIT
 _PREPARED = LaunchMemo()   # the tensor-core decode launches, by w4a16_decode_triton's key
 _ACTIVATIONS = (torch.float16, torch.bfloat16)
 _SCALES = (torch.float16, torch.bfloat16, torch.float32)

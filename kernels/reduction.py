@@ -69,6 +69,7 @@ import triton
 import triton.language as tl
 
 from opspec.kernels.launch import launch
+from opspec.kernels.tiling import INT32_LIMIT
 
 __all__ = [
     "REDUCTIONS",
@@ -190,7 +191,7 @@ COL = ColTuning(warps=4, rows_per_step=8, programs_per_sm=4, min_steps=8, prefet
                 one_block_max_rows=32, one_block_elems=4096, stage2_max_rows=256)
 TUNING = Tuning(ROW, COL)
 
-_INT32_LIMIT = 2**31 - 1
+_INT32_LIMIT = INT32_LIMIT
 
 
 # -- axes and shapes --------------------------------------------------------------------------

@@ -41,6 +41,7 @@ import triton
 import triton.language as tl
 
 from opspec.kernels.launch import launch
+from opspec.kernels.tiling import INT32_LIMIT
 
 __all__ = [
     "rotary_embedding_reference",
@@ -61,7 +62,7 @@ _THREAD_BYTES = 32
 _WARPS = 4
 #: Enough programs to give every SM of an H200 (132) a few resident programs.
 _TARGET_PROGRAMS = 4 * 132
-_INT32_LIMIT = 2**31 - 1
+_INT32_LIMIT = INT32_LIMIT
 
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
 

@@ -35,6 +35,7 @@ from opspec.kernels.activation import (
     ACTIVATIONS, StreamConfig, _activate, _cdiv, _pow2, pick_config, stream_grid,
 )
 from opspec.kernels.launch import LaunchMemo
+from opspec.kernels.tiling import INT32_LIMIT
 
 __all__ = [
     "GATED_TABLE",
@@ -47,7 +48,7 @@ __all__ = [
     "silu_and_mul_triton",
 ]
 
-_INT32_LIMIT = 2**31 - 1
+_INT32_LIMIT = INT32_LIMIT
 _MIN_BLOCK_N = 128
 
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)

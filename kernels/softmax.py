@@ -74,6 +74,7 @@ import triton.language as tl
 
 from opspec.kernels.coop import arrive_and_wait
 from opspec.kernels.launch import LaunchMemo, launch
+from opspec.kernels.tiling import INT32_LIMIT
 
 __all__ = [
     "SoftmaxPlan",
@@ -83,7 +84,7 @@ __all__ = [
 ]
 
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
-_INT32_LIMIT = 2**31 - 1
+_INT32_LIMIT = INT32_LIMIT
 #: Prepared launches of the ``rows`` kernel (opspec.kernels.launch), by softmax_triton's key.
 _PREPARED = LaunchMemo()
 #: Elements of one slice a program keeps in registers (fp32 after the load).

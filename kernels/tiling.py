@@ -13,12 +13,16 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["H200_SMS", "clip_tiles", "element_extent", "grouped_tile", "sm_count",
-           "vector_aligned"]
+__all__ = ["H200_SMS", "INT32_LIMIT", "clip_tiles", "element_extent", "grouped_tile",
+           "sm_count", "vector_aligned"]
 
 #: The H200's SM count: tables are written for it, and it stands in off CUDA (the
 #: interpreter).
 H200_SMS = 132
+#: The largest int32 offset. A launcher whose offsets could pass it compiles its kernel with
+#: int64 offsets (``USE_INT64``). Each kernel module binds it as its own ``_INT32_LIMIT``,
+#: which a test lowers to force that path on small tensors.
+INT32_LIMIT = 2**31 - 1
 
 Config = TypeVar("Config", bound=NamedTuple)
 
