@@ -60,6 +60,8 @@ __all__ = [
 FORMAT = "opspec-bench/1"
 #: The name of the op's own implementation in the results.
 IMPL = "opspec"
+#: The timing name of a memory-bound row's copy of its bytes (never an implementation).
+COPY = "copy of the row's bytes"
 _MIB = 1 << 20
 
 Progress = Callable[[int, int, str], None]
@@ -86,6 +88,10 @@ class Settings:
     ceiling_iters: int = 20
     ceiling_warmup_s: float = 0.3  # the matrix product runs this long before the ceilings
     check_seeds: tuple[int, ...] = (WORKLOAD_SEED + 1,)  # the op is also checked on these inputs
+    # Memory-bound rows also time a device-to-device copy of their roofline bytes (half read,
+    # half written) beside the op: the rate a copy reaches at that size, the row's own
+    # bandwidth ceiling (a small copy does not reach the large one's).
+    copy_reference: bool = True
 
     @classmethod
     def for_device(cls, device: str, *, quick: bool = False, **overrides: Any) -> "Settings":
@@ -464,7 +470,7 @@ def _empty_row(op_name: str, case) -> dict[str, Any]:
             "dtypes": dict(case.dtypes), "status": "error", "verified": False, "error": None,
             "max_error": None, "rel_error": None, "flops": None, "bytes": None,
             "bound": None, "sol_us": None, "times_us": {}, "tflops": None, "tbps": None,
-            "efficiency": None, "speedup": {}, "impls": {}}
+            "efficiency": None, "speedup": {}, "copy_us": None, "vs_copy": None, "impls": {}}
 
 
 def _jsonable(v: Any) -> Any:
@@ -485,6 +491,14 @@ def _rates(flops: int, nbytes: int, t_us: float | None, ceilings: Mapping[str, A
     sol = _sol_seconds(flops, nbytes, ceilings)
     return {"tflops": flops / t / 1e12, "tbps": nbytes / t / 1e12,
             "efficiency": sol / t if sol is not None else None}
+
+
+def _copy_of(nbytes: int, device: torch.device) -> Callable[[], Any]:
+    """A device-to-device copy of ``nbytes // 2`` bytes (read, then written: ``nbytes`` of
+    traffic), random data."""
+    src = torch.empty(nbytes // 2, dtype=torch.uint8, device=device).random_()
+    dst = torch.empty_like(src)
+    return lambda: dst.copy_(src)
 
 
 def _sol_seconds(flops: int, nbytes: int, ceilings: Mapping[str, Any]) -> float | None:
@@ -588,22 +602,29 @@ def bench_case(op_cls: type, case, settings: Settings, timer, ceilings: Mapping[
     # An op that writes its inputs is timed writing them again and again (the values drift,
     # the memory traffic does not), as a model calls it.
     timed = {n: (lambda f=f: f(*inputs)) for n, f in fns.items() if row["impls"][n]["status"] == "ok"}
-    try:
-        times = _time_interleaved(timer, timed, settings)
-    except Exception as exc:
-        row["error"] = f"timing failed: {type(exc).__name__}: {exc}"
-        return row
     sol = _sol_seconds(flops, nbytes, ceilings)
     bw, peak = ceilings.get("bandwidth_tbps"), ceilings.get("compute_tflops")
     if sol is not None:
         row["sol_us"] = sol * 1e6
         row["bound"] = "memory" if nbytes / (bw * 1e12) >= flops / (peak * 1e12) else "compute"
+    if settings.copy_reference and row.get("bound") == "memory" and nbytes >= 2:
+        timed[COPY] = _copy_of(nbytes, device)
+    try:
+        times = _time_interleaved(timer, timed, settings)
+    except Exception as exc:
+        row["error"] = f"timing failed: {type(exc).__name__}: {exc}"
+        return row
+    timed.pop(COPY, None)   # frees the copy's buffers
+    copy_t = times.pop(COPY, None)
     for name, t in times.items():
         row["impls"][name].update(t)
         row["impls"][name].update(_rates(flops, nbytes, t["median_us"], ceilings))
         row["times_us"][name] = t["median_us"]
     t_op = row["times_us"][IMPL]
     row.update(_rates(flops, nbytes, t_op, ceilings))
+    if copy_t is not None:
+        row["copy_us"] = copy_t["median_us"]
+        row["vs_copy"] = copy_t["median_us"] / t_op if t_op > 0 else None
     for name in fns:  # the baselines built here (an unavailable one has no column)
         if name == IMPL:
             continue

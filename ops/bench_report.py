@@ -13,6 +13,8 @@ The result:
                "flops", "bytes", "bound", "sol_us",
                "times_us": {"opspec": us, "<baseline>": us, ...},
                "tflops", "tbps", "efficiency", "speedup": {"<baseline>": t_base / t_op},
+               "copy_us", "vs_copy": t_copy / t_op (memory-bound rows: a copy of the
+               row's roofline bytes, timed beside it; else None),
                "impls": {"<name>": {"status", "reason", "median_us", ...}}}],
      "summary": {"rows", "verified", "failures": [...]}}
 """
@@ -176,11 +178,17 @@ def _status(r: Mapping[str, Any]) -> str:
     return "ok" if st == "ok" else st.upper()
 
 
+def _has_copy(rows: Iterable[Mapping[str, Any]]) -> bool:
+    return any(r.get("vs_copy") is not None for r in rows)
+
+
 def text_table(result: Mapping[str, Any]) -> str:
     """A plain fixed-width table, one line per row, for the terminal."""
     names = baseline_names(result)
+    copy = _has_copy(result["rows"])
     head = (["op", "case", "status", f"{IMPL} us"] + [f"{n} us" for n in names]
-            + ["TFLOP/s", "TB/s", "SOL eff"] + [f"vs {n}" for n in names])
+            + ["TFLOP/s", "TB/s", "SOL eff"] + (["vs copy"] if copy else [])
+            + [f"vs {n}" for n in names])
     lines = []
     for r in result["rows"]:
         t = r.get("times_us", {})
@@ -188,6 +196,7 @@ def text_table(result: Mapping[str, Any]) -> str:
                      + [_us(t.get(n)) for n in names]
                      + [_num(r.get("tflops")), _num(r.get("tbps")),
                         _pct(r.get("efficiency"))]
+                     + ([_x(r.get("vs_copy"))] if copy else [])
                      + [_x(r.get("speedup", {}).get(n)) for n in names])
     widths = [max(len(h), *(len(row[i]) for row in lines)) if lines else len(h)
               for i, h in enumerate(head)]
@@ -266,6 +275,12 @@ def results_markdown(result: Mapping[str, Any], plot: str | None = None,
           "- SOL time = max(bytes / bandwidth, flops / compute), flops and bytes from "
           "`op.eval_roofline()`; efficiency = SOL time / measured time; speedup = baseline time "
           f"/ {IMPL} time (> 1: {IMPL} is faster)."]
+    if _has_copy(result["rows"]):
+        L.append(f"- vs copy (memory-bound rows): the time of a device-to-device copy of the "
+                 f"row's roofline bytes (half read, half written), timed beside it, / {IMPL} "
+                 "time: 1.00× runs at the rate a copy of that size reaches, which for small "
+                 "rows is under the bandwidth ceiling above. Rows timed before it was "
+                 "measured show –.")
     for name, why in (meta.get("unavailable_baselines") or {}).items():
         L.append(f"- baseline `{name}` not run: {why}")
     L.append("")
@@ -295,13 +310,15 @@ def results_markdown(result: Mapping[str, Any], plot: str | None = None,
         desc = descriptions.get(op) or {}
         if desc:
             L += ["Baselines: " + "; ".join(f"`{n}` = {d}" for n, d in desc.items()) + ".", ""]
+        copy = _has_copy(rows)
         L += [
               "| case | verified | max error | rel error | "
               + f"{IMPL} µs | " + " | ".join(f"{n} µs" for n in names)
               + " | TFLOP/s | TB/s | SOL µs | bound | efficiency | "
+              + ("vs copy | " if copy else "")
               + " | ".join(f"vs {n}" for n in names) + " |",
               "|---|---|---:|---:|---:|" + "---:|" * len(names) + "---:|---:|---:|---|---:|"
-              + "---:|" * len(names)]
+              + ("---:|" if copy else "") + "---:|" * len(names)]
         for r in rows:
             t = r.get("times_us", {})
             ver = "yes" if r.get("verified") else f"**{r.get('status', 'no').upper()}**"
@@ -311,6 +328,7 @@ def results_markdown(result: Mapping[str, Any], plot: str | None = None,
                      + f" | {_num(r.get('tflops'))} | {_num(r.get('tbps'))} | "
                      f"{_us(r.get('sol_us'))} | {r.get('bound') or '–'} | "
                      f"{_pct(r.get('efficiency'))}{_anomaly(r)} | "
+                     + (f"{_x(r.get('vs_copy'))} | " if copy else "")
                      + " | ".join(_x(r.get("speedup", {}).get(n)) for n in names) + " |")
         s = summ[op]
         L.append("")

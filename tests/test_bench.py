@@ -252,6 +252,48 @@ def test_flops_and_bytes_come_from_eval_roofline(monkeypatch):
     assert row["speedup"]["eager"] == pytest.approx(row["times_us"]["eager"] / row["times_us"]["opspec"])
 
 
+def test_memory_bound_rows_time_a_copy_of_their_bytes(monkeypatch):
+    """A memory-bound row times a copy of its roofline bytes beside the op (half read, half
+    written) and reports copy_us and vs_copy = copy / op; it is neither an implementation
+    nor a baseline. A compute-bound row, or copy_reference=False, times none."""
+    sizes = []
+    real = H._copy_of
+    monkeypatch.setattr(H, "_copy_of", lambda n, d: sizes.append(n) or real(n, d))
+    case_map = {"SiluAndMulFwdOp": [_tiny_silu("float32")]}
+    row = _row(_run([SiluAndMulFwdOp], case_map), "SiluAndMulFwdOp")
+    assert row["bound"] == "memory" and sizes == [row["bytes"]]
+    assert row["copy_us"] > 0
+    assert row["vs_copy"] == pytest.approx(row["copy_us"] / row["times_us"]["opspec"])
+    assert set(row["times_us"]) == {"opspec", "eager"} and set(row["speedup"]) == {"eager"}
+    assert H.COPY not in row["impls"]
+    # compute-bound (a ceiling that makes the roofline's flops dominate): no copy
+    sizes.clear()
+    row = _row(_run([SiluAndMulFwdOp], case_map,
+                    ceilings={"bandwidth_tbps": 1e6, "compute_tflops": 1e-9}), "SiluAndMulFwdOp")
+    assert row["bound"] == "compute" and row["copy_us"] is None and row["vs_copy"] is None
+    row = _row(_run([SiluAndMulFwdOp], case_map,
+                    settings=_settings(baselines=("eager",), copy_reference=False)),
+               "SiluAndMulFwdOp")
+    assert row["bound"] == "memory" and row["vs_copy"] is None and sizes == []
+
+
+def test_reports_show_vs_copy_where_a_row_has_it():
+    fake = _fake_result()
+    assert "vs copy" not in R.text_table(fake) and "vs copy" not in R.results_markdown(fake)
+    s1 = fake["rows"][3]
+    s1.update(bound="memory", copy_us=4.0, vs_copy=0.8)
+    text = R.text_table(fake)
+    assert "SOL eff  vs copy  vs eager" in text and "0.80×" in text
+    md = R.results_markdown(fake)
+    silu = md[md.index("## SiluAndMulFwdOp"):]
+    gemm = md[md.index("## GemmFwdOp"):md.index("## SiluAndMulFwdOp")]
+    assert "| efficiency | vs copy | vs eager | vs compile |" in silu
+    assert "| s1 | yes |" in silu and "| 70.0% | 0.80× | 0.50× | 4.00× |" in silu
+    assert "| 60.0% | – | 2.00× | 1.00× |" in silu        # s2: not measured
+    assert "vs copy" not in gemm
+    assert "- vs copy (memory-bound rows)" in md
+
+
 def test_case_filter_and_max_elems():
     silu = [_tiny_silu(), H.tiny_case(_tiny_silu(), case_id="big", M=64, N=64)]
     assert [c.id for c in H.select_cases(SiluAndMulFwdOp, _settings(max_elems=4 * 64), silu)] \
