@@ -8,9 +8,9 @@ Per row (the GemmFwdOp decode rows of RESULTS.md and two more shapes; ``b`` stor
 as the bench rows store it) it times torch.matmul (cuBLAS), the library's GEMV launch, then:
 the GEMV kernel under other tiles (``cfg BN/BK/warps/stages``); K split in S parts, each
 program writing float32 partial sums that a second launch adds (``split``); and, for M = 1,
-a kernel with no MMA that accumulates b * a elementwise in float32 and reduces once at the
-end (``fma``). ``--tma`` times the TMA GEMM kernel's tiles on decode batches of 32 to 128
-rows instead. Every variant's output is compared with cuBLAS's. Not part of the package.
+the library's FMA kernel (no MMA: b * a summed elementwise in float32, reduced once at the
+end) at other tiles (``fma``). ``--tma`` times the TMA GEMM kernel's tiles on decode
+batches of 32 to 128 rows instead. Every variant's output is compared with cuBLAS's. Not part of the package.
 """
 
 from __future__ import annotations
@@ -64,24 +64,6 @@ def _gemv_split_kernel(a_ptr, b_ptr, part_ptr, M, N, K, K_SPLIT,
     tl.store(p, acc, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
-@triton.jit
-def _gemv_fma_kernel(a_ptr, b_ptr, c_ptr, N, K, stride_bn, BN: tl.constexpr,
-                     BK: tl.constexpr):
-    # M = 1, b stored [N, K] (unit K stride), K a multiple of BK: acc[BN, BK] += b * a
-    rows = tl.program_id(0) * BN + tl.arange(0, BN)
-    ks = tl.arange(0, BK)
-    b_ptrs = b_ptr + (rows % N)[:, None] * stride_bn + ks[None, :]
-    a_ptrs = a_ptr + ks
-    acc = tl.zeros((BN, BK), dtype=tl.float32)
-    for _ in range(0, K // BK):
-        b = tl.load(b_ptrs, eviction_policy="evict_first").to(tl.float32)
-        a = tl.load(a_ptrs).to(tl.float32)
-        acc += b * a[None, :]
-        b_ptrs += BK
-        a_ptrs += BK
-    tl.store(c_ptr + rows, tl.sum(acc, axis=1).to(c_ptr.dtype.element_ty), mask=rows < N)
-
-
 def split_gemv(a, b, out, bn, bk, warps, stages, S):
     M, K = a.shape
     N = b.shape[0]
@@ -96,9 +78,11 @@ def split_gemv(a, b, out, bn, bk, warps, stages, S):
 
 
 def fma_gemv(a, b, out, bn, bk, warps, stages):
+    # the library's M = 1 kernel (kernels/gemm.py) at other tiles than its table's
     N, K = b.shape
-    _gemv_fma_kernel[(triton.cdiv(N, bn),)](a, b, out, N, K, b.stride(0), BN=bn, BK=bk,
-                                            num_warps=warps, num_stages=stages)
+    G._gemv_fma_kernel[(triton.cdiv(N, bn),)](
+        a, b, out, N, K, a.stride(1), b.stride(0), out.stride(1), BLOCK_N=bn, BLOCK_K=bk,
+        EVEN_K=K % bk == 0, USE_INT64=False, num_warps=warps, num_stages=stages)
 
 
 def variants(M, N, K):
@@ -119,40 +103,51 @@ def variants(M, N, K):
     return out
 
 
+def _row(M, N, K, note):
+    """Operands of one row (b stored [N, K]: trans_b), cuBLAS's time, and what each variant
+    is checked and timed with: ``check(name, launch)``, ``launch(out)`` writing ``out``."""
+    g = torch.Generator(device="cpu").manual_seed(0)
+    a = torch.randn(M, K, generator=g).to(DEV, DT)
+    b = torch.randn(N, K, generator=g).to(DEV, DT)
+    ref = a.float() @ b.float().t()
+    nbytes = (M * K + N * K + M * N) * a.element_size()
+    out = torch.empty(M, N, dtype=DT, device=DEV)
+    ms = bench(lambda: torch.matmul(a, b.t(), out=out), SMOKE)
+    print(f"M={M} N={N} K={K}: {nbytes / 1e6:.1f} MB; cuBLAS {ms * 1e3:.1f} us "
+          f"({nbytes / ms / 1e9:.2f} TB/s){note(M, N, K)}", flush=True)
+
+    def check(name, launch):
+        out = torch.full((M, N), float("nan"), dtype=DT, device=DEV)
+        fn = lambda: launch(out)  # noqa: E731
+        try:
+            fn()
+        except Exception as e:
+            print(f"  {name:32s} failed: {type(e).__name__}: {str(e)[:80]}", flush=True)
+            return
+        err = ((out.float() - ref).norm() / ref.norm()).item()
+        ms = bench(fn, SMOKE)
+        print(f"  {name:32s} {ms * 1e3:8.1f} us {nbytes / ms / 1e9:6.2f} TB/s "
+              f"{'ok' if err < 1e-2 else f'WRONG ({err:.3g})'}", flush=True)
+
+    return a, b, check
+
+
 def run() -> None:
     for M, N, K in SMOKE_ROWS if SMOKE else ROWS:
-        g = torch.Generator(device="cpu").manual_seed(0)
-        a = torch.randn(M, K, generator=g).to(DEV, DT)
-        b = torch.randn(N, K, generator=g).to(DEV, DT)   # stored [N, K]: trans_b
-        ref = a.float() @ b.float().t()
-        nbytes = (M * K + N * K + M * N) * a.element_size()
-        out = torch.empty(M, N, dtype=DT, device=DEV)
-        ms = bench(lambda: torch.matmul(a, b.t(), out=out), SMOKE)
-        print(f"M={M} N={N} K={K}: {nbytes / 1e6:.1f} MB; cuBLAS {ms * 1e3:.1f} us "
-              f"({nbytes / ms / 1e9:.2f} TB/s)", flush=True)
+        a, b, check = _row(M, N, K, lambda *_: "")
         cases = [("opspec", "lib", None)] + variants(M, N, K)
         for name, kind, arg in cases:
             if SMOKE and kind != "lib" and name not in (cases[1][0], cases[-1][0]) \
                     and not name.startswith("split S=2 64"):
                 continue
-            out = torch.full((M, N), float("nan"), dtype=DT, device=DEV)
             if kind == "lib":
-                fn = lambda: G.gemv_triton(a, b, False, True, out)  # noqa: E731
+                check(name, lambda o: G.gemv_triton(a, b, False, True, o))
             elif kind == "cfg":
-                fn = lambda: G.gemv_triton(a, b, False, True, out, arg)  # noqa: E731
+                check(name, lambda o, c=arg: G.gemv_triton(a, b, False, True, o, c))
             elif kind == "split":
-                fn = lambda: split_gemv(a, b, out, *arg)  # noqa: E731
+                check(name, lambda o, p=arg: split_gemv(a, b, o, *p))
             else:
-                fn = lambda: fma_gemv(a, b, out, *arg)  # noqa: E731
-            try:
-                fn()
-            except Exception as e:
-                print(f"  {name:32s} failed: {type(e).__name__}: {str(e)[:80]}", flush=True)
-                continue
-            err = ((out.float() - ref).norm() / ref.norm()).item()
-            ms = bench(fn, SMOKE)
-            print(f"  {name:32s} {ms * 1e3:8.1f} us {nbytes / ms / 1e9:6.2f} TB/s "
-                  f"{'ok' if err < 1e-2 else f'WRONG ({err:.3g})'}", flush=True)
+                check(name, lambda o, p=arg: fma_gemv(a, b, o, *p))
 
 
 TMA_ROWS = [(128, 6144, 4096), (128, 14336, 4096), (128, 4096, 14336), (64, 6144, 4096),
@@ -164,32 +159,12 @@ TMA_TILES = [(64, 128, 128, 4, 4), (64, 64, 128, 4, 4), (64, 64, 256, 4, 3), (12
 
 def run_tma() -> None:
     for M, N, K in TMA_ROWS:
-        g = torch.Generator(device="cpu").manual_seed(0)
-        a = torch.randn(M, K, generator=g).to(DEV, DT)
-        b = torch.randn(N, K, generator=g).to(DEV, DT)
-        ref = a.float() @ b.float().t()
-        nbytes = (M * K + N * K + M * N) * a.element_size()
-        out = torch.empty(M, N, dtype=DT, device=DEV)
-        ms = bench(lambda: torch.matmul(a, b.t(), out=out), SMOKE)
-        print(f"M={M} N={N} K={K}: cuBLAS {ms * 1e3:.1f} us ({nbytes / ms / 1e9:.2f} TB/s); "
-              f"table {G.tma_config_for(M, N, K, True)}", flush=True)
-        for bm, bn, bk, warps, stages in [(0,) * 5] + TMA_TILES:
-            out = torch.full((M, N), float("nan"), dtype=DT, device=DEV)
-            if bm == 0:
-                name, fn = "opspec", lambda: G.gemm_triton(a, b, False, True, out)  # noqa: E731
-            else:
-                cfg = G.GemmConfig(bm, bn, bk, 8, warps, stages)
-                name = f"tma {bm}x{bn}x{bk}/{warps}w/{stages}s"
-                fn = lambda: G.gemm_tma(a, b, False, True, out, cfg)  # noqa: E731
-            try:
-                fn()
-            except Exception as e:
-                print(f"  {name:32s} failed: {type(e).__name__}: {str(e)[:80]}", flush=True)
-                continue
-            err = ((out.float() - ref).norm() / ref.norm()).item()
-            ms = bench(fn, SMOKE)
-            print(f"  {name:32s} {ms * 1e3:8.1f} us {nbytes / ms / 1e9:6.2f} TB/s "
-                  f"{'ok' if err < 1e-2 else f'WRONG ({err:.3g})'}", flush=True)
+        a, b, check = _row(M, N, K, lambda m, n, k: f"; table {G.tma_config_for(m, n, k, True)}")
+        check("opspec", lambda o: G.gemm_triton(a, b, False, True, o))
+        for bm, bn, bk, warps, stages in TMA_TILES:
+            cfg = G.GemmConfig(bm, bn, bk, 8, warps, stages)
+            check(f"tma {bm}x{bn}x{bk}/{warps}w/{stages}s",
+                  lambda o, c=cfg: G.gemm_tma(a, b, False, True, o, c))
 
 
 if __name__ == "__main__":

@@ -303,6 +303,16 @@ def pool2d_reference(x: torch.Tensor, mode: str, g: Pool2dGeometry,
 # -- Triton kernel ----------------------------------------------------------------------------
 
 @triton.jit
+def _window_len(start, K, size, pad, COUNT_INCLUDE_PAD: tl.constexpr):
+    """The length along one axis that torch's avg_pool2d divides by: the window from
+    ``start`` clipped to the padded input (count_include_pad), or to the input itself."""
+    end = tl.minimum(start + K, size + pad)
+    if COUNT_INCLUDE_PAD:
+        return end - start
+    return tl.minimum(end, size) - tl.maximum(start, 0)
+
+
+@triton.jit
 def _window_step(acc, tile_ptrs, step, row_ok, iw, W, IS_MAX: tl.constexpr):
     """Accumulate one window element of every output of the tile: the input at
     `tile_ptrs + step` (`tile_ptrs` points at each window's first element, `step` is the
@@ -437,16 +447,9 @@ def _pool2d_kernel(
         if HAS_DIVISOR:
             res = acc / divisor
         else:
-            # torch: the window clipped to the padded input (count_include_pad), or to the
-            # input itself; avg_pool2d has no dilation
-            h1 = tl.minimum(h0 + KH, H + PH)
-            w1 = tl.minimum(w0 + KW, W + PW)
-            if COUNT_INCLUDE_PAD:
-                hs = h1 - h0
-                ws = w1 - w0
-            else:
-                hs = tl.minimum(h1, H) - tl.maximum(h0, 0)
-                ws = tl.minimum(w1, W) - tl.maximum(w0, 0)
+            # avg_pool2d has no dilation
+            hs = _window_len(h0, KH, H, PH, COUNT_INCLUDE_PAD)
+            ws = _window_len(w0, KW, W, PW, COUNT_INCLUDE_PAD)
             # at least one for the lanes past the output (0 / 0 there otherwise)
             cnt = tl.maximum(hs[:, None] * ws[None, :], 1)
             res = acc / cnt.to(tl.float32)
@@ -509,13 +512,8 @@ def _pool2d_flat_kernel(
     elif HAS_DIVISOR:
         res = acc / divisor
     else:
-        # torch's divisor: the window clipped to the padded input, or to the input
-        h1 = tl.minimum(h0 + KH, H + PH)
-        w1 = tl.minimum(w0 + KW, W + PW)
-        if COUNT_INCLUDE_PAD:
-            cnt = (h1 - h0) * (w1 - w0)
-        else:
-            cnt = (tl.minimum(h1, H) - tl.maximum(h0, 0)) * (tl.minimum(w1, W) - tl.maximum(w0, 0))
+        cnt = (_window_len(h0, KH, H, PH, COUNT_INCLUDE_PAD)
+               * _window_len(w0, KW, W, PW, COUNT_INCLUDE_PAD))
         res = acc / cnt.to(tl.float32)
     tl.store(out_ptr + o, res.to(out_ptr.dtype.element_ty), mask=o_in)
 
@@ -669,12 +667,7 @@ def _pool2d_rows_kernel(
         hrow = hrow + (h,)
 
     if not IS_MAX and not HAS_DIVISOR:
-        # torch's divisor: the window clipped to the padded input, or to the input
-        w1 = tl.minimum(w0 + KW, W + PW)
-        if COUNT_INCLUDE_PAD:
-            ws = w1 - w0
-        else:
-            ws = tl.minimum(w1, W) - tl.maximum(w0, 0)
+        ws = _window_len(w0, KW, W, PW, COUNT_INCLUDE_PAD)
     out_row = out_ptr + plane * H_out * W_out
     for r in tl.static_range(ROWS):
         acc = hrow[r]
@@ -689,12 +682,7 @@ def _pool2d_rows_kernel(
         elif HAS_DIVISOR:
             res = acc / divisor
         else:
-            h0 = oh - PH
-            h1 = tl.minimum(h0 + KH, H + PH)
-            if COUNT_INCLUDE_PAD:
-                hs = h1 - h0
-            else:
-                hs = tl.minimum(h1, H) - tl.maximum(h0, 0)
+            hs = _window_len(oh - PH, KH, H, PH, COUNT_INCLUDE_PAD)
             # at least one for the lanes and rows past the output (0 / 0 there otherwise)
             res = acc / tl.maximum(hs * ws, 1).to(tl.float32)
         # (the row test as a vector: the interpreter takes no scalar in a mask)
@@ -840,13 +828,8 @@ def _pool2d_band_kernel(
         if HAS_DIVISOR:
             inv_w = tl.full((1, BLOCK_W), 1.0, tl.float32) / divisor
         else:
-            # torch's divisor: the window clipped to the padded input (count_include_pad),
-            # or to the input; a reciprocal a column here, one a row below
-            w1 = tl.minimum(w0 + KW, W + PW)
-            if COUNT_INCLUDE_PAD:
-                ws = w1 - w0
-            else:
-                ws = tl.minimum(w1, W) - tl.maximum(w0, 0)
+            # a reciprocal a column here, one a row below
+            ws = _window_len(w0, KW, W, PW, COUNT_INCLUDE_PAD)
             # at least one for the lanes past the output (0 / 0 there otherwise)
             inv_w = 1.0 / tl.maximum(ws, 1).to(tl.float32)
     obase = planes * out_plane
@@ -860,12 +843,7 @@ def _pool2d_band_kernel(
         elif HAS_DIVISOR:
             res = acc * inv_w
         else:
-            h0 = oh * SH - PH
-            h1 = tl.minimum(h0 + KH, H + PH)
-            if COUNT_INCLUDE_PAD:
-                hs = h1 - h0
-            else:
-                hs = tl.minimum(h1, H) - tl.maximum(h0, 0)
+            hs = _window_len(oh * SH - PH, KH, H, PH, COUNT_INCLUDE_PAD)
             inv_h = 1.0 / tl.maximum(hs, 1).to(tl.float32)
             res = acc * (inv_w * inv_h)
         ok = plane_ok & col_in & ((oh + zero_cols) < H_out)

@@ -20,7 +20,7 @@ from opspec.ops import AvgPool2dFwdOp, MaxPool2dFwdOp
 
 # the device, dtypes, tolerances and helpers of the pool tests (tests/ is on sys.path)
 from test_pool import DTYPES, TOL, _on_device, _randn  # noqa: F401  (_on_device: a fixture)
-from test_pool_variants import AVG_MODES, WINDOWS, _wid
+from test_pool_variants import AVG_MODES, WINDOWS, _want_avg, _want_max, _wid
 
 # (outputs a program, warps): the table's, and a small one (several programs, a partial last)
 PLANS = {"512/4w": Pool2dPlan(512, 0, 4, True, False, "flat"),
@@ -32,15 +32,6 @@ def _run(x, mode, g, cip=True, div=None, plan=None):
     out = torch.empty((*x.shape[:-2], H_out, W_out), dtype=x.dtype)
     assert pool2d_triton(x, out, mode, g, cip, div, plan=plan) is out
     return out
-
-
-def _want_max(x, g):
-    return F.max_pool2d(x.float(), g.kernel, g.stride, g.padding, g.dilation,
-                        g.ceil_mode).to(x.dtype)
-
-
-def _want_avg(x, g, cip, div):
-    return F.avg_pool2d(x.float(), g.kernel, g.stride, g.padding, g.ceil_mode, cip, div)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
