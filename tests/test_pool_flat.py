@@ -20,7 +20,7 @@ from opspec.ops import AvgPool2dFwdOp, MaxPool2dFwdOp
 
 # the device, dtypes, tolerances and helpers of the pool tests (tests/ is on sys.path)
 from test_pool import DTYPES, TOL, _on_device, _randn  # noqa: F401  (_on_device: a fixture)
-from test_pool_variants import AVG_MODES, WINDOWS, _want_avg, _want_max, _wid
+from test_pool_variants import AVG_MODES, WINDOWS, _max_input, _want_avg, _want_max, _wid
 
 # (outputs a program, warps): the table's, and a small one (several programs, a partial last)
 PLANS = {"512/4w": Pool2dPlan(512, 0, 4, True, False, "flat"),
@@ -41,10 +41,7 @@ def test_flat_max(window, dtype):
     (dilated) windows alike."""
     shape, k, s, p, d, c = window
     g = pool2d_geometry(k, s, p, d, c)
-    x = _randn(*shape, dtype=dtype)
-    x[..., 1, 2] = float("nan")
-    x[..., -3:, -4:] = float("-inf")
-    x[..., 0, -1] = float("inf")
+    x = _max_input(shape, dtype)
     assert flat_fits(x if x.dim() == 4 else x[None], g)
     want = _want_max(x, g)
     for name, plan in PLANS.items():

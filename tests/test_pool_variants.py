@@ -65,6 +65,16 @@ def _want_avg(x, g, cip, div):
     return F.avg_pool2d(x.float(), g.kernel, g.stride, g.padding, g.ceil_mode, cip, div)
 
 
+def _max_input(shape, dtype):
+    """Random values with a NaN (kept by the max), a corner of -inf (an all -inf window
+    gives -inf) and a +inf."""
+    x = _randn(*shape, dtype=dtype)
+    x[..., 1, 2] = float("nan")
+    x[..., -3:, -4:] = float("-inf")
+    x[..., 0, -1] = float("inf")
+    return x
+
+
 def _wid(w):
     return f"{w[0]}-k{w[1]}-s{w[2]}-p{w[3]}-d{w[4]}-c{int(w[5])}"
 
@@ -75,10 +85,7 @@ def test_band_max(window, dtype):
     """Every configuration: exact, NaN kept, an all -inf window -inf."""
     shape, k, s, p, d, c = window
     g = pool2d_geometry(k, s, p, d, c)
-    x = _randn(*shape, dtype=dtype)
-    x[..., 1, 2] = float("nan")
-    x[..., -3:, -4:] = float("-inf")
-    x[..., 0, -1] = float("inf")
+    x = _max_input(shape, dtype)
     assert band_fits(x if x.dim() == 4 else x[None], g)
     want = _want_max(x, g)
     for name, cfg in CONFIGS.items():
