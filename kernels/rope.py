@@ -127,7 +127,12 @@ def _rope_rows_kernel(
     BR: tl.constexpr, HALF: tl.constexpr, IS_NEOX: tl.constexpr, USE_INT64: tl.constexpr,
 ):
     # Row (t, v) of the [T, V] head rows (V = H + H_kv) is query head v (v < H) or key head
-    # v - H of token t; BR consecutive rows a program (see the module's docstring).
+    # v - H of token t; BR consecutive rows a program (see the module's docstring). The row
+    # pointer, a select of two pointers, carries no alignment, so the rows' loads and stores
+    # are scalar in the sm_90 build (the cos/sin rows' are 16-byte); the table's figures are
+    # of this form. tl.multiple_of(base, 16), where the host proves the bases and the token
+    # and head strides 16-byte aligned, gives 16-byte accesses (bf16 with an fp32 cache: 64
+    # -> 32 registers); not yet timed on the H200.
     rows = tl.program_id(0) * BR + tl.arange(0, BR)
     rmask = rows < n_rows
     if USE_INT64:
