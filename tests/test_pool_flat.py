@@ -124,3 +124,48 @@ def test_flat_ops_match_torch_unbatched():
     y = AvgPool2dFwdOp(kernel_size=2, divisor_override=3)(x)
     torch.testing.assert_close(y.float(), F.avg_pool2d(x.float(), 2, divisor_override=3),
                                **TOL[torch.bfloat16])
+
+
+_FLAT_BUILD = r"""
+import json, sys
+import opspec.kernels.pool as K
+import sm90_build as sm90
+
+
+def build(dt, mode, g, H, W, block, warps):
+    H_out, W_out = K.pool2d_out_size(H, W, g)
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = g.kernel, g.stride, g.padding, g.dilation
+    args = dict(x_ptr="*" + dt, out_ptr="*" + dt, total=64 * 480 * H_out * W_out, divisor=1.0)
+    cexpr = dict(H=H, W=W, H_out=H_out, W_out=W_out, KH=kh, KW=kw, SH=sh, SW=sw, PH=ph, PW=pw,
+                 DH=dh, DW=dw, IS_MAX=mode == "max", CLAMP=mode == "max" and dh == dw == 1,
+                 NATIVE=True, COUNT_INCLUDE_PAD=True, HAS_DIVISOR=False, BLOCK=block,
+                 USE_INT64=False)
+    k = sm90.build(K._pool2d_flat_kernel, args, cexpr, warps)
+    return {"local": k.local, "shared": k.shared, "stores": k.stores, "regs": k.registers,
+            "rcp": "MUFU.RCP" in k.sass, "nan_max": k.ptx.count(".NaN")}
+
+
+G = K.pool2d_geometry
+block, warps = K._FLAT_TABLE[("max", (3, 3), (2, 2), "narrow")]
+out = {
+    "inc3-bf16": build("bf16", "max", G(3, 2, 0, 1, True), 28, 28, block, warps),
+    "vgg-fp32": build("fp32", "max", G(2), 28, 28, block, warps),
+    "avg-bf16": build("bf16", "avg", G(2), 14, 14, block, warps),
+}
+json.dump(out, sys.stdout)
+"""
+
+
+def test_flat_kernel_builds_for_sm90():
+    """The table's flat launches compile for sm_90 with no spills and no shared memory, the
+    outputs stored in vectors; the max keeps NaN with a NaN max instruction and, the plane's
+    shape being constexpr, splits the output index without a division routine (no
+    reciprocal: the average's MUFU.RCP is its divisor's)."""
+    from sm90_build import run_script
+
+    built = run_script(_FLAT_BUILD)
+    for name, k in built.items():
+        assert k["local"] == 0 and k["shared"] == 0 and k["regs"] <= 64, (name, k)
+        assert all(".v2." in op or ".v4." in op for op in k["stores"]), (name, k["stores"])
+    for name in ("inc3-bf16", "vgg-fp32"):
+        assert not built[name]["rcp"] and built[name]["nan_max"] > 0, (name, built[name])
