@@ -10,7 +10,8 @@ the GEMV kernel under other tiles (``cfg BN/BK/warps/stages``); K split in S par
 program writing float32 partial sums that a second launch adds (``split``); and, for M = 1,
 the library's FMA kernel (no MMA: b * a summed elementwise in float32, reduced once at the
 end) at other tiles (``fma``). ``--tma`` times the TMA GEMM kernel's tiles on decode
-batches of 32 to 128 rows instead. Every variant's output is compared with cuBLAS's. Not part of the package.
+batches of 32 to 128 rows instead. Every variant's output is compared with cuBLAS's. Not
+part of the package.
 """
 
 from __future__ import annotations

@@ -130,11 +130,12 @@ _EXTRA = (
 # From an H200 sweep (benchmarks/gemm_sweep.py): 64 columns, 4 stages, one wave of programs
 # or more: 0.94x cuBLAS at M = 1, 0.98x at M = 16 (32 columns for two waves: 0.84x / 0.97x).
 # Under a wave of 64-column programs, the widest BLOCK_N giving at least half a wave, with
-# 6 stages (more bytes in flight a program; over a wave they cost resident programs). H200, bf16, side by side
-# (benchmarks/gemv_probe.py, 2026-11-30): M = 4, 4096 x 14336: 32 columns, 6 stages 44.7 us
-# against the former 16 columns, 4 stages 59.2 (cuBLAS 42.0; 16 / 6 stages 52.3, 64 / 6
-# stages 45.8); M = 8, 4096 x 4096: 18.2 against 20.4 (cuBLAS 18.8); M = 1, 6144 x 4096
-# (b stored [K, N]) 64 / 6 stages 23.9 against 26.5 at 4. M = 16, 18432 x 7168 (288
+# 6 stages (more bytes in flight a program; over a wave they cost resident programs).
+# H200, bf16, b stored [N, K], side by side (benchmarks/gemv_probe.py, 2026-11-30): M = 4,
+# 4096 x 14336: 32 columns, 6 stages 44.7 us against the former 16 columns, 4 stages 59.2
+# (cuBLAS 42.0; 16 / 6 stages 52.3, 64 / 6 stages 45.8); M = 8, 4096 x 4096: 18.2 against
+# 20.4 (cuBLAS 18.8); M = 1, 6144 x 4096 (this kernel, which M = 1 now takes only where b
+# is not stored [N, K]): 64 / 6 stages 23.9 against 26.5 at 4. M = 16, 18432 x 7168 (288
 # programs) 78.7 us at 4 stages, 88.9 at 6.
 _GEMV_BLOCK_N = (64, 32, 16)
 _GEMV_TARGET_PROGRAMS = _NUM_SMS

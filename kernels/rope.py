@@ -51,13 +51,16 @@ __all__ = [
 
 # -- the launch table (see rope_plan) ----------------------------------------------------------
 #: _THREAD_BYTES: bytes of rotated features a thread holds (16 elements in 16-bit types, 8
-#: in float32); _WARPS: warps of a program. H200, side by side (benchmarks/rope_probe.py, 2026-11-30): 16
-#: features a thread at 4 warps ran the Llama-3-8B 16k-token bf16 row at 3.96 TB/s (85.7
-#: us), 16 at 8 warps 3.94, 32 at 4 3.91, 8 at 4 or 8 warps 3.57-3.62; the 4k-token fp32
-#: row at 3.80 with 8 a thread (16: 3.77); DeepSeek-V3 MLA (64-wide rows, gptj) at 3.78
-#: (bf16 cache) and 3.97 (fp32 cache) with 16 a thread at 4 warps, against 3.46 and 3.42
-#: for the former layout, one program per token and block of query or key heads, whose
-#: key programs moved a quarter (Llama) or a 128th (MLA) of a query program's bytes.
+#: in float32); _WARPS: warps of a program. H200, side by side (benchmarks/rope_probe.py,
+#: 2026-11-30): 16 features a thread at 4 warps ran the Llama-3-8B 16k-token bf16 row at
+#: 3.96 TB/s (85.7 us), 16 at 8 warps 3.94, 32 at 4 3.91, 8 at 4 or 8 warps 3.57-3.62; the
+#: 4k-token fp32 row at 3.80 with 8 a thread (16: 3.77); DeepSeek-V3 MLA (64-wide rows,
+#: gptj) at 3.78 (bf16 cache) and 3.97 (fp32 cache) with 16 a thread at 4 warps, against
+#: 3.46 and 3.42 for the former layout, one program per token and block of query or key
+#: heads, whose key programs moved a quarter (Llama) or a 128th (MLA) of a query program's
+#: bytes. The partial-rotary rows (GPT-J's 64 of 256 features, Phi-2's 32 of 80) took 3-7 %
+#: longer in the bench than with the former layout (14.1-14.4 against 13.6 us, 18.8-19.2
+#: against 17.8).
 _THREAD_BYTES = 32
 _WARPS = 4
 #: Enough programs to give every SM of an H200 (132) a few resident programs.

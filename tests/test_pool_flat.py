@@ -15,7 +15,9 @@ import torch
 import torch.nn.functional as F
 
 import opspec.kernels.pool as PK
-from opspec.kernels.pool import Pool2dPlan, flat_fits, pool2d_geometry, pool2d_out_size, pool2d_triton
+from opspec.kernels.pool import (
+    Pool2dPlan, flat_fits, pool2d_geometry, pool2d_out_size, pool2d_triton,
+)
 from opspec.ops import AvgPool2dFwdOp, MaxPool2dFwdOp
 
 # the device, dtypes, tolerances and helpers of the pool tests (tests/ is on sys.path)
