@@ -24,9 +24,10 @@ rotary]`` tile: each row gathers its token's position and cos/sin (fp32 math; th
 one token share addresses, so a warp's load of them is one request), then its features.
 Every program moves the same bytes whatever the head counts. The neox tile is two
 contiguous half-row loads; the gptj tile is one contiguous row load split into (even, odd)
-pairs in registers and joined back before one contiguous store, so both pairings keep
-vectorised 16-byte accesses. Only the rotary part of a head is read and written: the
-traffic is ``2 * T * (H + H_kv) * rotary_dim`` elements plus one cache row per token.
+pairs in registers and joined back before one contiguous store. (The rows' accesses compile
+to scalar ones, each row's pointer being a select of two: see the kernel.) Only the rotary
+part of a head is read and written: the traffic is ``2 * T * (H + H_kv) * rotary_dim``
+elements plus one cache row per token.
 ``BR`` and the warps come from the shape in plain Python (:func:`rope_plan`, no autotuning
 at call time). Query and key share a launch when their features have one stride, else
 each takes its own.
@@ -145,6 +146,8 @@ def _rope_rows_kernel(
     base = tl.where(v < H, q_ptr + (tok * stride_qt + v * stride_qh),
                     k_ptr + (tok * stride_kt + (v - H) * stride_kh))
     pos = tl.load(pos_ptr + tok * stride_p, mask=rmask, other=0).to(tl.int64)
+    # A position outside the cache (undefined by the spec) reads row 0, never past the
+    # cache, and turns its token by angle 0 (cos 1, sin 0).
     inside = (pos >= 0) & (pos < max_position)
     crow = cache_ptr + tl.where(inside, pos, 0) * stride_cp
     i = tl.arange(0, HALF)
