@@ -14,7 +14,8 @@ The result:
                "times_us": {"opspec": us, "<baseline>": us, ...},
                "tflops", "tbps", "efficiency", "speedup": {"<baseline>": t_base / t_op},
                "copy_us", "vs_copy": t_copy / t_op (memory-bound rows: a copy of the
-               row's roofline bytes, timed beside it; else None),
+               row's roofline bytes, timed beside it; else None; "copy_error" says why
+               a memory-bound row has none),
                "impls": {"<name>": {"status", "reason", "median_us", ...}}}],
      "summary": {"rows", "verified", "failures": [...]}}
 """

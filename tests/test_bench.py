@@ -275,6 +275,15 @@ def test_memory_bound_rows_time_a_copy_of_their_bytes(monkeypatch):
                     settings=_settings(baselines=("eager",), copy_reference=False)),
                "SiluAndMulFwdOp")
     assert row["bound"] == "memory" and row["vs_copy"] is None and sizes == []
+    # no memory for the copy's buffers: the row is still timed, and says why it has no copy
+    def no_memory(n, d):
+        raise torch.OutOfMemoryError("CUDA out of memory (a test)")
+
+    monkeypatch.setattr(H, "_copy_of", no_memory)
+    row = _row(_run([SiluAndMulFwdOp], case_map), "SiluAndMulFwdOp")
+    assert row["status"] == "ok" and row["vs_copy"] is None and row["times_us"]["opspec"] > 0
+    assert row["copy_error"] == (f"the copy of {row['bytes']} bytes was not timed: "
+                                 "CUDA out of memory (a test)")
 
 
 def test_reports_show_vs_copy_where_a_row_has_it():
