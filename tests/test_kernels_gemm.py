@@ -342,7 +342,7 @@ json.dump(out, sys.stdout)
 def test_gemv_fma_kernel_builds_for_sm90():
     """The M = 1 kernel's table launch (16 rows x 1 KiB of each a step, 4 warps) compiles
     for sm_90 with no spills, its weight read in 16-byte loads, all 8 of a thread's step
-    in flight together (32 KiB a program: the bytes in flight that stream the weight)."""
+    in flight together (16 KiB a program: the bytes in flight that stream the weight)."""
     from sm90_build import run_script
 
     built = run_script(_FMA_BUILD)
