@@ -214,16 +214,11 @@ def measure_ceilings(timer, settings: Settings) -> dict[str, Any]:
         if time.perf_counter() - t0 >= settings.ceiling_warmup_s:
             break
 
-    if on_cuda:
-        src = torch.empty(settings.copy_bytes, dtype=torch.uint8, device=device).random_()
-    else:
-        src = torch.randn(settings.copy_bytes // 4, dtype=torch.float32, device=device)
-    dst = torch.empty_like(src)
-    nbytes = src.numel() * src.element_size()
-    copy = lambda: dst.copy_(src)  # noqa: E731
+    nbytes = settings.copy_bytes
+    copy = _copy_of(2 * nbytes, device)   # nbytes read, nbytes written
     timer.samples(copy, 3, flush=False)
     t_copy = statistics.median(timer.samples(copy, iters, flush=False))
-    src = dst = None  # free them (the lambda holds the names)
+    copy = None  # frees its buffers
 
     t_mm = statistics.median(timer.samples(mm, iters, flush=False))
     a = b = c = None
@@ -494,7 +489,7 @@ def _rates(flops: int, nbytes: int, t_us: float | None, ceilings: Mapping[str, A
 
 
 def _copy_of(nbytes: int, device: torch.device) -> Callable[[], Any]:
-    """A device-to-device copy of ``nbytes // 2`` bytes (read, then written: ``nbytes`` of
+    """A copy on ``device`` of ``nbytes // 2`` bytes (read, then written: ``nbytes`` of
     traffic), random data."""
     src = torch.empty(nbytes // 2, dtype=torch.uint8, device=device).random_()
     dst = torch.empty_like(src)
