@@ -115,16 +115,21 @@ ROW_VARIANTS = [
 ]
 T = S.STRIDED
 STRIDED_VARIANTS = [
+    ("strided 64 el/thread", T._replace(elems_per_thread=64)),
+    # 16-bit columns of 150 rows: with 8192-element tiles their strips narrow to 64 bytes
+    ("strided 16K tiles", T._replace(tile_elems=16384)),
+    ("strided 32 el/thread", T._replace(elems_per_thread=32)),
     ("strided 32 B strips (1 warp)", T._replace(col_bytes=32)),
     ("strided 256 B strips", T._replace(col_bytes=256, tile_elems=16384)),
     ("strided 16 el/thread", T._replace(elems_per_thread=16)),
     ("strided 64 B strips", T._replace(col_bytes=64)),
     ("strided 512 B strips", T._replace(col_bytes=512, tile_elems=32768)),
-    ("strided 64 el/thread", T._replace(elems_per_thread=64)),
     ("strided one padded tile", T._replace(split_remainder=False, tile_elems=16384)),
     ("strided 2 programs/SM", T._replace(min_programs_per_sm=2)),
 ]
 LONG_VARIANTS = [  # columns too long for registers
+    ("strided split 64 el/thread", T._replace(elems_per_thread=64)),
+    ("strided split 32 el/thread", T._replace(elems_per_thread=32)),
     ("strided split 64 B strips", T._replace(col_bytes=64)),
     ("strided split 16K-element chunks", T._replace(tile_elems=16384)),
     ("strided split 4K-element chunks", T._replace(tile_elems=4096)),

@@ -64,10 +64,10 @@ def _inputs(case):
     return pos, q, k, cache
 
 
-def _rows(pos, q, k, cache, hs, neox, br, warps) -> None:
+def _rows(pos, q, k, cache, hs, neox, br, warps, aligned=None) -> None:
     T, H, sq = RK._heads_layout(q, hs)
     _, H_kv, sk = RK._heads_layout(k, hs)
-    RK._launch(pos, q, k, cache, neox, br, warps, T, (H, sq), (H_kv, sk))
+    RK._launch(pos, q, k, cache, neox, br, warps, T, (H, sq), (H_kv, sk), aligned)
 
 
 def _bytes(case) -> int:
@@ -89,12 +89,16 @@ def run(names) -> None:
         copy_ms = bench(lambda: dst.copy_(src), SMOKE)
         print(f"{name}: {nbytes / 1e6:.1f} MB, copy {copy_ms * 1e3:.1f} us "
               f"({nbytes / copy_ms / 1e9:.2f} TB/s)", flush=True)
-        variants = [None] + VARIANTS
+        variants = [None, "unaligned"] + VARIANTS
         for var in variants:
             q, k = q0.clone(), k0.clone()
+            plan = RK.rope_plan(T * (H + H_kv), R, q.element_size())
             if var is None:
                 fn = lambda: RK.rotary_embedding_triton(pos, q, k, cache, hs, neox)  # noqa: E731
-                label = f"opspec {RK.rope_plan(T * (H + H_kv), R, q.element_size())}"
+                label = f"opspec {plan}"
+            elif var == "unaligned":  # the same plan without the 16-byte row hint
+                fn = lambda: _rows(pos, q, k, cache, hs, neox, *plan, aligned=False)  # noqa: E731
+                label = f"opspec {plan} unaligned"
             else:
                 br, warps = var
                 fn = lambda: _rows(pos, q, k, cache, hs, neox, br, warps)  # noqa: E731

@@ -5,6 +5,10 @@
     python benchmarks/w4a16_probe.py prefill   # fused prefill kernel against two passes
     python benchmarks/w4a16_probe.py mma [splits]   # the MMA decode kernel's tiles, splits
     python benchmarks/w4a16_probe.py gemm      # TMA GEMM tiles on the two-pass shapes
+    python benchmarks/w4a16_probe.py layouts   # decode with row- or column-major scales
+    python benchmarks/w4a16_probe.py ablate    # the decode loop with its parts switched off
+    python benchmarks/w4a16_probe.py regs      # the tensor-core decode kernel by register cap
+    python benchmarks/w4a16_probe.py tc        # ... by warps along K and along the rows
     python benchmarks/w4a16_probe.py launch [FIELD=VALUE ...]   # one 70B gate-up launch, for ncu:
         ncu --clock-control none -k regex:w4a16_tc -s 2 -c 1 python benchmarks/w4a16_probe.py launch
 
@@ -73,20 +77,34 @@ def _operands(M, N, K, dtype):
 
 
 def host() -> None:
+    """Host time a call (the launcher's prepared replays) and device time, with the tensor-core
+    kernel's K slices storing planes (two launches) and without (one)."""
     for M, N, K in ((1, 57344, 8192), (16, 28672, 8192), (1, 14336, 4096), (1, 4096, 4096)):
         x, p, s, z, out = _operands(M, N, K, torch.bfloat16)
 
         def call():
             Q.w4a16_decode_triton(x, p, s, z, G, out)
-        call()
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(50):
+        line = f"M={M} N={N} K={K}:"
+        for planes in (True, False):
+            Q._TC_PLANES = planes
+            Q.decode_config_for.cache_clear()
+            Q._PREPARED.clear()
             call()
-        host_us = (time.perf_counter() - t) / 50 * 1e6
-        torch.cuda.synchronize()
-        print(f"M={M} N={N} K={K}: host {host_us:.1f} us a call, "
-              f"device {_median_s(call) * 1e6:.1f} us")
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            for _ in range(200):
+                call()
+            host_us = (time.perf_counter() - t) / 200 * 1e6
+            torch.cuda.synchronize()
+            line += (f" planes {planes}: host {host_us:.1f} us a call, "
+                     f"device {_median_s(call) * 1e6:.1f} us;")
+        Q._TC_PLANES = True
+        Q.decode_config_for.cache_clear()
+        t = time.perf_counter()
+        for _ in range(200):
+            torch.empty((4, M, N), dtype=torch.float32, device=out.device)
+        line += f" torch.empty {(time.perf_counter() - t) / 200 * 1e6:.1f} us"
+        print(line, flush=True)
 
 
 def prefill() -> None:
@@ -180,6 +198,209 @@ def mma(splits: bool) -> None:
                   flush=True)
 
 
+def layouts() -> None:
+    """The table's decode launch with the scales and zero points stored as the [N, G]
+    tensor (row-major, the spec's default layout) and as a column-major view of the same
+    values (strides (1, N): the 8 rows a load instruction touches share one sector): what
+    the scale and zero-point requests cost the decode rows."""
+    for M, N, K in ((1, 57344, 8192), (1, 53248, 16384), (1, 14336, 4096), (1, 4096, 4096),
+                    (4, 4096, 14336), (4, 18944, 3584)):
+        x, p, s, z, out = _operands(M, N, K, torch.bfloat16)
+        ref = Q.gemm_w4a16_reference(x, p, s, z, G).float()
+        cfg = Q.decode_config_for(M, N, K, G, x.dtype)
+        sc, zc = s.t().contiguous().t(), z.t().contiguous().t()
+        nbytes = N * K // 2 + 2 * N * (K // G) * 2
+        line = f"M={M} N={N} K={K} {tuple(cfg)[:5]}:"
+        for name, (ss, zz) in (("row-major", (s, z)), ("column-major", (sc, zc))):
+            out.fill_(float("nan"))
+            Q.w4a16_decode_triton(x, p, ss, zz, G, out, cfg)
+            err = ((out.float() - ref).norm() / ref.norm()).item()
+            t = _median_s(lambda: Q.w4a16_decode_triton(x, p, ss, zz, G, out, cfg))
+            line += f" {name} {t * 1e6:.1f} us {nbytes / t / 1e12:.2f} TB/s (err {err:.1e});"
+        print(line, flush=True)
+
+
+@triton.jit
+def _ablate_kernel(x_ptr, w_ptr, s_ptr, z_ptr, out_ptr, N, STEPS,
+                   stride_wn, stride_sn, stride_sg, stride_zn, stride_zg,
+                   WR: tl.constexpr, KS: tl.constexpr, STEP_G: tl.constexpr, BIAS: tl.constexpr,
+                   PREP: tl.constexpr, PREP_CONS: tl.constexpr, MAIN: tl.constexpr,
+                   MAIN_CONS: tl.constexpr, LD: tl.constexpr, LD_CONS: tl.constexpr,
+                   DO_X: tl.constexpr, DO_SCALE: tl.constexpr, DO_PREP: tl.constexpr,
+                   DO_MAIN: tl.constexpr, X_MASK: tl.constexpr = False,
+                   EPILOGUE: tl.constexpr = 0):
+    # The tensor-core decode kernel's loop (M = 1, STEPS a multiple of KS, no split), each
+    # part but the weight loads switchable: x's loads (else constant words), the scale and
+    # zero-point loads (else 1 and 0), the x block's asm (else the words as fragments) and
+    # the weight block's asm (else an XOR of the words). Per-row sums only, to keep the
+    # loop's results alive; not a product.
+    W: tl.constexpr = WR * KS
+    R: tl.constexpr = 16 * W
+    pid_n = tl.program_id(0)
+    r = tl.arange(0, R)[:, None]
+    col = tl.arange(0, 16)[None, :]
+    g = r % 8
+    warp = (r // 8) % W
+    h = r // (8 * W)
+    wr = warp % WR
+    ks = warp // WR
+    t = col // 4
+    j = col % 4
+    rows = (pid_n * 16 * WR + (h * WR + wr) * 8 + g) % N
+    n_steps = STEPS // KS
+    step0 = ks * n_steps
+    w_ptrs = w_ptr + rows * stride_wn + step0 * 16 + col
+    xcol = tl.max_contiguous(tl.multiple_of(16 * t + j, [1, 4]), [1, 4])
+    x_ptrs = x_ptr + step0 * 64 + xcol
+    s_ptrs = s_ptr + rows * stride_sn + 0 * col
+    z_ptrs = z_ptr + rows * stride_zn + 0 * col
+    tmask = j < 2
+    one = ks >= 0
+    acc = tl.zeros((R, 16), dtype=tl.float32)
+    for i in range(0, n_steps):
+        words = tl.load(w_ptrs + i * 16, eviction_policy="evict_first")
+        if DO_X and X_MASK:   # as the kernel: the second row of a lane's pair loads none
+            x0 = tl.load(x_ptrs + i * 64, mask=h == 0, other=0)
+            x1 = tl.load(x_ptrs + (i * 64 + 4), mask=h == 0, other=0)
+            x2 = tl.load(x_ptrs + (i * 64 + 8), mask=h == 0, other=0)
+            x3 = tl.load(x_ptrs + (i * 64 + 12), mask=h == 0, other=0)
+        elif DO_X:
+            x0 = tl.load(x_ptrs + i * 64)
+            x1 = tl.load(x_ptrs + (i * 64 + 4))
+            x2 = tl.load(x_ptrs + (i * 64 + 8))
+            x3 = tl.load(x_ptrs + (i * 64 + 12))
+        else:
+            x0 = col + i + 0 * r
+            x1 = x0 + 1
+            x2 = x0 + 2
+            x3 = x0 + 3
+        if DO_SCALE:
+            grp = (step0 + i) // STEP_G
+            s = Q._tc_scale(s_ptrs + grp * stride_sg, one, False, False, LD, LD_CONS, LD, LD_CONS)
+            z = Q._tc_scale(z_ptrs + grp * stride_zg, one, False, False, LD, LD_CONS, LD, LD_CONS)
+        else:
+            s = 1.0
+            z = 0.0
+        if DO_PREP:
+            f0, f1, f2, f3, xs = tl.inline_asm_elementwise(
+                PREP, PREP_CONS, [x0, x1, x2, x3],
+                (tl.int32, tl.int32, tl.int32, tl.int32, tl.float32), True, 8)
+        else:
+            f0, f1, f2, f3 = x0, x1, x2, x3
+            xs = 1.0
+        if DO_MAIN:
+            p = tl.inline_asm_elementwise(MAIN, MAIN_CONS, [words, f0, f1, f2, f3],
+                                          tl.float32, True, 8)
+        else:
+            p = (words ^ f0 ^ f1 ^ f2 ^ f3).to(tl.float32)
+        acc = acc + tl.where(tmask, s * (p - (z - BIAS) * xs), 0.0)
+    if EPILOGUE == 2:   # the slices' sums meet in shared memory, stored contiguously
+        tot = tl.sum(tl.reshape(acc, (2, KS, 8 * WR, 16)), axis=1)
+        tl.store(out_ptr + pid_n * 16 * WR + tl.arange(0, 16 * WR),
+                 tl.sum(tl.reshape(tot, (16 * WR, 16)), axis=1))
+    elif EPILOGUE == 3:   # each slice stores its own sums ([KS, N] partials), no reduction
+        m = 2 * t + (j % 2) + 8 * (j // 2)
+        tl.store(out_ptr + ks * N + rows + 0 * col, acc, mask=(j < 2) & (m < 1))
+    elif EPILOGUE:   # as the kernel: the K slices' sums meet in shared memory
+        tot = tl.sum(tl.reshape(acc, (2, KS, 8 * WR, 16)), axis=1)
+        oh = tl.arange(0, 2)[:, None, None]
+        orr = tl.arange(0, 8 * WR)[None, :, None]
+        ocol = tl.arange(0, 16)[None, None, :]
+        orows = pid_n * 16 * WR + oh * (8 * WR) + orr
+        oj = ocol % 4
+        om = 2 * (ocol // 4) + (oj % 2) + 8 * (oj // 2)
+        tl.store(out_ptr + om * N + orows, tot, mask=(oj < 2) & (om < 1) & (orows < N))
+    else:
+        tl.store(out_ptr + pid_n * R + tl.arange(0, R), tl.sum(acc, axis=1))
+
+
+def ablate() -> None:
+    """The tensor-core decode loop with its parts switched off one at a time (M = 1,
+    bfloat16, the table's warps and K slices): how much each part costs beside the weight
+    stream alone."""
+    variants = {"full": (1, 1, 1, 1, None, 0, 0), "full, x mask": (1, 1, 1, 1, None, 1, 0),
+                "full, epilogue": (1, 1, 1, 1, None, 0, 1),
+                "full, reduce + plain store": (1, 1, 1, 1, None, 0, 2),
+                "full, slices' own stores": (1, 1, 1, 1, None, 0, 3),
+                "full, cap 72": (1, 1, 1, 1, 72, 0, 0), "no x loads": (0, 1, 1, 1, None, 0, 0),
+                "no scale loads": (1, 0, 1, 1, None, 0, 0), "no x asm": (1, 1, 0, 1, None, 0, 0),
+                "weight loads only": (0, 0, 0, 0, None, 0, 0)}
+    for M, N, K in ((1, 57344, 8192), (1, 53248, 16384), (1, 14336, 4096)):
+        x, p, s, z, out = _operands(M, N, K, torch.bfloat16)
+        cfg = Q.decode_config_for(M, N, K, G, x.dtype)
+        ks, wr = cfg.k_slices, cfg.num_warps // cfg.k_slices
+        words = p.view(torch.int32)
+        (prep, prep_c), (main, main_c) = Q._TC_ASM[(True, 1, bool(cfg.biased))]
+        ld, ld_c = Q._TC_SCALE_ASM[("bfloat16", False)]
+        grid = (triton.cdiv(N, 16 * wr),)
+        sink = torch.empty(max(grid[0] * 16 * cfg.num_warps, N * ks), device="cuda")
+        nbytes = N * K // 2
+        t_table = _median_s(lambda: Q.w4a16_decode_triton(x, p, s, z, G, out))
+        line = f"M={M} N={N} K={K} (KS {ks}, WR {wr}): table {t_table * 1e6:.1f} us;"
+        for name, (dx, ds, dp, dm, cap, xm, epi) in variants.items():
+            def fn(dx=dx, ds=ds, dp=dp, dm=dm, cap=cap, xm=xm, epi=epi):
+                return _ablate_kernel[grid](x.view(torch.int32), words, s, z, sink, N, K // 128,
+                                     words.stride(0), s.stride(0), s.stride(1), z.stride(0),
+                                     z.stride(1), WR=wr, KS=ks, STEP_G=G // 128,
+                                     BIAS=-128 if cfg.biased else 8, PREP=prep,
+                                     PREP_CONS=prep_c, MAIN=main, MAIN_CONS=main_c, LD=ld,
+                                     LD_CONS=ld_c, DO_X=bool(dx), DO_SCALE=bool(ds),
+                                     DO_PREP=bool(dp), DO_MAIN=bool(dm), X_MASK=bool(xm),
+                                     EPILOGUE=epi, num_warps=cfg.num_warps, num_stages=1,
+                                     **({} if cap is None else {"maxnreg": cap}))
+            regs = fn().n_regs
+            t = _median_s(fn)
+            line += f" {name} ({regs} regs) {t * 1e6:.1f} us {nbytes / t / 1e12:.2f} TB/s;"
+        print(line, flush=True)
+
+
+def tc() -> None:
+    """The tensor-core decode kernel by warps along K (k_slices) and along the rows
+    (row_warps), beside the table's choice, M = 1 and 4, bfloat16."""
+    layouts = ((1, 4), (2, 2), (4, 2), (8, 1), (4, 1), (2, 1))
+    for M, N, K in ((1, 57344, 8192), (1, 53248, 16384), (1, 14336, 4096), (4, 18944, 3584),
+                    (4, 4096, 14336), (1, 4096, 4096)):
+        x, p, s, z, out = _operands(M, N, K, torch.bfloat16)
+        ref = Q.gemm_w4a16_reference(x, p, s, z, G).float()
+        table = Q.decode_config_for(M, N, K, G, x.dtype)
+        cands = [("table", table), ("no planes", table._replace(planes=False))] + [
+            (f"ks{ks} rw{rw}", Q.tc_config_for(M, N, K, G, x.dtype, k_slices=ks, row_warps=rw))
+            for ks, rw in layouts]
+        line = f"M={M} N={N} K={K}:"
+        for name, cfg in cands:
+            out.fill_(float("nan"))
+            Q.w4a16_decode_triton(x, p, s, z, G, out, cfg)
+            err = ((out.float() - ref).norm() / ref.norm()).item()
+            t = _median_s(lambda: Q.w4a16_decode_triton(x, p, s, z, G, out, cfg))
+            tag = f"(ks{cfg.k_slices} rw{cfg.num_warps // cfg.k_slices})" if name == "table" else ""
+            line += f" {name}{tag} {t * 1e6:.1f}{'' if err < 1e-2 else ' WRONG'};"
+        print(line, flush=True)
+
+
+def regs() -> None:
+    """The table's tensor-core decode launch under register caps (Q._TC_MAXNREG), with the
+    registers and spill bytes of each build on this device's Triton and ptxas."""
+    for M, N, K in ((1, 57344, 8192), (1, 53248, 16384), (1, 14336, 4096), (4, 18944, 3584),
+                    (1, 4096, 4096)):
+        x, p, s, z, out = _operands(M, N, K, torch.bfloat16)
+        ref = Q.gemm_w4a16_reference(x, p, s, z, G).float()
+        cfg = Q.decode_config_for(M, N, K, G, x.dtype)
+        line = f"M={M} N={N} K={K}:"
+        for cap in (None, 64, 72, 80, 96, 128):
+            Q._TC_MAXNREG = cap
+            out.fill_(float("nan"))
+            Q._launch_tc(x, p, s, z, G, out, cfg, M, N, K)
+            err = ((out.float() - ref).norm() / ref.norm()).item()
+            t = _median_s(lambda: Q._launch_tc(x, p, s, z, G, out, cfg, M, N, K))
+            line += f" cap {cap}: {t * 1e6:.1f} us (err {err:.0e});"
+        Q._TC_MAXNREG = None
+        print(line, flush=True)
+    for cache in Q._w4a16_tc_kernel.device_caches.values():
+        for compiled in cache[0].values():
+            print(f"build: maxnreg {compiled.metadata.maxnreg}, {compiled.n_regs} registers, "
+                  f"{compiled.n_spills} spilled")
+
+
 def launch(overrides: list[str]) -> None:
     kw = {k: int(v) for k, v in (a.split("=", 1) for a in overrides)}
     M, N, K, dtype = kw.pop("M", 1), kw.pop("N", 57344), kw.pop("K", 8192), torch.bfloat16
@@ -197,4 +418,6 @@ if __name__ == "__main__":
     what = sys.argv[1] if len(sys.argv) > 1 else "rows"
     {"rows": lambda: rows(), "host": lambda: host(), "prefill": lambda: prefill(),
      "gemm": lambda: gemm(), "mma": lambda: mma(sys.argv[2:] == ["splits"]),
+     "layouts": lambda: layouts(), "ablate": lambda: ablate(), "regs": lambda: regs(),
+     "tc": lambda: tc(),
      "launch": lambda: launch(sys.argv[2:])}[what]()

@@ -201,7 +201,12 @@ class LaunchMemo(dict):
         if key is not None:
             prepared = prepare(n_tensors, kernel, grid, *args, **kwargs)
             if prepared is not None:
-                if len(self) >= self.limit:
-                    self.clear()
-                self[key] = prepared
+                self.keep(key, prepared)
         return compiled
+
+    def keep(self, key: Any, replay: Any) -> None:
+        """Keep ``replay`` (a :class:`Prepared`, or a callable of the same tensors that
+        replays several) under ``key``."""
+        if len(self) >= self.limit:
+            self.clear()
+        self[key] = replay

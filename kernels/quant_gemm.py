@@ -101,7 +101,7 @@ import triton.language as tl
 
 from opspec.kernels.devices import TRITON_INTERPRETED
 from opspec.kernels.gemm import gemm_triton
-from opspec.kernels.launch import LaunchMemo, launch
+from opspec.kernels.launch import LaunchMemo, launch, prepare
 from opspec.kernels.quant_dequant import dequant_supported, dequantize_int4_triton
 from opspec.kernels.tiling import H200_SMS as _NUM_SMS
 from opspec.kernels.tiling import INT32_LIMIT
@@ -155,6 +155,11 @@ class DecodeConfig(NamedTuple):
     tc: bool = False
     k_slices: int = 1
     biased: bool = False
+    # The tensor-core kernel's K slices each store their own partial sums (a float32
+    # [split * k_slices, M, N] buffer that a second small kernel adds up in a fixed order)
+    # instead of adding them in shared memory at the end of the program, where a program's
+    # warps wait for its slowest.
+    planes: bool = False
 
 
 class PrefillConfig(NamedTuple):
@@ -301,6 +306,8 @@ _PREFILL_SMALL = PrefillConfig(32, 64, 64, 8, 4, 3)
 # fragments: 22 % fewer instructions a byte and 2 KB in flight a warp, but 112 registers
 # a thread; 2-10 % slower on every row).
 _TC_MAX_M = 8
+# ptxas' register cap for the tensor-core decode kernel (None: its own choice).
+_TC_MAXNREG: int | None = None
 # No step is requested ahead in registers (num_stages is 1 in every tensor-core config).
 # The kernel had such a prefetch, one or two steps ahead (90-94 and ~138 registers a
 # thread, against 64-72): on the H200 one step ahead was 16 % slower than none on the
@@ -328,6 +335,18 @@ _TC_SLICES = (4, 8)
 # N below which programs are also split along K (2 splits, summed by _split_sum_kernel: a
 # second launch); 0: never (the slices above should give small N enough warps).
 _TC_SPLIT_BELOW_N = 0
+# DecodeConfig.planes for the table's tensor-core configs with k_slices > 1 and at least
+# _TC_PLANES_MIN_BYTES of packed weight. H200 (benchmarks/w4a16_probe.py, 2026-12-01,
+# bfloat16): the kernel's loop alone (`ablate`, M = 1, 4 K slices) ran 121.5 us with the
+# slices' sums added in shared memory at the end and 106.7 with each slice storing its
+# own (70B gate-up; 405B up 217.7 / 204.3; 8B up 21.7 / 18.8); the kernel itself (`tc`),
+# planes and their sum against one launch: 70B gate-up 107.4 / 122.0 us, 405B up 201.4 /
+# 218.2, 8B up 21.2 / 22.0, M = 4 18944 x 3584 27.6 / 29.1, 4096 x 4096 13.0 / 14.7. The
+# second launch costs host time (`host`: 24-27 us a call against 12-13, the planes buffer's
+# torch.empty 3.5 of it), which an eager call of a small weight waits on: below 64 MiB
+# (device time under ~25 us) the slices add up in shared memory.
+_TC_PLANES = True
+_TC_PLANES_MIN_BYTES = 64 << 20
 _TC_WARPS_WANTED = 16 * _NUM_SMS
 _TC_MIN_STEPS = 2
 # bfloat16: biased (b = 128: the float32 cancellation of 128 X costs ~1e-5 of a group's
@@ -353,7 +372,7 @@ def decode_config_for(M: int, N: int, K: int, group_size: int,
 
 def tc_config_for(M: int, N: int, K: int, group_size: int, dtype: torch.dtype | None = None,
                   k_slices: int | None = None, row_warps: int = _TC_ROW_WARPS,
-                  biased: bool | None = None) -> DecodeConfig:
+                  biased: bool | None = None, planes: bool | None = None) -> DecodeConfig:
     """The tensor-core decode kernel's configuration by the table's rules (the keyword
     arguments override them)."""
     steps = max(1, K // 128)
@@ -365,8 +384,10 @@ def tc_config_for(M: int, N: int, K: int, group_size: int, dtype: torch.dtype | 
     if biased is None:
         biased = _TC_BIASED.get(dtype, False)
     split = 2 if N < _TC_SPLIT_BELOW_N and steps >= 2 * k_slices else 1
+    if planes is None:
+        planes = _TC_PLANES and k_slices > 1 and N * (K // 2) >= _TC_PLANES_MIN_BYTES
     return DecodeConfig(16 * row_warps, 128, split, k_slices * row_warps, 1, False, True,
-                        k_slices, biased)
+                        k_slices, biased, planes)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -967,6 +988,23 @@ def _tc_scale(ptrs, valid, MASKED: tl.constexpr, EMULATE: tl.constexpr, LD: tl.c
         return bits.to(tl.float32, bitcast=True)
 
 
+_TC_STORE_ASM = tl.constexpr("{ .reg .pred p; setp.ne.b32 p, $2, 0; @p st.global.b32 [$1], $3; "
+                              "mov.b32 $0, 0; }")
+
+
+@triton.jit
+def _tc_store_f32(ptrs, values, mask, EMULATE: tl.constexpr):
+    # Store float32 values where mask holds, in the tile's own layout: a tl.store would be
+    # laid out for 16-byte stores along the rows, through shared memory and a barrier of
+    # the whole program, which is what the planes are there to avoid.
+    if EMULATE:
+        tl.store(ptrs, values, mask=mask)
+    else:
+        tl.inline_asm_elementwise(_TC_STORE_ASM, "=r,l,r,r",
+                                  [ptrs.to(tl.int64, bitcast=True), mask.to(tl.int32),
+                                   values.to(tl.int32, bitcast=True)], tl.int32, False, 1)
+
+
 @triton.jit
 def _tc_load(w_ptrs, x_ptrs, y_ptrs, s_ptrs, z_ptrs, w_off, x_off, s_off, z_off, valid, xvalid,
              NT: tl.constexpr, MASKED: tl.constexpr, EMULATE: tl.constexpr,
@@ -1046,7 +1084,7 @@ def _w4a16_tc_kernel(
     stride_xm, stride_xtm, stride_wn, stride_sn, stride_sg, stride_zn, stride_zg,
     stride_os, stride_om, stride_on,
     WR: tl.constexpr, KS: tl.constexpr, NT: tl.constexpr, STEP_G: tl.constexpr,
-    BIAS: tl.constexpr, USE_INT64: tl.constexpr,
+    BIAS: tl.constexpr, USE_INT64: tl.constexpr, PLANES: tl.constexpr,
     EMULATE: tl.constexpr, PREP: tl.constexpr, PREP_CONS: tl.constexpr, MAIN: tl.constexpr,
     MAIN_CONS: tl.constexpr, LD: tl.constexpr, LD_CONS: tl.constexpr, LDM: tl.constexpr,
     LDM_CONS: tl.constexpr,
@@ -1116,20 +1154,30 @@ def _w4a16_tc_kernel(
                        tail, tail & xone, NT, True, EMULATE, LD, LD_CONS, LDM, LDM_CONS)
         acc = _tc_step(acc, cur, we_ptrs, xt_ptrs, dq * 16, dq * 128, tail, one, tmask,
                        PREP, PREP_CONS, MAIN, MAIN_CONS, NT, EMULATE, BIAS)
-    # the K slices' sums: [2, KS, 8 WR, 16] -> [2, 8 WR, 16]; row (h WR + wr) 8 + g
-    tot = tl.sum(tl.reshape(acc, (2, KS, 8 * WR, 16)), axis=1)
-    oh = tl.arange(0, 2)[:, None, None]
-    orr = tl.arange(0, 8 * WR)[None, :, None]
-    ocol = tl.arange(0, 16)[None, None, :]
-    orows = pid_n * BLOCK_N + oh * (8 * WR) + orr
-    oj = ocol % 4
-    om = 2 * (ocol // 4) + (oj % 2) + 8 * (oj // 2)
-    if USE_INT64:
-        orows = orows.to(tl.int64)
-        om = om.to(tl.int64)
-    optr = out_ptr + pid_k * stride_os + om * stride_om + orows * stride_on
-    tl.store(optr, tot.to(out_ptr.dtype.element_ty),
-             mask=(oj < 2 * NT) & (om < M) & (orows < N))
+    if PLANES:
+        # each K slice stores its sums as plane pid_k KS + ks of out (float32 [planes, M, N])
+        plane = pid_k * KS + ks
+        if USE_INT64:
+            plane = plane.to(tl.int64)
+            m = m.to(tl.int64)
+            rows = rows.to(tl.int64)
+        optr = out_ptr + plane * stride_os + m * stride_om + rows * stride_on
+        _tc_store_f32(optr, acc, tmask & (m < M) & (rows < N), EMULATE)
+    else:
+        # the K slices' sums: [2, KS, 8 WR, 16] -> [2, 8 WR, 16]; row (h WR + wr) 8 + g
+        tot = tl.sum(tl.reshape(acc, (2, KS, 8 * WR, 16)), axis=1)
+        oh = tl.arange(0, 2)[:, None, None]
+        orr = tl.arange(0, 8 * WR)[None, :, None]
+        ocol = tl.arange(0, 16)[None, None, :]
+        orows = pid_n * BLOCK_N + oh * (8 * WR) + orr
+        oj = ocol % 4
+        om = 2 * (ocol // 4) + (oj % 2) + 8 * (oj // 2)
+        if USE_INT64:
+            orows = orows.to(tl.int64)
+            om = om.to(tl.int64)
+        optr = out_ptr + pid_k * stride_os + om * stride_om + orows * stride_on
+        tl.store(optr, tot.to(out_ptr.dtype.element_ty),
+                 mask=(oj < 2 * NT) & (om < M) & (orows < N))
 
 
 @triton.jit
@@ -1284,12 +1332,18 @@ def _split_dest(out: torch.Tensor, split: int) -> tuple[torch.Tensor, tuple[int,
     return dest, dest.stride()
 
 
-def _sum_splits(dest: torch.Tensor, out: torch.Tensor, split: int, block: int = 1024) -> None:
-    """``out = dest.sum(0)`` in a fixed order (deterministic) where K was split."""
+def _sum_splits(dest: torch.Tensor, out: torch.Tensor, split: int, block: int = 1024
+                ) -> tuple | None:
+    """``out = dest.sum(0)`` in a fixed order (deterministic) where K was split; returns the
+    launch's ``(grid, args, options)`` (for :func:`prepare`), or None where nothing ran."""
     if split > 1:
         M, N = out.shape
-        launch(_split_sum_kernel, (triton.cdiv(M * N, block),),
-               dest, out, M * N, N, split, out.stride(0), out.stride(1), BLOCK=block, num_warps=4)
+        grid = (triton.cdiv(M * N, block),)
+        args = (dest, out, M * N, N, split, out.stride(0), out.stride(1))
+        options = dict(BLOCK=block, num_warps=4)
+        launch(_split_sum_kernel, grid, *args, **options)
+        return grid, args, options
+    return None
 
 
 def w4a16_decode_triton(x: torch.Tensor, packed_weight: torch.Tensor, scales: torch.Tensor,
@@ -1413,25 +1467,51 @@ def _launch_tc(x, packed_weight, scales, zeros, group_size, out, cfg, M, N, K,
     bf16 = x.dtype == torch.bfloat16
     biased = bool(cfg.biased)
     (prep, prep_cons), (main, main_cons) = _TC_ASM[(bf16, nt, biased)]
+    planes_on = bool(cfg.planes) and ks > 1
+    planes = split * (ks if planes_on else 1)
     use_int64 = max(_extent(x), _extent(words) * 4, _extent(scales), _extent(zeros),
-                    _extent(out), split * M * N) > _INT32_LIMIT
-    dest, dstrides = _split_dest(out, split)
+                    _extent(out), planes * M * N) > _INT32_LIMIT
+    dest, dstrides = _split_dest(out, planes)
     skind = str(scales.dtype).removeprefix("torch.")
     (ld, ld_cons), (ldm, ldm_cons) = _TC_SCALE_ASM[(skind, False)], _TC_SCALE_ASM[(skind, True)]
-    _PREPARED.launch(
-           memo_key if split == 1 else None, 6, _w4a16_tc_kernel,
-           (triton.cdiv(N, cfg.block_n), split),
-           x32, x, words, scales, zeros, dest, M, N, steps, per_split,
-           x32.stride(0), x.stride(0), words.stride(0), scales.stride(0), scales.stride(1),
-           zeros.stride(0), zeros.stride(1), *dstrides,
-           WR=wr, KS=ks, NT=nt, STEP_G=group_size // 128,
-           BIAS=-(128 if bf16 else 1024) if biased else 8,
-           USE_INT64=use_int64,
-           EMULATE=TRITON_INTERPRETED, PREP=prep, PREP_CONS=prep_cons, MAIN=main,
-           MAIN_CONS=main_cons, LD=ld, LD_CONS=ld_cons, LDM=ldm, LDM_CONS=ldm_cons,
-           num_warps=cfg.num_warps, num_stages=1)
-    _sum_splits(dest, out, split)
+    grid = (triton.cdiv(N, cfg.block_n), split)
+    args = (x32, x, words, scales, zeros, dest, M, N, steps, per_split,
+            x32.stride(0), x.stride(0), words.stride(0), scales.stride(0), scales.stride(1),
+            zeros.stride(0), zeros.stride(1), *dstrides)
+    kwargs = dict(WR=wr, KS=ks, NT=nt, STEP_G=group_size // 128,
+                  BIAS=-(128 if bf16 else 1024) if biased else 8,
+                  USE_INT64=use_int64, PLANES=planes_on,
+                  EMULATE=TRITON_INTERPRETED, PREP=prep, PREP_CONS=prep_cons, MAIN=main,
+                  MAIN_CONS=main_cons, LD=ld, LD_CONS=ld_cons, LDM=ldm, LDM_CONS=ldm_cons,
+                  num_warps=cfg.num_warps, num_stages=1,
+                  **({} if _TC_MAXNREG is None else {"maxnreg": _TC_MAXNREG}))
+    if planes == 1:
+        _PREPARED.launch(memo_key, 6, _w4a16_tc_kernel, grid, *args, **kwargs)
+        return True
+    launch(_w4a16_tc_kernel, grid, *args, **kwargs)
+    sum_grid, sum_args, sum_options = _sum_splits(dest, out, planes)
+    if memo_key is not None and split == 1:
+        # the two launches replayed together, with a new planes buffer a call
+        main = prepare(6, _w4a16_tc_kernel, grid, *args, **kwargs)
+        total = prepare(2, _split_sum_kernel, sum_grid, *sum_args, **sum_options)
+        if main is not None and total is not None:
+            _PREPARED.keep(memo_key, _PlanesReplay(main, total, dest.shape))
     return True
+
+
+class _PlanesReplay:
+    """The prepared replay of a tensor-core decode launch whose K slices store planes: a
+    new float32 ``[planes, M, N]`` buffer, the kernel into it, the planes' sum into out."""
+
+    __slots__ = ("main", "total", "shape")
+
+    def __init__(self, main, total, shape) -> None:
+        self.main, self.total, self.shape = main, total, shape
+
+    def __call__(self, x, x_again, packed_weight, scales, zeros, out) -> None:
+        dest = torch.empty(self.shape, dtype=torch.float32, device=out.device)
+        self.main(x, x_again, packed_weight, scales, zeros, dest)
+        self.total(dest, out)
 
 
 def _launch_gemv(x, words, scales, zeros, group_size, out, cfg, M, N, K):

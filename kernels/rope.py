@@ -129,14 +129,17 @@ def _rope_rows_kernel(
     stride_p, stride_qt, stride_qh, stride_kt, stride_kh, stride_d,
     stride_cp, stride_cr,
     BR: tl.constexpr, HALF: tl.constexpr, IS_NEOX: tl.constexpr, USE_INT64: tl.constexpr,
+    ALIGNED: tl.constexpr,
 ):
     # Row (t, v) of the [T, V] head rows (V = H + H_kv) is query head v (v < H) or key head
     # v - H of token t; BR consecutive rows a program (see the module's docstring). The row
-    # pointer, a select of two pointers, carries no alignment, so the rows' loads and stores
-    # are scalar in the sm_90 build (the cos/sin rows' are 16-byte); the table's figures are
-    # of this form. tl.multiple_of(base, 16), where the host proves the bases and the token
-    # and head strides 16-byte aligned, gives 16-byte accesses (bf16 with an fp32 cache: 64
-    # -> 32 registers); not yet timed on the H200.
+    # pointer, a select of two pointers, carries no alignment of its own: with ALIGNED (the
+    # host has proved both bases and the token and head strides 16-byte aligned) it is
+    # declared a multiple of 16 bytes, so the rows' loads and stores are 16-byte vectors in
+    # the sm_90 build (bf16 with an fp32 cache: 64 -> 32 registers); without, they are
+    # scalar (the cos/sin rows' are 16-byte either way). Timed on the H200 the two forms
+    # tie (benchmarks/rope_probe.py, 2026-12-01: Llama-3-8B 16k tokens 85.9 / 85.8 us,
+    # 70B 149.4 / 149.2, MLA 143.7 / 144.1): the rows are bound by HBM either way.
     rows = tl.program_id(0) * BR + tl.arange(0, BR)
     rmask = rows < n_rows
     if USE_INT64:
@@ -145,6 +148,8 @@ def _rope_rows_kernel(
     v = rows - tok * V
     base = tl.where(v < H, q_ptr + (tok * stride_qt + v * stride_qh),
                     k_ptr + (tok * stride_kt + (v - H) * stride_kh))
+    if ALIGNED:
+        base = tl.multiple_of(base, 16)
     pos = tl.load(pos_ptr + tok * stride_p, mask=rmask, other=0).to(tl.int64)
     # A position outside the cache (undefined by the spec) reads row 0, never past the
     # cache, and turns its token by angle 0 (cos 1, sin 0).
@@ -249,18 +254,32 @@ def rotary_embedding_triton(positions: torch.Tensor, query: torch.Tensor, key: t
     _launch(positions, query, key, cos_sin_cache, is_neox, br, num_warps, T, (H, sq), (H_kv, sk))
 
 
-def _launch(positions, query, key, cos_sin_cache, is_neox, br, num_warps, T, q_heads, k_heads):
+def _rows_aligned(x: torch.Tensor, heads: tuple[int, tuple[int, int, int]]) -> bool:
+    """Whether every head row of ``x`` starts on a 16-byte boundary: its base, and its token
+    and head strides in bytes, are multiples of 16 (rows of no heads impose nothing)."""
+    n, (st, sh, _) = heads
+    size = x.element_size()
+    return n == 0 or (x.data_ptr() % 16 == 0 and (st * size) % 16 == 0
+                      and (sh * size) % 16 == 0)
+
+
+def _launch(positions, query, key, cos_sin_cache, is_neox, br, num_warps, T, q_heads, k_heads,
+            aligned=None):
     """Launch the rows kernel with ``br`` rows a program at ``num_warps`` (the probe,
     benchmarks/rope_probe.py, calls it with other values than rope_plan's); ``q_heads`` and
     ``k_heads``: ``(heads, strides)`` from _heads_layout. Query and key rows share one
-    launch when their features have one stride, else each has its own."""
+    launch when their features have one stride, else each has its own. ``aligned``: the
+    kernel's ALIGNED (None: proved here from the bases and strides; the probe passes
+    False to time the unhinted form)."""
     (H, sq), (H_kv, sk) = q_heads, k_heads
     if H_kv and sq[2] != sk[2]:
         for x, heads in ((query, q_heads), (key, k_heads)):
             if heads[0]:
                 _launch(positions, x, x, cos_sin_cache, is_neox, br, num_warps, T, heads,
-                        (0, heads[1]))
+                        (0, heads[1]), aligned)
         return
+    if aligned is None:
+        aligned = _rows_aligned(query, q_heads) and _rows_aligned(key, k_heads)
     max_position, rotary_dim = cos_sin_cache.shape
     half = rotary_dim // 2
     V = H + H_kv
@@ -272,4 +291,4 @@ def _launch(positions, query, key, cos_sin_cache, is_neox, br, num_warps, T, q_h
            positions, query, key, cos_sin_cache, T * V, V, H, half, max_position,
            sp, sq[0], sq[1], sk[0], sk[1], sq[2], sc[0], sc[1],
            BR=br, HALF=_pow2(half), IS_NEOX=bool(is_neox), USE_INT64=use_int64,
-           num_warps=num_warps)
+           ALIGNED=bool(aligned), num_warps=num_warps)

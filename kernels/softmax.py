@@ -221,12 +221,17 @@ class StridedTuning(NamedTuple):
 #: TB/s, a [64, 32, 4096] bf16 log-softmax over dim 0 at 0.71 TB/s, the [1, 4800, 4800]
 #: fp32 softmax over dim 1 (two passes in one program over 16-column strips: 300 programs
 #: whose strips, 92 MB, all outlive L2 before the second pass) at 1.56 TB/s.
-#: Here: 4 to 8 warps with ~32 elements a thread (fewer registers, so several programs
-#: share an SM and their loads overlap the others' reductions; 16 warps held 2 an SM),
-#: no padding rows (128 + 32 for 150), and long columns in two launches, 3 passes over
-#: HBM at most (the second read partly from L2) instead of a re-read of everything.
+#: Here: few warps a program with many elements a thread (fewer registers, so several
+#: programs share an SM and their loads overlap the others' reductions; 16 warps held 2
+#: an SM), no padding rows (128 + 32 for 150), and long columns in two launches, 3 passes
+#: over HBM at most (the second read partly from L2) instead of a re-read of everything.
+#: H200 sweep (benchmarks/reduction_sweep.py, 2026-12-01), 32 -> 128 elements a thread
+#: (so 1-2 warps a program on these rows, more programs resident an SM): ade20k [16, 150,
+#: 128, 128] bf16 70.6 -> 47.6 us, fp32 83.4 -> 82.1, its log-softmax 84.0 -> 81.9, a
+#: [64, 32, 4096] bf16 log-softmax over dim 0 18.0 -> 14.2; 64 a thread ran between the
+#: two; the long LoFTR columns (two launches, now 2 warps) stayed at 77-79 us.
 STRIDED = StridedTuning(col_bytes=128, min_programs_per_sm=4, tile_elems=8192,
-                        elems_per_thread=32, split_remainder=True, split_long=True)
+                        elems_per_thread=128, split_remainder=True, split_long=True)
 _NEG_BIG = tl.constexpr(-3.4028234663852886e38)  # -FLT_MAX
 _LOG2E = tl.constexpr(1.4426950408889634)
 #: Row maxima within [-L / 2, L] take the looped kernel's FFMA form of the exponentials

@@ -175,17 +175,19 @@ def test_gemv_strides_and_fallback():
 
 # (M, N, K, group, tc_config_for overrides): N tails, a remainder step per K slice (K = 640
 # in 2 slices), every step in the masked tail (3 steps, 4 slices), all 8 MMA columns (M = 8),
-# a second token tile (M = 12, 16), 2 steps a group (group 256), each prefetch depth, biased
-TC = [(1, 48, 512, 128, dict(k_slices=2)),
-      (3, 17, 640, 128, dict(k_slices=2, row_warps=2)),
-      (8, 33, 384, 128, dict(k_slices=4)),
-      (12, 20, 768, 256, dict(k_slices=2, biased=True)),
+# a second token tile (M = 12, 16), 2 steps a group (group 256), biased, the K slices'
+# sums as planes (summed by the second kernel) and added in shared memory
+TC = [(1, 48, 512, 128, dict(k_slices=2, planes=True)),
+      (3, 17, 640, 128, dict(k_slices=2, row_warps=2, planes=True)),
+      (8, 33, 384, 128, dict(k_slices=4, planes=False)),
+      (8, 33, 384, 128, dict(k_slices=4, planes=True)),
+      (12, 20, 768, 256, dict(k_slices=2, biased=True, planes=True)),
       (16, 16, 512, 128, dict(k_slices=1, biased=False))]
 DTYPE_PAIRS = [(F16, F16), (BF16, BF16), (F16, F32), (BF16, F32)]
 
 
 @pytest.mark.parametrize("dtypes", DTYPE_PAIRS, ids=str)
-@pytest.mark.parametrize("shape", TC, ids=lambda s: str(s[:4]))
+@pytest.mark.parametrize("shape", TC, ids=lambda s: str(s[:4]) + str(s[4].get("planes", "")))
 def test_tc_kernel(shape, dtypes):
     """The tensor-core decode kernel (its portable model of the asm blocks under the
     interpreter) through the launcher, every dtype pair the spec allows."""
@@ -209,10 +211,11 @@ def test_tc_strides_split_and_fallback():
     xt = x.t().contiguous().t()
     pw = torch.cat([p, p], dim=1)[:, :K // 2]
     st = s.t().contiguous().t()
-    out = torch.empty(N, M, dtype=F16).t()
-    cfg = Q.tc_config_for(M, N, K, g, F16, k_slices=2)._replace(split_k=2)
-    w4a16_decode_triton(xt, pw, st, z, g, out, config=cfg)
-    _close(out, _want(x, p, s, z, g), F16)
+    for planes in (False, True):   # 2 or 4 partial sums
+        out = torch.empty(N, M, dtype=F16).t()
+        cfg = Q.tc_config_for(M, N, K, g, F16, k_slices=2, planes=planes)._replace(split_k=2)
+        w4a16_decode_triton(xt, pw, st, z, g, out, config=cfg)
+        _close(out, _want(x, p, s, z, g), F16)
     xs = torch.empty(M * K + 1, dtype=BF16)[1:].view(M, K)   # 2-byte aligned: copied
     xs.copy_(x)
     out = torch.empty(M, N, dtype=BF16)
@@ -284,9 +287,11 @@ def test_int64_offsets(monkeypatch):
         fn(x, p, s, z, 32, out, config=cfg)
         _close(out, _want(x, p, s, z, 32), F16)
     x, p, s, z = _operands(3, 20, 384, 128, seed=7)           # the tensor-core kernel
-    out = torch.empty(3, 20, dtype=F16)
-    w4a16_decode_triton(x, p, s, z, 128, out, config=Q.tc_config_for(3, 20, 384, 128, k_slices=2))
-    _close(out, _want(x, p, s, z, 128), F16)
+    for planes in (False, True):
+        out = torch.empty(3, 20, dtype=F16)
+        cfg = Q.tc_config_for(3, 20, 384, 128, k_slices=2, planes=planes)
+        w4a16_decode_triton(x, p, s, z, 128, out, config=cfg)
+        _close(out, _want(x, p, s, z, 128), F16)
 
 
 @pytest.mark.parametrize("shape", [(0, 8, 64), (4, 0, 64), (4, 8, 0)], ids=str)
@@ -319,13 +324,21 @@ def test_launchers_reject_bad_arguments():
 
 def test_config_choice():
     # The tensor-core kernel for every M <= 8 with 128-wide groups: (block_n, block_k,
-    # split_k, warps, stages, gemv, tc, k_slices, biased): 16 rows a program, all its warps
-    # along K (4 where N / 16 x 4 warps fill 132 SMs x 16, else 8, fewer where a slice
-    # would get fewer than 2 steps), no prefetch; bfloat16 biased, float16 exact
+    # split_k, warps, stages, gemv, tc, k_slices, biased, planes): 16 rows a program, all its
+    # warps along K (4 where N / 16 x 4 warps fill 132 SMs x 16, else 8, fewer where a slice
+    # would get fewer than 2 steps), no prefetch; bfloat16 biased, float16 exact; each K
+    # slice stores its own sums (planes) where there are several and the weight is 64 MiB
+    # or more
     bf16, f16 = torch.bfloat16, torch.float16
-    assert decode_config_for(1, 57344, 8192, 128, f16) == (16, 128, 1, 4, 1, False, True, 4, False)
-    assert decode_config_for(1, 57344, 8192, 128, bf16) == (16, 128, 1, 4, 1, False, True, 4, True)
-    assert decode_config_for(1, 4096, 4096, 128, f16) == (16, 128, 1, 8, 1, False, True, 8, False)
+    assert decode_config_for(1, 57344, 8192, 128, f16) == (16, 128, 1, 4, 1, False, True, 4,
+                                                           False, True)
+    assert decode_config_for(1, 57344, 8192, 128, bf16) == (16, 128, 1, 4, 1, False, True, 4,
+                                                            True, True)
+    assert decode_config_for(1, 4096, 4096, 128, f16) == (16, 128, 1, 8, 1, False, True, 8,
+                                                          False, False)
+    assert decode_config_for(1, 16384, 8192, 128, f16).planes       # 64 MiB
+    assert not decode_config_for(1, 16384, 8064, 128, f16).planes   # 63 MiB
+    assert not decode_config_for(1, 4096, 128, 128).planes          # one slice: nothing to add
     assert decode_config_for(8, 8192, 28672, 128, f16).k_slices == 8
     assert not decode_config_for(16, 8192, 28672, 128, f16).tc   # M > 8: the MMA kernel
     assert decode_config_for(4, 18944, 3584, 128, bf16).k_slices == 4
@@ -519,6 +532,7 @@ def build(fn, ptrs, ints, consts, num_warps, num_stages, **extra):
     return {"ld": sorted(set(k.loads)),
             "loop_bar": sum("BAR" in l or "LDS" in l or "STS" in l for l in in_loop),
             "loop_hmma": sum("HMMA" in l for l in in_loop),
+            "bar": ptx.count("bar.sync") + ptx.count("barrier.sync"),
             "regs": k.registers,
             "cp_async": ptx.count("cp.async"), "local": ptx.count(".local"),
             "mma": "wgmma" in ptx or "mma.sync" in ptx,
@@ -573,7 +587,8 @@ for dt, sdt, m, ks, biased in (("fp16", "fp16", 1, 4, False), ("bf16", "bf16", 4
                 stride_zn=K // 128, stride_zg=1, stride_os=0, stride_om=N, stride_on=1)
     out[f"tc-{dt}-{sdt}-m{m}"] = build(
         Q._w4a16_tc_kernel, ptrs, ints,
-        dict(WR=1, KS=ks, NT=nt, STEP_G=1, BIAS=-128 if biased else 8, USE_INT64=False, EMULATE=False, PREP=prep, PREP_CONS=pc, MAIN=main,
+        dict(WR=1, KS=ks, NT=nt, STEP_G=1, BIAS=-128 if biased else 8, USE_INT64=False,
+             PLANES=ks > 1, EMULATE=False, PREP=prep, PREP_CONS=pc, MAIN=main,
              MAIN_CONS=mc, LD=ld, LD_CONS=ldc, LDM=ldm, LDM_CONS=ldmc), ks, 1)
 json.dump(out, sys.stdout)
 """
@@ -599,6 +614,8 @@ def test_kernels_build_for_sm90():
             assert "ld.global.L1::evict_first.L2::cache_hint.v4.b32" in k["ld"], (name, k)
             assert "ld.global.v4.b32" in k["ld"], (name, k)
             assert k["loop_bar"] == 0 and k["loop_hmma"] > 0, (name, k)
+            # the K slices store their own sums: no barrier anywhere in the program
+            assert k["bar"] == 0, (name, k)
             continue
         if name.startswith("gemv"):
             # no MMA and no software pipelining; 16-byte vectors of weight words

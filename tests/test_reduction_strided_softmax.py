@@ -90,20 +90,22 @@ def _split(n, inner, outer, bn, bi, warps=1):
 # ============================================================================ plans
 
 def test_plans_of_the_workload_shapes():
-    # 150 classes: a 128-row tile and a 32-row remainder, 128-byte strips, 4 warps
+    # 150 classes: a 128-row tile and a 32-row remainder, 128-byte strips, one warp (160
+    # elements a thread: the table aims at 128)
     p = softmax_plan(16, 150, 128 * 128, 4)
     assert (p.kind, p.looped, p.block, p.block_inner, p.num_warps, p.grid) == (
-        "strided", False, 128, 32, 4, 16 * 512)
+        "strided", False, 128, 32, 1, 16 * 512)
     # bf16: 128 + 32 rows of 64-byte strips (160 x 64 would pass the 8192-element tile)
     p = softmax_plan(16, 150, 128 * 128, 2)
-    assert (p.block, p.block_inner, p.num_warps) == (128, 32, 4)
+    assert (p.block, p.block_inner, p.num_warps) == (128, 32, 1)
     # a power-of-two N: one tile, 128-byte strips
     p = softmax_plan(1, 64, 32 * 4096, 2)
     assert (p.kind, p.looped, p.block, p.block_inner, p.num_warps, p.grid) == (
-        "strided", False, 64, 64, 4, 2048)
-    # 4800 rows: chunks of 256 rows x 32 columns, 19 per strip, two launches
+        "strided", False, 64, 64, 1, 2048)
+    # 4800 rows: chunks of 256 rows x 32 columns, 19 per strip, two launches, 2 warps
     p = softmax_plan(1, 4800, 4800, 4)
-    assert (p.looped, p.block, p.block_inner, p.chunks, p.grid) == (True, 256, 32, 19, 150 * 19)
+    assert (p.looped, p.block, p.block_inner, p.chunks, p.grid, p.num_warps) == (
+        True, 256, 32, 19, 150 * 19, 2)
     # few programs: strips narrow to 32 bytes
     p = softmax_plan(3, 150, 40, 4)
     assert p.block_inner == 8 and not p.looped

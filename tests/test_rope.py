@@ -185,6 +185,42 @@ def test_triton_views_of_a_fused_qkv_tensor(is_neox):
 
 
 @needs_triton
+@pytest.mark.parametrize("offset", [0, 1, 8], ids=lambda o: f"offset{o}")
+def test_triton_row_alignment_hint(monkeypatch, offset):
+    """The rows are declared 16-byte aligned (ALIGNED) only where every head row starts on a
+    16-byte boundary: bf16 views of a fused qkv tensor at element offset 0 or 8 (16 bytes)
+    are, one at offset 1 is not; both give the reference's result."""
+    import opspec.kernels.rope as rope
+
+    seen = []
+    real = rope.launch
+
+    def spy(kernel, grid, *args, **kwargs):
+        seen.append(kwargs["ALIGNED"])
+        return real(kernel, grid, *args, **kwargs)
+
+    monkeypatch.setattr(rope, "launch", spy)
+    T, H, H_kv, D, R = 5, 4, 2, 16, 16
+    g = _gen(6)
+    buf = torch.randn(T * (H + 2 * H_kv) * D + 8, generator=g).to(torch.bfloat16).to(DEVICE)
+    qkv = buf[offset: offset + T * (H + 2 * H_kv) * D].view(T, (H + 2 * H_kv) * D)
+    q, k = qkv[:, : H * D], qkv[:, H * D: (H + H_kv) * D]
+    pos = torch.tensor([0, 3, 1, 7, 2]).to(DEVICE)
+    cache = torch.randn(8, R, generator=g).to(DEVICE)
+    for is_neox in (True, False):
+        rq, rk = rotary_embedding_reference(pos, q, k, cache, D, is_neox)
+        rotary_embedding_triton(pos, q, k, cache, D, is_neox)
+        _close(q, rq, torch.bfloat16)
+        _close(k, rk, torch.bfloat16)
+    assert seen == [offset != 1] * 2
+    # a head stride of 24 bytes: the rows of the second head are not 16-byte aligned
+    seen.clear()
+    pos, q, k, cache = _data(3, 2, 1, 12, 8, 4, torch.bfloat16)
+    rotary_embedding_triton(pos, q, k, cache, 12, True)
+    assert seen == [False]
+
+
+@needs_triton
 def test_triton_strided_everything():
     """Transposed heads ([H, T, D] storage), a feature stride of 2, positions every other
     element, a cache that is a column slice of a wider table, and one stored transposed."""
@@ -507,17 +543,17 @@ import opspec.kernels.rope as K
 import sm90_build as sm90
 
 
-def build(T, H, H_kv, R, dt, cache_dt, neox, int64=False):
+def build(T, H, H_kv, R, dt, cache_dt, neox, int64=False, aligned=True):
     size = {"bf16": 2, "fp16": 2, "fp32": 4}[dt]
     br, warps = K.rope_plan(T * (H + H_kv), R, size)
     args = dict(pos_ptr="*i64", q_ptr="*" + dt, k_ptr="*" + dt, cache_ptr="*" + cache_dt,
                 n_rows=T * (H + H_kv), V=H + H_kv, H=H, half=R // 2, max_position=8192,
                 stride_p=1, stride_qt=H * 128, stride_qh=128, stride_kt=H_kv * 128,
                 stride_kh=128, stride_d=1, stride_cp=R, stride_cr=1)
-    cexpr = dict(BR=br, HALF=K._pow2(R // 2), IS_NEOX=neox, USE_INT64=int64)
+    cexpr = dict(BR=br, HALF=K._pow2(R // 2), IS_NEOX=neox, USE_INT64=int64, ALIGNED=aligned)
     k = sm90.build(K._rope_rows_kernel, args, cexpr, warps)
     return {"local": k.local, "loads": [sm90.strip_hints(o) for o in k.loads],
-            "stores": k.stores, "regs": k.registers, "br": br, "warps": warps}
+            "stores": list(k.stores), "regs": k.registers, "br": br, "warps": warps}
 
 
 out = {
@@ -526,6 +562,8 @@ out = {
     "llama-fp32": build(4096, 32, 8, 128, "fp32", "fp32", True),
     "mla-gptj-bf16": build(16384, 128, 1, 64, "bf16", "bf16", False),
     "int64": build(16384, 32, 8, 128, "bf16", "bf16", True, int64=True),
+    "unaligned-neox-bf16": build(16384, 32, 8, 128, "bf16", "bf16", True, aligned=False),
+    "unaligned-gptj-bf16": build(16384, 128, 1, 64, "bf16", "bf16", False, aligned=False),
 }
 json.dump(out, sys.stdout)
 """
@@ -534,14 +572,19 @@ json.dump(out, sys.stdout)
 def test_rows_kernel_builds_for_sm90():
     """The table's launches of the prefill rows compile for sm_90 with no spills and at most
     96 registers a thread (so 4-warp programs stay many an SM), reading each token's cos/sin
-    in 16-byte vectors. The rows' own accesses are scalar: the row pointer, a select of the
-    query's and the key's, carries no alignment (a host-proven tl.multiple_of of 16 bytes
-    gives 16-byte accesses in this build, not yet timed on the H200)."""
+    in 16-byte vectors. With ALIGNED (16-byte row starts, proved on the host) the rows' own
+    loads and stores are 16-byte vectors too; without, the row pointer (a select of the
+    query's and the key's) carries no alignment and they are 2-byte ones."""
     from sm90_build import run_script
 
     built = run_script(_ROWS_BUILD)
     for name, k in built.items():
         assert k["local"] == 0 and k["regs"] <= 96, (name, k)
         assert any(op.endswith(".v4.b32") for op in k["loads"]), (name, k["loads"])
+        unaligned = name.startswith("unaligned")
+        assert set(k["stores"]) == {"st.global.b16" if unaligned else "st.global.v4.b32"}, (
+            name, k["stores"])
+        assert unaligned == ("ld.global.b16" in k["loads"]), (name, k["loads"])
+    assert built["llama-neox-bf16"]["regs"] < built["unaligned-neox-bf16"]["regs"]
     assert (built["llama-neox-bf16"]["br"], built["llama-neox-bf16"]["warps"]) == (16, 4)
     assert (built["llama-fp32"]["br"], built["mla-gptj-bf16"]["br"]) == (8, 32)
