@@ -221,6 +221,15 @@ def layouts() -> None:
 
 
 @triton.jit
+def _ld_v4(ptrs):
+    # 4 consecutive int32 words a lane (pack 4: the first element's address), loaded in the
+    # tile's own layout by asm, which Triton's pipeliner leaves alone
+    return tl.inline_asm_elementwise("ld.global.v4.b32 {$0, $1, $2, $3}, [$4];",
+                                     "=r,=r,=r,=r,l,l,l,l", [ptrs.to(tl.int64, bitcast=True)],
+                                     tl.int32, True, 4)
+
+
+@triton.jit
 def _ablate_kernel(x_ptr, w_ptr, s_ptr, z_ptr, out_ptr, N, STEPS,
                    stride_wn, stride_sn, stride_sg, stride_zn, stride_zg,
                    WR: tl.constexpr, KS: tl.constexpr, STEP_G: tl.constexpr, BIAS: tl.constexpr,
@@ -228,9 +237,11 @@ def _ablate_kernel(x_ptr, w_ptr, s_ptr, z_ptr, out_ptr, N, STEPS,
                    MAIN_CONS: tl.constexpr, LD: tl.constexpr, LD_CONS: tl.constexpr,
                    DO_X: tl.constexpr, DO_SCALE: tl.constexpr, DO_PREP: tl.constexpr,
                    DO_MAIN: tl.constexpr, X_MASK: tl.constexpr = False,
-                   EPILOGUE: tl.constexpr = 0):
-    # The tensor-core decode kernel's loop (M = 1, STEPS a multiple of KS, no split), each
-    # part but the weight loads switchable: x's loads (else constant words), the scale and
+                   EPILOGUE: tl.constexpr = 0, STAGES: tl.constexpr = 1,
+                   X_ASM: tl.constexpr = False):
+    # The tensor-core decode kernel's loop (M = 1, STEPS a multiple of KS, no split; the
+    # loop's loads software-pipelined by Triton with STAGES > 1), each part but the weight
+    # loads switchable: x's loads (else constant words), the scale and
     # zero-point loads (else 1 and 0), the x block's asm (else the words as fragments) and
     # the weight block's asm (else an XOR of the words). Per-row sums only, to keep the
     # loop's results alive; not a product.
@@ -257,9 +268,14 @@ def _ablate_kernel(x_ptr, w_ptr, s_ptr, z_ptr, out_ptr, N, STEPS,
     tmask = j < 2
     one = ks >= 0
     acc = tl.zeros((R, 16), dtype=tl.float32)
-    for i in range(0, n_steps):
+    for i in tl.range(0, n_steps, num_stages=STAGES):
         words = tl.load(w_ptrs + i * 16, eviction_policy="evict_first")
-        if DO_X and X_MASK:   # as the kernel: the second row of a lane's pair loads none
+        if DO_X and X_ASM:   # loads Triton does not pipeline: x stays out of shared memory
+            x0 = _ld_v4(x_ptrs + i * 64)
+            x1 = _ld_v4(x_ptrs + (i * 64 + 4))
+            x2 = _ld_v4(x_ptrs + (i * 64 + 8))
+            x3 = _ld_v4(x_ptrs + (i * 64 + 12))
+        elif DO_X and X_MASK:   # as the kernel: the second row of a lane's pair loads none
             x0 = tl.load(x_ptrs + i * 64, mask=h == 0, other=0)
             x1 = tl.load(x_ptrs + (i * 64 + 4), mask=h == 0, other=0)
             x2 = tl.load(x_ptrs + (i * 64 + 8), mask=h == 0, other=0)
@@ -318,13 +334,23 @@ def ablate() -> None:
     """The tensor-core decode loop with its parts switched off one at a time (M = 1,
     bfloat16, the table's warps and K slices): how much each part costs beside the weight
     stream alone."""
-    variants = {"full": (1, 1, 1, 1, None, 0, 0), "full, x mask": (1, 1, 1, 1, None, 1, 0),
-                "full, epilogue": (1, 1, 1, 1, None, 0, 1),
-                "full, reduce + plain store": (1, 1, 1, 1, None, 0, 2),
-                "full, slices' own stores": (1, 1, 1, 1, None, 0, 3),
-                "full, cap 72": (1, 1, 1, 1, 72, 0, 0), "no x loads": (0, 1, 1, 1, None, 0, 0),
-                "no scale loads": (1, 0, 1, 1, None, 0, 0), "no x asm": (1, 1, 0, 1, None, 0, 0),
-                "weight loads only": (0, 0, 0, 0, None, 0, 0)}
+    # (x loads, scale loads, x asm, weight asm, register cap, x mask, epilogue, stages);
+    # x mask 2: x loaded by asm (not pipelined)
+    variants = {"full": (1, 1, 1, 1, None, 0, 3, 1),
+                "full, 2 stages": (1, 1, 1, 1, None, 0, 3, 2),
+                "full, 3 stages": (1, 1, 1, 1, None, 0, 3, 3),
+                "full, x asm": (1, 1, 1, 1, None, 2, 3, 1),
+                "full, x asm, 2 stages": (1, 1, 1, 1, None, 2, 3, 2),
+                "full, x asm, 3 stages": (1, 1, 1, 1, None, 2, 3, 3),
+                "full, x asm, 4 stages": (1, 1, 1, 1, None, 2, 3, 4),
+                "full, x asm, 6 stages": (1, 1, 1, 1, None, 2, 3, 6),
+                "full, sums in shared memory": (1, 1, 1, 1, None, 0, 1, 1),
+                "full, cap 72": (1, 1, 1, 1, 72, 0, 3, 1),
+                "no x loads": (0, 1, 1, 1, None, 0, 3, 1),
+                "no scale loads": (1, 0, 1, 1, None, 0, 3, 1),
+                "no scale loads, 3 stages": (1, 0, 1, 1, None, 0, 3, 3),
+                "weight loads only": (0, 0, 0, 0, None, 0, 3, 1),
+                "weight loads only, 3 stages": (0, 0, 0, 0, None, 0, 3, 3)}
     for M, N, K in ((1, 57344, 8192), (1, 53248, 16384), (1, 14336, 4096)):
         x, p, s, z, out = _operands(M, N, K, torch.bfloat16)
         cfg = Q.decode_config_for(M, N, K, G, x.dtype)
@@ -337,20 +363,25 @@ def ablate() -> None:
         nbytes = N * K // 2
         t_table = _median_s(lambda: Q.w4a16_decode_triton(x, p, s, z, G, out))
         line = f"M={M} N={N} K={K} (KS {ks}, WR {wr}): table {t_table * 1e6:.1f} us;"
-        for name, (dx, ds, dp, dm, cap, xm, epi) in variants.items():
-            def fn(dx=dx, ds=ds, dp=dp, dm=dm, cap=cap, xm=xm, epi=epi):
+        for name, (dx, ds, dp, dm, cap, xm, epi, st) in variants.items():
+            def fn(dx=dx, ds=ds, dp=dp, dm=dm, cap=cap, xm=xm, epi=epi, st=st):
                 return _ablate_kernel[grid](x.view(torch.int32), words, s, z, sink, N, K // 128,
                                      words.stride(0), s.stride(0), s.stride(1), z.stride(0),
                                      z.stride(1), WR=wr, KS=ks, STEP_G=G // 128,
                                      BIAS=-128 if cfg.biased else 8, PREP=prep,
                                      PREP_CONS=prep_c, MAIN=main, MAIN_CONS=main_c, LD=ld,
                                      LD_CONS=ld_c, DO_X=bool(dx), DO_SCALE=bool(ds),
-                                     DO_PREP=bool(dp), DO_MAIN=bool(dm), X_MASK=bool(xm),
-                                     EPILOGUE=epi, num_warps=cfg.num_warps, num_stages=1,
+                                     DO_PREP=bool(dp), DO_MAIN=bool(dm), X_MASK=xm == 1,
+                                     X_ASM=xm == 2,
+                                     EPILOGUE=epi, STAGES=st, num_warps=cfg.num_warps,
+                                     num_stages=st,
                                      **({} if cap is None else {"maxnreg": cap}))
-            regs = fn().n_regs
+            k = fn()
+            asm = k.asm.get("ptx", "")
             t = _median_s(fn)
-            line += f" {name} ({regs} regs) {t * 1e6:.1f} us {nbytes / t / 1e12:.2f} TB/s;"
+            line += (f" {name} ({k.n_regs} regs, {asm.count('cp.async.cg') + asm.count('cp.async.ca')}"
+                     f" cp.async, {k.metadata.shared} B smem) {t * 1e6:.1f} us"
+                     f" {nbytes / t / 1e12:.2f} TB/s;")
         print(line, flush=True)
 
 

@@ -31,9 +31,13 @@ Kernels (plain functions; the dispatch classes are in :mod:`opspec.kernels.quant
   b + q, less 8 + b unless ``biased``) and runs two MMAs a word (float32 accumulation; the
   K order inside an MMA is free as long as A and B agree). Then ``s * (P - (z - 8) X)`` per
   group in float32. Up to 8 tokens ride in the MMA's N columns (M = 9..16 use a second
-  token tile). A program's warps split the rows and K (K slices: contiguous runs of steps,
-  summed in shared memory once at the end), so N / 16 small programs fill the GPU without a
-  split-K launch; scales and zero points are loaded through a small asm block so that they
+  token tile). A program's warps split the rows and K (K slices: contiguous runs of steps),
+  so N / 16 small programs fill the GPU without a split-K grid. The slices' sums are added
+  in shared memory at the end of the program, or, for large weights
+  (``DecodeConfig.planes``), each slice stores its own into a float32 ``[slices, M, N]``
+  buffer (an asm store in the tile's layout, so no barrier anywhere in the program) that
+  the split-K sum kernel adds up in a fixed order: the program's warps no longer wait for
+  its slowest. Scales and zero points are loaded through a small asm block so that they
   take the tile's layout under every Triton version. Under the interpreter (no PTX) a
   portable model of the asm blocks runs in their place; tests/test_quant_gemm_warp.py checks the
   asm text itself against a model of one warp. Otherwise, or where the operands do not
@@ -305,8 +309,21 @@ _PREFILL_SMALL = PrefillConfig(32, 64, 64, 8, 4, 3)
 # 64-register cap, and 32 weight rows a warp (two MMA row pairs sharing the step's x
 # fragments: 22 % fewer instructions a byte and 2 KB in flight a warp, but 112 registers
 # a thread; 2-10 % slower on every row).
+# Since then (benchmarks/w4a16_probe.py `ablate`, H200, 2026-12-01, M = 1 bfloat16, the
+# loop with its parts switched off one at a time, each slice storing its own sums): 70B
+# gate-up 105.7 us in full, 102.7 without the x loads, 98.6 without the scale and zero-point
+# loads, 106.2 without the x block's asm, 82.0 with the weight loads alone (the loop's
+# consumers of the words kept). Storing the scales column-major (strides (1, N): one sector
+# a load instead of 8; `layouts`) was slower: 141.8 against 125.1 us. Triton's cp.async
+# pipeline of the weight (x loaded by asm so that it stays out of shared memory, 2-6
+# stages) ran 110.7-127.5 against 110.2 with none, the weight alone 100.0 against 87.4.
+# So the bound is each warp's step -- its loads, then its MMAs -- not the requests a step
+# makes, the end of a program (the planes above removed that) or a missing pipeline.
 _TC_MAX_M = 8
-# ptxas' register cap for the tensor-core decode kernel (None: its own choice).
+# ptxas' register cap for the tensor-core decode kernel (None: its own choice). A cap of 72
+# (the registers ptxas takes uncapped on the device's Triton 3.6) moved the bench's decode
+# rows by -2..+1 % (H200, 2026-12-01: 70B gate-up 109.9 -> 108.5 us, 405B up 212.4 ->
+# 209.9, 8B down 26.1 -> 26.3); not kept.
 _TC_MAXNREG: int | None = None
 # No step is requested ahead in registers (num_stages is 1 in every tensor-core config).
 # The kernel had such a prefetch, one or two steps ahead (90-94 and ~138 registers a
