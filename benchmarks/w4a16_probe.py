@@ -245,18 +245,9 @@ def _ablate_kernel(x_ptr, w_ptr, s_ptr, z_ptr, out_ptr, N, STEPS,
     # zero-point loads (else 1 and 0), the x block's asm (else the words as fragments) and
     # the weight block's asm (else an XOR of the words). Per-row sums only, to keep the
     # loop's results alive; not a product.
-    W: tl.constexpr = WR * KS
-    R: tl.constexpr = 16 * W
+    R: tl.constexpr = 16 * WR * KS
     pid_n = tl.program_id(0)
-    r = tl.arange(0, R)[:, None]
-    col = tl.arange(0, 16)[None, :]
-    g = r % 8
-    warp = (r // 8) % W
-    h = r // (8 * W)
-    wr = warp % WR
-    ks = warp // WR
-    t = col // 4
-    j = col % 4
+    g, h, wr, ks, col, t, j = Q._tc_coords(WR, KS)
     rows = (pid_n * 16 * WR + (h * WR + wr) * 8 + g) % N
     n_steps = STEPS // KS
     step0 = ks * n_steps
@@ -286,7 +277,7 @@ def _ablate_kernel(x_ptr, w_ptr, s_ptr, z_ptr, out_ptr, N, STEPS,
             x2 = tl.load(x_ptrs + (i * 64 + 8))
             x3 = tl.load(x_ptrs + (i * 64 + 12))
         else:
-            x0 = col + i + 0 * r
+            x0 = col + i + 0 * g
             x1 = x0 + 1
             x2 = x0 + 2
             x3 = x0 + 3

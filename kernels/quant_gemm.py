@@ -1095,6 +1095,18 @@ def _tc_step(acc, ops, we_ptrs, xt_ptrs, w_off, xt_off, valid, xmask, tmask,
 
 
 @triton.jit
+def _tc_coords(WR: tl.constexpr, KS: tl.constexpr):
+    # The [16 W, 16] tile's coordinates (W = WR * KS warps; see _w4a16_tc_kernel): for row r
+    # and column col, the lane's group g = r % 8, the MMA row half h, the warp's row block
+    # wr and K slice ks, the column col itself, its lane t = col // 4 and word j = col % 4.
+    W: tl.constexpr = WR * KS
+    r = tl.arange(0, 16 * W)[:, None]
+    col = tl.arange(0, 16)[None, :]
+    warp = (r // 8) % W
+    return r % 8, r // (8 * W), warp % WR, warp // WR, col, col // 4, col % 4
+
+
+@triton.jit
 def _w4a16_tc_kernel(
     x_ptr, xt_ptr, w_ptr, s_ptr, z_ptr, out_ptr,
     M, N, STEPS, STEPS_PER_SPLIT,
@@ -1115,20 +1127,11 @@ def _w4a16_tc_kernel(
     # rows [pid_n * 16 WR, +16 WR) and steps [pid_k * STEPS_PER_SPLIT, +STEPS_PER_SPLIT);
     # a K slice takes a contiguous run of Q steps, then the remainder one step a slice
     # (masked). BIAS: 8 (centered dequantization: q - 8) or -b (biased: b + q).
-    W: tl.constexpr = WR * KS
-    R: tl.constexpr = 16 * W
+    R: tl.constexpr = 16 * WR * KS
     BLOCK_N: tl.constexpr = 16 * WR
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
-    r = tl.arange(0, R)[:, None]
-    col = tl.arange(0, 16)[None, :]
-    g = r % 8
-    warp = (r // 8) % W
-    h = r // (8 * W)
-    wr = warp % WR
-    ks = warp // WR
-    t = col // 4
-    j = col % 4
+    g, h, wr, ks, col, t, j = _tc_coords(WR, KS)
     rows = pid_n * BLOCK_N + (h * WR + wr) * 8 + g                  # [R, 1]
     rows_c = rows % N
     tok = g % M
