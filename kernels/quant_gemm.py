@@ -342,11 +342,15 @@ _TC_MAXNREG: int | None = None
 # Loading x only in the lanes whose token is < M (the others' B columns zero) cost 2-7 %
 # on every M = 1 and M = 4 row (the extra predicates), so every lane loads a token.
 # Warps of a program: all along K by default (programs of 16 rows x all of K; the slices'
-# sums meet in shared memory once a program), so that N / 16 short programs give every
-# SM work without a split-K launch or a second kernel, even for N = 4096, and the last
-# wave's tail is a small part of the run. 4 slices where N / 16 x 4 warps fill the SMs
-# (_TC_WARPS_WANTED: 132 SMs x 16), else 8; fewer where a slice would get fewer than
-# _TC_MIN_STEPS steps.
+# sums meet in shared memory once a program, or as planes), so that N / 16 short programs
+# give every SM work without a split-K launch, even for N = 4096, and the last wave's tail
+# is a small part of the run. 4 slices where N / 16 x 4 warps fill the SMs
+# (_TC_WARPS_WANTED: 132 SMs x 16), else 8; halved while a slice would get fewer than
+# _TC_MIN_STEPS steps. H200 (w4a16_probe.py tc, 2026-12-01, bfloat16, slices' sums in
+# shared memory), by K slices: 4096 x 4096 (M = 1, 32 steps) 8: 14.7 us, 4: 13.7; 18944 x
+# 3584 (M = 4, 28 steps) 4: 29.1, 2: 24.6; while 4096 x 14336 (M = 4, 112 steps) 8: 26.2,
+# 4: 33.0 and 14336 x 4096 (M = 1, 32 steps) 4: 22.1, 2: 23.2: a slice of fewer than 8
+# steps loses, so _TC_MIN_STEPS went from 2 to 8.
 _TC_ROW_WARPS = 1
 _TC_SLICES = (4, 8)
 # N below which programs are also split along K (2 splits, summed by _split_sum_kernel: a
@@ -365,7 +369,7 @@ _TC_SPLIT_BELOW_N = 0
 _TC_PLANES = True
 _TC_PLANES_MIN_BYTES = 64 << 20
 _TC_WARPS_WANTED = 16 * _NUM_SMS
-_TC_MIN_STEPS = 2
+_TC_MIN_STEPS = 8
 # bfloat16: biased (b = 128: the float32 cancellation of 128 X costs ~1e-5 of a group's
 # sum, against bfloat16's 4e-3 rounding; 7 instructions a word, not 11). float16: exact
 # (with b = 1024 the cancellation would cost ~2e-4, near float16's own rounding, to save 2).

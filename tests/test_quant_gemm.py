@@ -326,7 +326,7 @@ def test_config_choice():
     # The tensor-core kernel for every M <= 8 with 128-wide groups: (block_n, block_k,
     # split_k, warps, stages, gemv, tc, k_slices, biased, planes): 16 rows a program, all its
     # warps along K (4 where N / 16 x 4 warps fill 132 SMs x 16, else 8, fewer where a slice
-    # would get fewer than 2 steps), no prefetch; bfloat16 biased, float16 exact; each K
+    # would get fewer than 8 steps), no prefetch; bfloat16 biased, float16 exact; each K
     # slice stores its own sums (planes) where there are several and the weight is 64 MiB
     # or more
     bf16, f16 = torch.bfloat16, torch.float16
@@ -334,15 +334,17 @@ def test_config_choice():
                                                            False, True)
     assert decode_config_for(1, 57344, 8192, 128, bf16) == (16, 128, 1, 4, 1, False, True, 4,
                                                             True, True)
-    assert decode_config_for(1, 4096, 4096, 128, f16) == (16, 128, 1, 8, 1, False, True, 8,
-                                                          False, False)
+    assert decode_config_for(1, 4096, 4096, 128, f16) == (16, 128, 1, 4, 1, False, True, 4,
+                                                          False, False)   # 8 x 4 steps
     assert decode_config_for(1, 16384, 8192, 128, f16).planes       # 64 MiB
     assert not decode_config_for(1, 16384, 8064, 128, f16).planes   # 63 MiB
     assert not decode_config_for(1, 4096, 128, 128).planes          # one slice: nothing to add
     assert decode_config_for(8, 8192, 28672, 128, f16).k_slices == 8
     assert not decode_config_for(16, 8192, 28672, 128, f16).tc   # M > 8: the MMA kernel
-    assert decode_config_for(4, 18944, 3584, 128, bf16).k_slices == 4
-    assert decode_config_for(1, 4096, 512, 128).k_slices == 2     # 4 steps: 2 a slice
+    assert decode_config_for(4, 18944, 3584, 128, bf16).k_slices == 2   # 28 steps: 14 a slice
+    assert decode_config_for(4, 4096, 14336, 128, bf16).k_slices == 8   # 112 steps: 14 a slice
+    assert decode_config_for(1, 4096, 2048, 128).k_slices == 2     # 16 steps: 8 a slice
+    assert decode_config_for(1, 4096, 512, 128).k_slices == 1     # 4 steps: one slice
     assert decode_config_for(1, 4096, 128, 128).k_slices == 1
     assert decode_config_for(1, 4096, 512, 256).tc                # whole 128-wide steps
     assert not decode_config_for(1, 4096, 4096, 64).tc            # a step would straddle groups
