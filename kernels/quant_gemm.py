@@ -1516,10 +1516,10 @@ def _launch_tc(x, packed_weight, scales, zeros, group_size, out, cfg, M, N, K,
     sum_grid, sum_args, sum_options = _sum_splits(dest, out, planes)
     if memo_key is not None and split == 1:
         # the two launches replayed together, with a new planes buffer a call
-        main = prepare(6, _w4a16_tc_kernel, grid, *args, **kwargs)
-        total = prepare(2, _split_sum_kernel, sum_grid, *sum_args, **sum_options)
-        if main is not None and total is not None:
-            _PREPARED.keep(memo_key, _PlanesReplay(main, total, dest.shape))
+        kernel_replay = prepare(6, _w4a16_tc_kernel, grid, *args, **kwargs)
+        sum_replay = prepare(2, _split_sum_kernel, sum_grid, *sum_args, **sum_options)
+        if kernel_replay is not None and sum_replay is not None:
+            _PREPARED.keep(memo_key, _PlanesReplay(kernel_replay, sum_replay, dest.shape))
     return True
 
 

@@ -120,3 +120,29 @@ def test_w4a16_decode_replay_matches_fresh_launches(dtype):
     for _ in range(3):
         run(xs, p, s, z)
     assert len(Q._PREPARED) == 2
+
+
+def test_w4a16_decode_planes_replay_matches_fresh_launches(monkeypatch):
+    """Where the tensor-core kernel's K slices store planes (two launches: the kernel into a
+    float32 buffer, then the planes' sum), the memoised replay runs both, with a new buffer
+    each call, and gives the reference's result on new operands."""
+    import opspec.kernels.quant_gemm as Q
+    monkeypatch.setattr(Q, "_TC_PLANES_MIN_BYTES", 0)
+    Q.decode_config_for.cache_clear()
+    Q._PREPARED.clear()
+    M, N, K, g = 2, 80, 2048, 128
+    assert Q.decode_config_for(M, N, K, g, torch.bfloat16).planes
+    try:
+        for seed in range(4):   # binder, prepare, then replays on new tensors
+            torch.manual_seed(seed)
+            p, s, z = Q.quantize_int4(torch.randn(N, K, device="cuda"), g)
+            x = torch.randn(M, K, dtype=torch.bfloat16, device="cuda")
+            out = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
+            Q.w4a16_decode_triton(x, p, s.bfloat16(), z.bfloat16(), g, out)
+            ref = Q.gemm_w4a16_reference(x.float(), p, s.bfloat16().float(),
+                                         z.bfloat16().float(), g)
+            torch.testing.assert_close(out.float(), ref, rtol=2e-2, atol=2e-2)
+        assert [type(r).__name__ for r in Q._PREPARED.values()] == ["_PlanesReplay"]
+    finally:
+        Q.decode_config_for.cache_clear()
+        Q._PREPARED.clear()

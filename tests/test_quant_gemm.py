@@ -238,6 +238,23 @@ def test_tc_strides_split_and_fallback():
         assert torch.equal(out, torch.zeros(M0, N0, dtype=F16))
 
 
+def test_tc_planes_by_the_table(monkeypatch):
+    """The table's planes (here for any weight size) through the launcher's own choice of
+    configuration, the path that keeps a replay of both launches where one can be kept."""
+    monkeypatch.setattr(Q, "_TC_PLANES_MIN_BYTES", 0)
+    Q.decode_config_for.cache_clear()
+    try:
+        M, N, K, g = 3, 40, 2048, 128
+        assert Q.decode_config_for(M, N, K, g, F16).planes
+        x, p, s, z = _operands(M, N, K, g, F16, seed=13)
+        for _ in range(2):
+            out = torch.empty(M, N, dtype=F16)
+            w4a16_decode_triton(x, p, s, z, g, out)
+            _close(out, _want(x, p, s, z, g), F16)
+    finally:
+        Q.decode_config_for.cache_clear()
+
+
 PREFILL = [(1, 48, 256, 128), (17, 40, 192, 64), (40, 33, 96, 32), (20, 20, 60, 6)]
 
 
