@@ -89,10 +89,9 @@ def run(names) -> None:
         copy_ms = bench(lambda: dst.copy_(src), SMOKE)
         print(f"{name}: {nbytes / 1e6:.1f} MB, copy {copy_ms * 1e3:.1f} us "
               f"({nbytes / copy_ms / 1e9:.2f} TB/s)", flush=True)
-        variants = [None, "unaligned"] + VARIANTS
-        for var in variants:
+        plan = RK.rope_plan(T * (H + H_kv), R, q0.element_size())
+        for var in [None, "unaligned"] + VARIANTS:
             q, k = q0.clone(), k0.clone()
-            plan = RK.rope_plan(T * (H + H_kv), R, q.element_size())
             if var is None:
                 fn = lambda: RK.rotary_embedding_triton(pos, q, k, cache, hs, neox)  # noqa: E731
                 label = f"opspec {plan}"
