@@ -128,14 +128,15 @@ STRIDED_VARIANTS = [
     ("strided 2 programs/SM", T._replace(min_programs_per_sm=2)),
 ]
 LONG_VARIANTS = [  # columns too long for registers
-    ("strided split 64 el/thread", T._replace(elems_per_thread=64)),
-    ("strided split 32 el/thread", T._replace(elems_per_thread=32)),
-    ("strided split 64 B strips", T._replace(col_bytes=64)),
-    ("strided split 16K-element chunks", T._replace(tile_elems=16384)),
-    ("strided split 4K-element chunks", T._replace(tile_elems=4096)),
-    ("strided split 256 B strips", T._replace(col_bytes=256, tile_elems=16384)),
+    ("strided two launches (no coop)", T._replace(long_coop=False)),
+    ("strided coop 4K-element chunks", T._replace(tile_elems=4096)),
+    ("strided coop 64 B strips", T._replace(col_bytes=64)),
+    ("strided coop 64 el/thread", T._replace(coop_elems_per_thread=64)),
+    ("strided coop 32 el/thread", T._replace(coop_elems_per_thread=32)),
+    ("strided coop 32 B strips", T._replace(col_bytes=32)),
+    ("strided coop 16K-element chunks", T._replace(tile_elems=16384, coop_elems_per_thread=64)),
+    ("strided split 64 el/thread", T._replace(long_coop=False, elems_per_thread=64)),
     ("strided two passes (former)", T._replace(split_long=False)),
-    ("strided split 16 el/thread", T._replace(elems_per_thread=16)),
 ]
 
 

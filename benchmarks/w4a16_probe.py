@@ -9,6 +9,7 @@
     python benchmarks/w4a16_probe.py ablate    # the decode loop with its parts switched off
     python benchmarks/w4a16_probe.py regs      # the tensor-core decode kernel by register cap
     python benchmarks/w4a16_probe.py tc        # ... by warps along K and along the rows
+    python benchmarks/w4a16_probe.py tc16      # ... at M = 9..16 (two token tiles) against the table
     python benchmarks/w4a16_probe.py launch [FIELD=VALUE ...]   # one 70B gate-up launch, for ncu:
         ncu --clock-control none -k regex:w4a16_tc -s 2 -c 1 python benchmarks/w4a16_probe.py launch
 
@@ -399,6 +400,37 @@ def tc() -> None:
         print(line, flush=True)
 
 
+def tc16() -> None:
+    """The tensor-core decode kernel at M = 16 (a second token tile; the table gives these
+    rows the MMA kernel) by K slices, row warps and planes, beside the table's launch."""
+    for dtype in (torch.bfloat16, torch.float16):
+        for M, N, K in ((16, 28672, 8192), (16, 8192, 28672), (12, 14336, 4096)):
+            x, p, s, z, out = _operands(M, N, K, dtype)
+            ref = Q.gemm_w4a16_reference(x, p, s, z, G).float()
+            cands = [("table", None)]
+            for ks, rw in ((4, 1), (8, 1), (2, 1), (4, 2), (2, 2)):
+                for planes in (True, False):
+                    cands.append((f"ks{ks} rw{rw}{' planes' if planes else ''}",
+                                  Q.tc_config_for(M, N, K, G, dtype, k_slices=ks, row_warps=rw,
+                                                  planes=planes)))
+            line = f"{str(dtype)[6:]} M={M} N={N} K={K}:"
+            saved = Q._TC_MAX_M
+            for name, cfg in cands:
+                Q._TC_MAX_M = saved if cfg is None else 16
+                try:
+                    out.fill_(float("nan"))
+                    Q.w4a16_decode_triton(x, p, s, z, G, out, cfg)
+                    err = ((out.float() - ref).norm() / ref.norm()).item()
+                    t = _median_s(lambda: Q.w4a16_decode_triton(x, p, s, z, G, out, cfg))
+                finally:
+                    Q._TC_MAX_M = saved
+                line += f" {name} {t * 1e6:.1f}{'' if err < 1e-2 else ' WRONG'};"
+            print(line, flush=True)
+    for cache in Q._w4a16_tc_kernel.device_caches.values():
+        for compiled in cache[0].values():
+            print(f"build: {compiled.n_regs} registers, {compiled.n_spills} spilled")
+
+
 def regs() -> None:
     """The table's tensor-core decode launch under register caps (Q._TC_MAXNREG), with the
     registers and spill bytes of each build on this device's Triton and ptxas."""
@@ -441,5 +473,5 @@ if __name__ == "__main__":
     {"rows": lambda: rows(), "host": lambda: host(), "prefill": lambda: prefill(),
      "gemm": lambda: gemm(), "mma": lambda: mma(sys.argv[2:] == ["splits"]),
      "layouts": lambda: layouts(), "ablate": lambda: ablate(), "regs": lambda: regs(),
-     "tc": lambda: tc(),
+     "tc": lambda: tc(), "tc16": lambda: tc16(),
      "launch": lambda: launch(sys.argv[2:])}[what]()

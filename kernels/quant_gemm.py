@@ -289,6 +289,9 @@ _PREFILL_SMALL = PrefillConfig(32, 64, 64, 8, 4, 3)
 # prefetch (70B gate-up 121 us, 405B up 219 us, against 180 / 245 for the FMA kernel;
 # 8B up 31 us against 49), M = 4 35.7 us against the MMA kernel's 40.2; M = 16 lost to
 # the MMA kernel (124-137 us against 100-101), so M > 8 (a second token tile) keeps it.
+# Again with the planes (w4a16_probe.py tc16, H200, 2026-12-01; 106-110 registers): 70B up
+# M = 16 best 112.9 us (8 K slices, planes) against the MMA kernel's 93.8, 70B down 101.3
+# against 90.0, M = 12 14336 x 4096 30.2 against 32.2 (2 slices): still the MMA kernel.
 # (That sweep timed with do_bench, which counts the host's launch where it outlasts the
 # kernel: about 65 us a call on that host. Timed since as the bench does, device time,
 # the bench run of 2026-11-30 had this kernel at M = 16 still behind: 70B up 112 against

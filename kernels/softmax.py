@@ -51,10 +51,13 @@ output dtype, as torch casts the input before the op. Five kernels:
     warps stack along ``N``) and, when the strip's whole column fits in registers, holds
     it as a tile of the largest power of two of rows below ``N`` plus a power-of-two
     remainder tile (150 = 128 + 32 rows), one read and one write. Longer columns are cut
-    into chunks of ``BLOCK_N`` rows: one launch writes each chunk's per-column max and sum
-    of exponentials, a second combines a strip's partials and rewrites the chunk (in
-    reverse order, so the chunks read last come first, from L2). The constants:
-    :data:`STRIDED`.
+    into chunks of ``BLOCK_N`` rows, one program a chunk. Up to 64 chunks a strip, the
+    chunks of a strip cooperate as ``coop``'s do: each holds its chunk in registers,
+    publishes its per-column max and sum of exponentials, waits for the strip's others
+    and writes its chunk (one read and one write). Beyond that, two launches: the first
+    writes each chunk's per-column max and sum, the second combines a strip's partials
+    and rewrites the chunk (in reverse order, so the chunks read last come first, from
+    L2). The constants: :data:`STRIDED`.
 
 Masking and special values follow torch: a slice of ``-inf`` only gives NaN (as
 ``exp(-inf - -inf)`` does in torch), an ``inf`` or NaN in a slice gives NaN there. The
@@ -214,6 +217,13 @@ class StridedTuning(NamedTuple):
     #: Columns too long for registers: two launches (per-chunk max and sum, then the
     #: finish re-reading its chunk) instead of one program walking the column twice.
     split_long: bool
+    #: ... or, at most ``coop_max_chunks`` chunks a strip, one launch whose programs hold
+    #: their chunks in registers and exchange the per-column (max, sum) of each chunk (as
+    #: the ``coop`` rows do): one read and one write of HBM.
+    long_coop: bool = True
+    coop_max_chunks: int = 64
+    #: Elements per thread the cooperating chunks' warp count aims at (1 to 16 warps).
+    coop_elems_per_thread: int = 128
 
 
 #: Measured on the H200 with the former plan (one tile of next_pow2(N) x 64 bf16 / 32 fp32
@@ -230,8 +240,16 @@ class StridedTuning(NamedTuple):
 #: 128, 128] bf16 70.6 -> 47.6 us, fp32 83.4 -> 82.1, its log-softmax 84.0 -> 81.9, a
 #: [64, 32, 4096] bf16 log-softmax over dim 0 18.0 -> 14.2; 64 a thread ran between the
 #: two; the long LoFTR columns (two launches, now 2 warps) stayed at 77-79 us.
+#: Then the long columns' chunks cooperating in one launch (long_coop; H200, reduction_sweep
+#: .py, 2026-12-01, LoFTR [1, 4800, 4800] fp32 over dim 1, 19 chunks of 256 rows x 32
+#: columns a strip): 71.7 us at 2 warps (128 a thread, 248 registers) against 77.3 for the
+#: two launches; 77.4 at 4 warps, 82.3 at 8, 118.2 at 16; 64-byte strips 81.4 (8 warps),
+#: chunks of 4096 elements 81.7, of 16384 at 8 warps 100.2, 256-byte strips 132.8. Still
+#: 0.67x a copy: the programs in flight together cover a band of ~2.7 KB of each 19 KB row
+#: (every row of their strips), where the tile kernels' cover whole rows.
 STRIDED = StridedTuning(col_bytes=128, min_programs_per_sm=4, tile_elems=8192,
-                        elems_per_thread=128, split_remainder=True, split_long=True)
+                        elems_per_thread=128, split_remainder=True, split_long=True,
+                        long_coop=True, coop_max_chunks=64, coop_elems_per_thread=128)
 _NEG_BIG = tl.constexpr(-3.4028234663852886e38)  # -FLT_MAX
 _LOG2E = tl.constexpr(1.4426950408889634)
 #: Row maxima within [-L / 2, L] take the looped kernel's FFMA form of the exponentials
@@ -705,6 +723,87 @@ def _strided_split_kernel(x_ptr, out_ptr, ws_ptr, N, inner, n_iblk, C, ws_half,
                  mask=mask)
 
 
+@triton.jit
+def _strided_coop_kernel(x_ptr, out_ptr, ws_ptr, cnt_ptr, N, inner, n_iblk, C, ws_half, spin,
+                         sxo, sxn, sxi, soo, son, soi,
+                         BLOCK_N: tl.constexpr, BLOCK_I: tl.constexpr, C_POW2: tl.constexpr,
+                         FB: tl.constexpr, LOG: tl.constexpr, USE_INT64: tl.constexpr):
+    # A column strip too long for one program's registers, cut into C chunks of BLOCK_N
+    # rows, one program a chunk, the C programs of a strip cooperating (the strided form of
+    # _coop_kernel): each holds its chunk in registers, publishes the chunk's per-column
+    # (max, sum of exp) to ws [2, outer, C, inner] (ws_half = outer * C * inner), waits on
+    # the strip's arrival count and writes its chunk from registers. One read, one write.
+    #
+    # Tickets from an atomic counter, strip-major, so that only the strip of the newest
+    # ticket can wait on programs not yet resident (see _coop_kernel); a program still
+    # waiting after `spin` polls walks its strip itself for the statistics.
+    ticket = tl.atomic_add(cnt_ptr, 1)
+    strip = ticket // C
+    c = ticket - strip * C
+    ib = strip % n_iblk
+    o = strip // n_iblk
+    rn = c * BLOCK_N + tl.arange(0, BLOCK_N)
+    icols = ib * BLOCK_I + tl.arange(0, BLOCK_I)
+    k = tl.arange(0, C_POW2)
+    if USE_INT64:
+        o = o.to(tl.int64)
+        rn = rn.to(tl.int64)
+        icols = icols.to(tl.int64)
+        k = k.to(tl.int64)
+    imask = icols < inner
+    mask = (rn < N)[:, None] & imask[None, :]
+    OUT_TY: tl.constexpr = out_ptr.dtype.element_ty
+    xb = x_ptr + o * sxo + icols[None, :] * sxi
+    x = tl.load(xb + rn[:, None] * sxn, mask=mask, other=-float("inf"),
+                eviction_policy="evict_first")
+    x = x.to(OUT_TY).to(tl.float32)
+    # -FLT_MAX, not -inf, for a chunk column of -inf only: its sum is then 0, not NaN.
+    m = tl.maximum(tl.max(x, axis=0), _NEG_BIG)
+    e = _exp(x - m[None, :])
+    s = tl.sum(e, axis=0)
+    ws_s = ws_ptr + ws_half  # the sums follow the maxima
+    w = (o * C + c) * inner + icols
+    tl.store(ws_ptr + w, m, mask=imask)
+    tl.store(ws_s + w, s, mask=imask)
+    # Every thread's partials are stored before the count's release (one thread
+    # increments it): a barrier of the program first.
+    tl.debug_barrier()
+    done = arrive_and_wait(cnt_ptr + 1 + strip, C, spin)
+    if done >= C:
+        pw = (o * C + k)[:, None] * inner + icols[None, :]
+        pmask = (k < C)[:, None] & imask[None, :]
+        # volatile: bypass L1, which may hold an older copy of the workspace lines.
+        pm = tl.load(ws_ptr + pw, mask=pmask, other=_NEG_BIG, volatile=True)
+        ps = tl.load(ws_s + pw, mask=pmask, other=0.0, volatile=True)
+        col_max = tl.max(pm, axis=0)
+        col_sum = tl.sum(ps * _exp(pm - col_max[None, :]), axis=0)
+    else:
+        # FB rows a step with a running (max, sum) per column, few registers beside the
+        # chunk.
+        fr = tl.arange(0, FB)
+        if USE_INT64:
+            fr = fr.to(tl.int64)
+        col_max = tl.full([BLOCK_I], _NEG_BIG, tl.float32)
+        col_sum = tl.zeros([BLOCK_I], tl.float32)
+        for j in range(0, tl.cdiv(N, FB)):
+            rj = j * FB + fr
+            xj = tl.load(xb + rj[:, None] * sxn, mask=(rj < N)[:, None] & imask[None, :],
+                         other=-float("inf"))
+            xj = xj.to(OUT_TY).to(tl.float32)
+            m_new = tl.maximum(col_max, tl.max(xj, axis=0))
+            col_sum = (col_sum * _exp(col_max - m_new)
+                       + tl.sum(_exp(xj - m_new[None, :]), axis=0))
+            col_max = m_new
+    if LOG:
+        # (x - max) - log(sum): log(sum) would vanish beside a large max
+        y = (x - col_max[None, :]) - tl.log(col_sum)[None, :]
+    else:
+        # exp(x - col_max) / col_sum = e * exp(m - col_max) / col_sum
+        y = e * (_exp(m - col_max) / col_sum)[None, :]
+    tl.store(out_ptr + o * soo + rn[:, None] * son + icols[None, :] * soi, y.to(OUT_TY),
+             mask=mask)
+
+
 # -- planning ----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -713,10 +812,10 @@ class SoftmaxPlan:
     ``strided``; ``block`` is the elements per program along ``N`` (the row block, the
     coop or split chunk, the loop chunk, or ``BLOCK_N``); ``rows`` the rows per tile and
     ``tiles`` the tiles per program (``rows``); ``vec`` the group width (``looped``);
-    ``chunks`` the chunks per row
-    (``coop``, ``split``); ``block_inner``
-    and ``looped`` the tile width and whether it loops over ``N`` (``strided``); ``grid``
-    the number of programs."""
+    ``chunks`` the chunks per row (``coop``, ``split``) or column (``strided``);
+    ``block_inner`` and ``looped`` the tile width and whether the column is longer than a
+    program's registers (``strided``), ``coop`` whether its chunks cooperate in one launch
+    (else two); ``grid`` the number of programs."""
 
     kind: str
     block: int
@@ -728,6 +827,7 @@ class SoftmaxPlan:
     block_inner: int = 1
     looped: bool = False
     tiles: int = 1
+    coop: bool = False
 
 
 def _pow2_floor(v: int) -> int:
@@ -799,8 +899,9 @@ def _strided_plan(outer: int, n: int, inner: int, in_bytes: int, sm: int, max_re
     (``looped`` False): ``block`` rows in a first tile and, when ``split_remainder`` and
     ``n`` is not a power of two, the launcher adds a power-of-two tile for the rest.
     Longer columns (``looped`` True): chunks of ``block`` rows, ``chunks`` of them per
-    strip (two launches, ``split_long``), or, when ``chunks`` is 1, one program walking
-    its strip twice (the kernel ``_strided_kernel``)."""
+    strip, cooperating in one launch (``coop``: ``long_coop`` and at most
+    ``coop_max_chunks`` chunks) or in two (``split_long``), or, when ``chunks`` is 1, one
+    program walking its strip twice (the kernel ``_strided_kernel``)."""
     budget = max(1, min(max_reg, t.tile_elems))
     i_pow2 = triton.next_power_of_2(inner)
     min_bi = max(1, min(i_pow2, 32 // in_bytes))  # one 32-byte sector of a row
@@ -831,9 +932,11 @@ def _strided_plan(outer: int, n: int, inner: int, in_bytes: int, sm: int, max_re
     bi = max(min_bi, min(i_pow2, t.col_bytes // in_bytes))
     bn = max(1, min(_pow2_floor(budget // bi), triton.next_power_of_2(n) // 2))
     chunks = triton.cdiv(n, bn)
-    warps = _pow2_floor(max(1, min(16, bn * bi // (32 * t.elems_per_thread))))
+    coop = t.long_coop and chunks <= t.coop_max_chunks
+    per_thread = t.coop_elems_per_thread if coop else t.elems_per_thread
+    warps = _pow2_floor(max(1, min(16, bn * bi // (32 * per_thread))))
     return SoftmaxPlan("strided", bn, warps, outer * triton.cdiv(inner, bi) * chunks,
-                       block_inner=bi, chunks=chunks, looped=True)
+                       block_inner=bi, chunks=chunks, looped=True, coop=coop)
 
 
 @functools.lru_cache(maxsize=None)
@@ -948,6 +1051,19 @@ def softmax_triton(x: torch.Tensor, dim: int, out: torch.Tensor, log: bool = Fal
                    BLOCK_I=plan.block_inner,
                    WHOLE=inner % plan.block_inner == 0 and plan.block <= n, LOG=log,
                    USE_INT64=use_int64, num_warps=plan.num_warps)
+        elif plan.chunks > 1 and plan.coop:
+            ws_half = outer * plan.chunks * inner
+            # [ticket counter, arrivals per strip] zeroed; then (max, sum) per chunk column.
+            cnt = torch.zeros(1 + outer * n_iblk, dtype=torch.int32, device=x.device)
+            ws = torch.empty(2 * ws_half, dtype=torch.float32, device=x.device)
+            spin = _COOP_SPIN if x.device.type == "cuda" else 0
+            launch(_strided_coop_kernel, (plan.grid,), x3, o3, ws, cnt, n, inner, n_iblk,
+                   plan.chunks, ws_half, spin, sxo, sxn, sxi, soo, son, soi,
+                   BLOCK_N=plan.block, BLOCK_I=plan.block_inner,
+                   C_POW2=triton.next_power_of_2(plan.chunks),
+                   FB=max(1, min(plan.block, 1024 // plan.block_inner)), LOG=log,
+                   USE_INT64=use_int64 or 2 * ws_half > _INT32_LIMIT,
+                   num_warps=plan.num_warps)
         elif plan.chunks > 1:
             ws_half = outer * plan.chunks * inner
             ws = torch.empty(2 * ws_half, dtype=torch.float32, device=x.device)

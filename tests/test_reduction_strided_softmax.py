@@ -1,8 +1,8 @@
 """The strided softmax path (kernels/softmax.py, ``dim`` not the last axis) under every plan
 its tuning (``StridedTuning``) can make and that benchmarks/reduction_sweep.py times: the
 register tile with and without a remainder tile (N not a power of two), whole and masked
-strips; long columns cut into chunks over two launches (partials, then the finish), and
-the former two-pass loop. Through the real launcher (`softmax_triton`), on CPU through
+strips; long columns cut into chunks, cooperating in one launch or over two (partials,
+then the finish), and the former two-pass loop. Through the real launcher (`softmax_triton`), on CPU through
 Triton's interpreter (tests/conftest.py): every dtype and cast, log or not, odd sizes,
 strided and copied views, special values, 64-bit offsets and empty tensors.
 
@@ -81,10 +81,10 @@ def _close(x, dim, plan=None, out_dtype=None, log=False):
     return got
 
 
-def _split(n, inner, outer, bn, bi, warps=1):
+def _split(n, inner, outer, bn, bi, warps=1, coop=False):
     chunks = math.ceil(n / bn)
     return SoftmaxPlan("strided", bn, warps, outer * math.ceil(inner / bi) * chunks,
-                       block_inner=bi, chunks=chunks, looped=True)
+                       block_inner=bi, chunks=chunks, looped=True, coop=coop)
 
 
 # ============================================================================ plans
@@ -102,10 +102,19 @@ def test_plans_of_the_workload_shapes():
     p = softmax_plan(1, 64, 32 * 4096, 2)
     assert (p.kind, p.looped, p.block, p.block_inner, p.num_warps, p.grid) == (
         "strided", False, 64, 64, 1, 2048)
-    # 4800 rows: chunks of 256 rows x 32 columns, 19 per strip, two launches, 2 warps
+    # 4800 rows: chunks of 256 rows x 32 columns, 19 per strip cooperating in one launch,
+    # 2 warps (128 a thread)
     p = softmax_plan(1, 4800, 4800, 4)
-    assert (p.looped, p.block, p.block_inner, p.chunks, p.grid, p.num_warps) == (
-        True, 256, 32, 19, 150 * 19, 2)
+    assert (p.looped, p.coop, p.block, p.block_inner, p.chunks, p.grid, p.num_warps) == (
+        True, True, 256, 32, 19, 150 * 19, 2)
+    # ... or over two launches; 8 warps where the cooperating chunks aim at 32 a thread
+    p = _plan(torch.empty(1, 4800, 4800), 1, T._replace(long_coop=False), sm=132)
+    assert (p.coop, p.chunks, p.num_warps) == (False, 19, 2)
+    p = _plan(torch.empty(1, 4800, 4800), 1, T._replace(coop_elems_per_thread=32), sm=132)
+    assert (p.coop, p.chunks, p.num_warps) == (True, 19, 8)
+    # more chunks a strip than may cooperate: two launches
+    p = _plan(torch.empty(1, 4800, 4800), 1, T._replace(coop_max_chunks=18), sm=132)
+    assert (p.coop, p.chunks) == (False, 19)
     # few programs: strips narrow to 32 bytes
     p = softmax_plan(3, 150, 40, 4)
     assert p.block_inner == 8 and not p.looped
@@ -147,16 +156,30 @@ def test_tile_remainder_and_even_strips():
 
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_split_kernel(dtype, log):
+@pytest.mark.parametrize("coop", [True, False], ids=["coop", "two-launches"])
+def test_long_column_kernels(dtype, log, coop):
+    # Under the interpreter (spin 0) every cooperating chunk but a strip's last walks the
+    # strip itself for the statistics; the last reads the others' partials.
     x = _x((3, 150, 40), dtype, seed=3)
-    plan = _plan(x, 1, T, max_reg=256)
-    assert plan.looped and plan.chunks > 1 and plan.block * plan.block_inner <= 256
+    plan = _plan(x, 1, T._replace(long_coop=coop), max_reg=256)
+    assert plan.looped and plan.coop == coop and plan.chunks > 1
+    assert plan.block * plan.block_inner <= 256
     _close(x, 1, plan, log=log)
     # the chunk edges: N a multiple of the chunk, one more, one less
     for n in (63, 64, 65, 129):
         y = _x((2, n, 20), dtype, seed=n)
-        _close(y, 1, _split(n, 20, 2, 16, 8), log=log)
-        _close(y, 1, _split(n, 20, 2, 32, 16, warps=2), log=log)
+        _close(y, 1, _split(n, 20, 2, 16, 8, coop=coop), log=log)
+        _close(y, 1, _split(n, 20, 2, 32, 16, warps=2, coop=coop), log=log)
+
+
+def test_coop_counts_and_partials():
+    # The launch's tickets and arrival counts: a plan run twice on new tensors gives the
+    # same result (the counters are new each call), and one chunk a strip (C = 1) needs
+    # no peer.
+    x = _x((2, 70, 24), seed=11)
+    for plan in (_split(70, 24, 2, 16, 8, coop=True), _split(70, 24, 2, 128, 8, coop=True)):
+        first = _close(x, 1, plan)
+        torch.testing.assert_close(_run(x, 1, plan), first, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
@@ -204,6 +227,7 @@ def test_special_values():
     x[1, 7, 4] = math.nan               # a NaN: NaN in its column
     x[1, :, 5] = 1e30                   # large but finite
     for plan in (None, _plan(x, 1, T, max_reg=128), _split(40, 12, 2, 16, 8),
+                 _split(40, 12, 2, 16, 8, coop=True),
                  _plan(x, 1, T._replace(split_long=False), max_reg=128)):
         for log in (False, True):
             got = _run(x, 1, plan, log=log)
@@ -215,6 +239,7 @@ def test_int64_offsets(monkeypatch):
     monkeypatch.setattr(K, "_INT32_LIMIT", 10)
     x = _x((3, 37, 20), seed=8)
     for plan in (None, _plan(x, 1, T, max_reg=128), _split(37, 20, 3, 16, 8),
+                 _split(37, 20, 3, 16, 8, coop=True),
                  _plan(x, 1, T._replace(split_long=False), max_reg=128)):
         _close(x, 1, plan)
         _close(x, 1, plan, log=True)
@@ -253,12 +278,21 @@ def split(finish):
                       son=4800, soi=1),
                  dict(BLOCK_N=256, BLOCK_I=32, C_POW2=32, FINISH=finish, LOG=False,
                       USE_INT64=False), 8)
+def coop(log, warps):
+    return build(K._strided_coop_kernel,
+                 dict(x_ptr=F, out_ptr=F, ws_ptr=F, cnt_ptr="*i32", N=4800, inner=4800,
+                      n_iblk=150, C=19, ws_half=19 * 4800, spin="i32", sxo=4800 * 4800,
+                      sxn=4800, sxi=1, soo=4800 * 4800, son=4800, soi=1),
+                 dict(BLOCK_N=256, BLOCK_I=32, C_POW2=32, FB=32, LOG=log, USE_INT64=False),
+                 warps)
 out = {
     "ade20k-f32": tile(F, 150, 16384, 128, 32, 32, 4, False),
     "ade20k-bf16-log": tile(B, 150, 16384, 128, 32, 32, 4, True),
     "dim0-bf16-log": tile(B, 64, 131072, 64, 0, 64, 4, True),
     "split-partials": split(False),
     "split-finish": split(True),
+    "coop": coop(False, 2),
+    "coop-log": coop(True, 2),
 }
 json.dump(out, sys.stdout)
 """
@@ -274,10 +308,23 @@ def test_strided_kernels_build_for_sm90():
 
     built = run_script(_COMPILE_SCRIPT)
     for name, k in built.items():
+        if name.startswith("coop"):
+            continue
         assert k["local"] == 0 and set(k["ld"]) == {"ld.global.v4.b32"}, (name, k)
         if name != "split-partials":
             assert set(k["st"]) == {"st.global.v4.b32"}, (name, k)
         assert k["in_flight"] >= 4, (name, k)
+    # The cooperating chunks (the table's 2 warps, 128 fp32 a thread): the chunk's 32
+    # vectors a thread in flight together, evicted first; the fallback's vectors; one
+    # acquiring poll of the arrival count; the chunk stored as vectors beside the two
+    # scalar stores of the partials; no spill at up to 255 registers (4 programs an SM).
+    for name in ("coop", "coop-log"):
+        k = built[name]
+        assert k["local"] == 0 and k["in_flight"] >= 32, (name, k)
+        assert set(k["ld"]) == {"ld.global.L1::evict_first.L2::cache_hint.v4.b32",
+                                "ld.global.v4.b32", "ld.global.gpu.acquire.b32"}, (name, k)
+        assert k["ld"].count("ld.global.L1::evict_first.L2::cache_hint.v4.b32") == 32
+        assert sorted(k["st"]) == ["st.global.b32"] * 2 + ["st.global.v4.b32"] * 32, (name, k)
     # fp32: 8 of a thread's 10 vectors (128 + 32 rows x 32 columns at 4 warps) in flight
     assert built["ade20k-f32"]["in_flight"] >= 8, built["ade20k-f32"]
     for name in ("ade20k-f32", "ade20k-bf16-log", "dim0-bf16-log"):
