@@ -10,6 +10,7 @@
     python benchmarks/w4a16_probe.py regs      # the tensor-core decode kernel by register cap
     python benchmarks/w4a16_probe.py tc        # ... by warps along K and along the rows
     python benchmarks/w4a16_probe.py tc16      # ... at M = 9..16 (two token tiles) against the table
+    python benchmarks/w4a16_probe.py tma       # ... with the weight steps brought in by TMA
     python benchmarks/w4a16_probe.py launch [FIELD=VALUE ...]   # one 70B gate-up launch, for ncu:
         ncu --clock-control none -k regex:w4a16_tc -s 2 -c 1 python benchmarks/w4a16_probe.py launch
 
@@ -431,6 +432,111 @@ def tc16() -> None:
             print(f"build: {compiled.n_regs} registers, {compiled.n_spills} spilled")
 
 
+@triton.jit
+def _tc_tma_kernel(x_ptr, w_desc, s_ptr, z_ptr, out_ptr, M, N, STEPS,
+                   stride_xm, stride_sn, stride_sg, stride_zn, stride_zg, stride_os, stride_om,
+                   stride_on,
+                   W: tl.constexpr, NT: tl.constexpr, STEP_G: tl.constexpr, BIAS: tl.constexpr,
+                   STAGES: tl.constexpr, PREP: tl.constexpr, PREP_CONS: tl.constexpr,
+                   MAIN: tl.constexpr, MAIN_CONS: tl.constexpr, LD: tl.constexpr,
+                   LD_CONS: tl.constexpr, LDM: tl.constexpr, LDM_CONS: tl.constexpr):
+    # The tensor-core decode kernel with its W warps along the rows (no K slices: the
+    # program's [16 W, 16] word tile is then one [16 W rows, 64 bytes] box of the weight)
+    # and the weight steps brought in by TMA, pipelined STAGES deep by Triton's loop
+    # pipeliner through shared memory, where the table's kernel loads them into registers.
+    R: tl.constexpr = 16 * W
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)      # K split over programs: plane pid_k of out
+    per = tl.cdiv(STEPS, tl.num_programs(1))
+    g, h, wr, ks, col, t, j = Q._tc_coords(W, 1)
+    rows = pid_n * R + (h * W + wr) * 8 + g
+    rows_c = rows % N
+    tok = g % M
+    m = 2 * t + (j % 2) + 8 * (j // 2)
+    tmask = j < 2 * NT
+    xcol = tl.max_contiguous(tl.multiple_of(16 * t + j, [1, 4]), [1, 4])
+    x_ptrs = x_ptr + tok * stride_xm + xcol
+    s_ptrs = s_ptr + rows_c * stride_sn + 0 * col
+    z_ptrs = z_ptr + rows_c * stride_zn + 0 * col
+    one = ks >= 0
+    acc = tl.zeros((R, 16), dtype=tl.float32)
+    for i in tl.range(pid_k * per, tl.minimum(STEPS, pid_k * per + per), num_stages=STAGES):
+        words = w_desc.load([pid_n * R, i * 16])
+        # x by asm, which the pipeliner leaves out of shared memory (every row's lanes
+        # read their token's words; the asm uses the first row's)
+        x0 = _ld_v4(x_ptrs + i * 64)
+        x1 = _ld_v4(x_ptrs + (i * 64 + 4))
+        x2 = _ld_v4(x_ptrs + (i * 64 + 8))
+        x3 = _ld_v4(x_ptrs + (i * 64 + 12))
+        s = Q._tc_scale(s_ptrs + i // STEP_G * stride_sg, one, False, False, LD, LD_CONS,
+                        LDM, LDM_CONS)
+        z = Q._tc_scale(z_ptrs + i // STEP_G * stride_zg, one, False, False, LD, LD_CONS,
+                        LDM, LDM_CONS)
+        acc = Q._tc_step(acc, (words, x0, x1, x2, x3, x0, x1, x2, x3, s, z), 0, 0, 0, 0, one,
+                         one, tmask, PREP, PREP_CONS, MAIN, MAIN_CONS, NT, False, BIAS)
+    optr = out_ptr + pid_k * stride_os + m * stride_om + rows * stride_on
+    tl.store(optr, acc.to(out_ptr.dtype.element_ty), mask=tmask & (m < M) & (rows < N))
+
+
+def _tma_call(x, p, s, z, out, W, stages, split=1):
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    M, K = x.shape
+    N = p.shape[0]
+    words = Q._word_view(p, K)
+    x32 = x.view(torch.int32)
+    desc = TensorDescriptor(words, list(words.shape), list(words.stride()), [16 * W, 16])
+    bf16 = x.dtype == torch.bfloat16
+    biased = Q._TC_BIASED[x.dtype]
+    nt = 1
+    (prep, prep_cons), (main, main_cons) = Q._TC_ASM[(bf16, nt, biased)]
+    kind = str(s.dtype).removeprefix("torch.")
+    (ld, ld_cons), (ldm, ldm_cons) = Q._TC_SCALE_ASM[(kind, False)], Q._TC_SCALE_ASM[(kind, True)]
+    grid = (triton.cdiv(N, 16 * W), split)
+
+    def call():
+        dest, dstrides = Q._split_dest(out, split)
+        _tc_tma_kernel[grid](x32, desc, s, z, dest, M, N, K // 128, x32.stride(0), s.stride(0),
+                             s.stride(1), z.stride(0), z.stride(1), *dstrides,
+                             W=W, NT=nt, STEP_G=G // 128,
+                             BIAS=-(128 if bf16 else 1024) if biased else 8, STAGES=stages,
+                             PREP=prep, PREP_CONS=prep_cons, MAIN=main, MAIN_CONS=main_cons,
+                             LD=ld, LD_CONS=ld_cons, LDM=ldm, LDM_CONS=ldm_cons, num_warps=W,
+                             num_stages=stages)
+        Q._sum_splits(dest, out, split)
+    return call
+
+
+def tma() -> None:
+    """The tensor-core decode kernel with the weight brought in by TMA through a pipelined
+    shared-memory ring (_tc_tma_kernel), by warps a program and stages, beside the table."""
+    for M, N, K in ((1, 57344, 8192), (1, 53248, 16384), (1, 14336, 4096), (4, 18944, 3584),
+                    (4, 4096, 14336), (1, 4096, 4096)):
+        x, p, s, z, out = _operands(M, N, K, torch.bfloat16)
+        ref = Q.gemm_w4a16_reference(x, p, s, z, G).float()
+        line = f"M={M} N={N} K={K}:"
+        t = _median_s(lambda: Q.w4a16_decode_triton(x, p, s, z, G, out))
+        line += f" table {t * 1e6:.1f};"
+        for W, stages, split in ((4, 4, 1), (2, 4, 1), (2, 5, 1), (4, 3, 1), (2, 3, 1),
+                                 (2, 4, 2), (4, 4, 2), (2, 4, 4), (4, 4, 4), (1, 4, 4)):
+            if True:
+                try:
+                    call = _tma_call(x, p, s, z, out, W, stages, split)
+                    out.fill_(float("nan"))
+                    call()
+                    err = ((out.float() - ref).norm() / ref.norm()).item()
+                    t = _median_s(call)
+                    line += (f" w{W} s{stages} k{split} {t * 1e6:.1f}"
+                             f"{'' if err < 1e-2 else ' WRONG'};")
+                except Exception as e:   # a probe: report and go on
+                    line += f" w{W} s{stages} k{split} failed ({type(e).__name__}: {str(e)[:80]});"
+        print(line, flush=True)
+    for cache in _tc_tma_kernel.device_caches.values():
+        for compiled in cache[0].values():
+            ptx = compiled.asm.get("ptx", "")
+            print(f"build: {compiled.metadata.shared} B shared, "
+                  f"{ptx.count('cp.async.bulk.tensor')} TMA loads, {ptx.count('bar.sync')} bar.sync")
+
+
 def regs() -> None:
     """The table's tensor-core decode launch under register caps (Q._TC_MAXNREG), with the
     registers and spill bytes of each build on this device's Triton and ptxas."""
@@ -473,5 +579,5 @@ if __name__ == "__main__":
     {"rows": lambda: rows(), "host": lambda: host(), "prefill": lambda: prefill(),
      "gemm": lambda: gemm(), "mma": lambda: mma(sys.argv[2:] == ["splits"]),
      "layouts": lambda: layouts(), "ablate": lambda: ablate(), "regs": lambda: regs(),
-     "tc": lambda: tc(), "tc16": lambda: tc16(),
+     "tc": lambda: tc(), "tc16": lambda: tc16(), "tma": lambda: tma(),
      "launch": lambda: launch(sys.argv[2:])}[what]()

@@ -37,8 +37,13 @@ Kernels (plain functions; the dispatch classes are in :mod:`opspec.kernels.quant
   (``DecodeConfig.planes``), each slice stores its own into a float32 ``[slices, M, N]``
   buffer (an asm store in the tile's layout, so no barrier anywhere in the program) that
   the split-K sum kernel adds up in a fixed order: the program's warps no longer wait for
-  its slowest. Scales and zero points are loaded through a small asm block so that they
-  take the tile's layout under every Triton version. Under the interpreter (no PTX) a
+  its slowest. On sm_90 the largest weights (``DecodeConfig.tma``) take a form of it with
+  its warps along the rows only (:func:`_w4a16_tc_tma_kernel`): a step's word tile is
+  then one ``[64 rows, 64 bytes]`` box of the weight, brought in by TMA a few steps ahead
+  through shared memory instead of loaded into registers a step at a time (6-8 % faster
+  on the 70B and 405B rows). Scales and zero points are loaded through a small asm block
+  so that they take the tile's layout under every Triton version. Under the interpreter
+  (no PTX) a
   portable model of the asm blocks runs in their place; tests/test_quant_gemm_warp.py checks the
   asm text itself against a model of one warp. Otherwise, or where the operands do not
   allow it (a weight whose rows are not aligned 4-byte words, a device without sm_80 MMAs),
@@ -102,6 +107,7 @@ from typing import NamedTuple
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from opspec.kernels.devices import TRITON_INTERPRETED
 from opspec.kernels.gemm import gemm_triton
@@ -164,6 +170,11 @@ class DecodeConfig(NamedTuple):
     # instead of adding them in shared memory at the end of the program, where a program's
     # warps wait for its slowest.
     planes: bool = False
+    # The tensor-core kernel with its weight steps brought in by TMA (sm_90+;
+    # :func:`_w4a16_tc_tma_kernel`): k_slices 1 and split_k 1, so that a program's
+    # [16 * num_warps rows, 64 bytes] word tile is one box of the weight, num_stages boxes
+    # in flight through shared memory (Triton's loop pipeliner), none in registers.
+    tma: bool = False
 
 
 class PrefillConfig(NamedTuple):
@@ -377,6 +388,20 @@ _TC_MIN_STEPS = 8
 # sum, against bfloat16's 4e-3 rounding; 7 instructions a word, not 11). float16: exact
 # (with b = 1024 the cancellation would cost ~2e-4, near float16's own rounding, to save 2).
 _TC_BIASED = {torch.float16: False, torch.bfloat16: True}
+# DecodeConfig.tma for weights of at least _TC_TMA_MIN_BYTES: _TC_TMA_WARPS warps along the
+# rows (64 rows a program), _TC_TMA_STAGES boxes in flight. H200 (benchmarks/w4a16_probe.py
+# `tma`, 2026-12-01, bfloat16, M = 1, one K split), against the table's planes: 70B gate-up
+# 104.6 us (4 warps, 3 stages; 105.9 at 4 stages, 108.7 at 2 warps) against 111.5, 405B up
+# 201.2 (197.2 at 2 warps and 4 stages) against 213.2. Where N / 64 programs are too few
+# (14336 x 4096: 30.6 against 22.2; 4096 x 4096 27.2 against 14.0; M = 4 18944 x 3584 33.2
+# against 24.7) the K-sliced kernel stays, and a K split of the TMA kernel over programs
+# (2 or 4 planes) did not catch it up on those rows (22.9-35.7) and lost on the large ones
+# (115.6-123.3 on the 70B gate-up). The x words go through an asm load: as a tl.load the
+# pipeliner copied them into shared memory too, for every row of the tile (10x slower).
+_TC_TMA = True
+_TC_TMA_MIN_BYTES = 160 << 20
+_TC_TMA_WARPS = 4
+_TC_TMA_STAGES = 3
 
 
 def _pow2_divisor(n: int, choices: tuple[int, ...]) -> int | None:
@@ -396,17 +421,25 @@ def decode_config_for(M: int, N: int, K: int, group_size: int,
 
 def tc_config_for(M: int, N: int, K: int, group_size: int, dtype: torch.dtype | None = None,
                   k_slices: int | None = None, row_warps: int = _TC_ROW_WARPS,
-                  biased: bool | None = None, planes: bool | None = None) -> DecodeConfig:
+                  biased: bool | None = None, planes: bool | None = None,
+                  tma: bool | None = None) -> DecodeConfig:
     """The tensor-core decode kernel's configuration by the table's rules (the keyword
-    arguments override them)."""
+    arguments override them; ``tma=True`` gives the TMA kernel's, whose warps and stages
+    are the table's)."""
+    if biased is None:
+        biased = _TC_BIASED.get(dtype, False)
+    if tma is None:
+        tma = (_TC_TMA and k_slices is None and planes is None
+               and N * (K // 2) >= _TC_TMA_MIN_BYTES)
+    if tma:
+        return DecodeConfig(16 * _TC_TMA_WARPS, 128, 1, _TC_TMA_WARPS, _TC_TMA_STAGES, False,
+                            True, 1, biased, False, True)
     steps = max(1, K // 128)
     if k_slices is None:
         k_slices = next((s for s in _TC_SLICES if triton.cdiv(N, 16 * row_warps) * s * row_warps
                          >= _TC_WARPS_WANTED), _TC_SLICES[-1])
         while k_slices > 1 and steps // k_slices < _TC_MIN_STEPS:
             k_slices //= 2
-    if biased is None:
-        biased = _TC_BIASED.get(dtype, False)
     split = 2 if N < _TC_SPLIT_BELOW_N and steps >= 2 * k_slices else 1
     if planes is None:
         planes = _TC_PLANES and k_slices > 1 and N * (K // 2) >= _TC_PLANES_MIN_BYTES
@@ -1065,12 +1098,19 @@ def _tc_emulate(w_ptrs, xt_ptrs, w_off, x_off, valid, xmask, BIAS: tl.constexpr)
     xs = tl.zeros(xt_ptrs.shape, dtype=tl.float32)
     for wi in tl.static_range(16):
         word = tl.load(w_ptrs + (w_off + wi), mask=valid, other=0)
-        for i in tl.static_range(8):
-            q = ((word >> (4 * i)) & 15).to(tl.float32) - BIAS
-            xv = tl.load(xt_ptrs + (x_off + 8 * wi + i), mask=valid & xmask, other=0.0)
-            xv = xv.to(tl.float32)
-            p += q * xv
-            xs += xv
+        p, xs = _tc_emulate_word(p, xs, word, xt_ptrs, x_off + 8 * wi, valid & xmask, BIAS)
+    return p, xs
+
+
+@triton.jit
+def _tc_emulate_word(p, xs, word, xt_ptrs, x_off, mask, BIAS: tl.constexpr):
+    # p and xs plus one word's 8 products (q_i - BIAS) x[k0 + i] and x values, x from
+    # xt_ptrs + x_off (k0); the portable model's inner step.
+    for i in tl.static_range(8):
+        q = ((word >> (4 * i)) & 15).to(tl.float32) - BIAS
+        xv = tl.load(xt_ptrs + (x_off + i), mask=mask, other=0.0).to(tl.float32)
+        p += q * xv
+        xs += xv
     return p, xs
 
 
@@ -1205,6 +1245,87 @@ def _w4a16_tc_kernel(
         optr = out_ptr + pid_k * stride_os + om * stride_om + orows * stride_on
         tl.store(optr, tot.to(out_ptr.dtype.element_ty),
                  mask=(oj < 2 * NT) & (om < M) & (orows < N))
+
+
+@triton.jit
+def _ld_x4(ptrs):
+    # 4 consecutive int32 words a lane (pack 4: the first element's address, 16-byte
+    # aligned), loaded by asm in the tile's own layout: as a tl.load inside the TMA
+    # kernel's loop, Triton's pipeliner copies x through shared memory with the weight.
+    return tl.inline_asm_elementwise("ld.global.v4.b32 {$0, $1, $2, $3}, [$4];",
+                                     "=r,=r,=r,=r,l,l,l,l", [ptrs.to(tl.int64, bitcast=True)],
+                                     tl.int32, True, 4)
+
+
+@triton.jit
+def _w4a16_tc_tma_kernel(
+    x_ptr, xt_ptr, w_desc, s_ptr, z_ptr, out_ptr,
+    M, N, STEPS,
+    stride_xm, stride_xtm, stride_sn, stride_sg, stride_zn, stride_zg, stride_om, stride_on,
+    W: tl.constexpr, NT: tl.constexpr, STEP_G: tl.constexpr, BIAS: tl.constexpr,
+    STAGES: tl.constexpr, USE_INT64: tl.constexpr, EMULATE: tl.constexpr,
+    PREP: tl.constexpr, PREP_CONS: tl.constexpr, MAIN: tl.constexpr,
+    MAIN_CONS: tl.constexpr, LD: tl.constexpr, LD_CONS: tl.constexpr, LDM: tl.constexpr,
+    LDM_CONS: tl.constexpr,
+):
+    # _w4a16_tc_kernel with its W warps along the rows only (one K slice): row r = g +
+    # 8 (warp + W h) of the [16 W, 16] tile is then weight row pid_n 16 W + r, so a step's
+    # word tile is one [16 W, 16] box of the [N, K // 8] words, loaded by TMA, STAGES boxes
+    # in flight through shared memory (Triton's loop pipeliner). x is read as int32 words
+    # (16-byte aligned rows), the scales as in _w4a16_tc_kernel; the sums go straight to
+    # out. Rows past N: the box reads zeros, the store is masked.
+    R: tl.constexpr = 16 * W
+    pid_n = tl.program_id(0)
+    g, h, wr, ks, col, t, j = _tc_coords(W, 1)
+    rows = pid_n * R + (h * W + wr) * 8 + g                         # [R, 1]
+    rows_c = rows % N
+    tok = g % M
+    tok2 = (g + 8) % M
+    m = 2 * t + (j % 2) + 8 * (j // 2)                              # the element's token
+    tmask = j < 2 * NT
+    if USE_INT64:
+        rows = rows.to(tl.int64)
+        rows_c = rows_c.to(tl.int64)
+        tok = tok.to(tl.int64)
+        tok2 = tok2.to(tl.int64)
+        m = m.to(tl.int64)
+    xcol = tl.max_contiguous(tl.multiple_of(16 * t + j, [1, 4]), [1, 4])
+    x_ptrs = x_ptr + tok * stride_xm + xcol
+    y_ptrs = x_ptr + tok2 * stride_xm + xcol
+    s_ptrs = s_ptr + rows_c * stride_sn + 0 * col
+    z_ptrs = z_ptr + rows_c * stride_zn + 0 * col
+    xt_ptrs = xt_ptr + (m % M) * stride_xtm                         # EMULATE only
+    one = ks >= 0
+    acc = tl.zeros((R, 16), dtype=tl.float32)
+    for i in tl.range(0, STEPS, num_stages=STAGES):
+        words = w_desc.load([pid_n * R, i * 16])
+        s = _tc_scale(s_ptrs + i // STEP_G * stride_sg, one, False, EMULATE, LD, LD_CONS,
+                      LDM, LDM_CONS)
+        z = _tc_scale(z_ptrs + i // STEP_G * stride_zg, one, False, EMULATE, LD, LD_CONS,
+                      LDM, LDM_CONS)
+        if EMULATE:
+            p = tl.zeros((R, 16), dtype=tl.float32)
+            xs = tl.zeros((R, 16), dtype=tl.float32)
+            for wi in tl.static_range(16):
+                # column wi of the row's words, for every element of the row
+                word = tl.sum(tl.where(col == wi, words, 0), axis=1)[:, None]
+                p, xs = _tc_emulate_word(p, xs, word, xt_ptrs, i * 128 + 8 * wi, one, BIAS)
+            acc += tl.where(tmask, s * (p - (z - BIAS) * xs), 0.0)
+        else:
+            x0 = _ld_x4(x_ptrs + i * 64)
+            x1 = _ld_x4(x_ptrs + (i * 64 + 4))
+            x2 = _ld_x4(x_ptrs + (i * 64 + 8))
+            x3 = _ld_x4(x_ptrs + (i * 64 + 12))
+            y0, y1, y2, y3 = x0, x1, x2, x3
+            if NT == 2:
+                y0 = _ld_x4(y_ptrs + i * 64)
+                y1 = _ld_x4(y_ptrs + (i * 64 + 4))
+                y2 = _ld_x4(y_ptrs + (i * 64 + 8))
+                y3 = _ld_x4(y_ptrs + (i * 64 + 12))
+            acc = _tc_step(acc, (words, x0, x1, x2, x3, y0, y1, y2, y3, s, z), 0, 0, 0, 0,
+                           one, one, tmask, PREP, PREP_CONS, MAIN, MAIN_CONS, NT, False, BIAS)
+    optr = out_ptr + m * stride_om + rows * stride_on
+    tl.store(optr, acc.to(out_ptr.dtype.element_ty), mask=tmask & (m < M) & (rows < N))
 
 
 @triton.jit
@@ -1486,6 +1607,13 @@ def _launch_tc(x, packed_weight, scales, zeros, group_size, out, cfg, M, N, K,
         x = torch.empty((M, K), dtype=x.dtype, device=x.device).copy_(x)
         memo_key = None   # a replay would read the caller's x, not the copy
     x32 = torch.as_strided(x, (M, K), (x.stride(0) if M > 1 else K, 1)).view(torch.int32)
+    if cfg.tma:
+        if _launch_tc_tma(x, x32, words, scales, zeros, group_size, out, cfg, M, N, K):
+            return True
+        # no TMA here (the device, or the weight's alignment): the K-sliced kernel
+        cfg = tc_config_for(M, N, K, group_size, x.dtype, tma=False)
+        ks = cfg.k_slices
+        wr = cfg.num_warps // ks
     steps = K // 128
     split = max(1, min(cfg.split_k, steps))
     per_split = triton.cdiv(steps, split)
@@ -1523,6 +1651,45 @@ def _launch_tc(x, packed_weight, scales, zeros, group_size, out, cfg, M, N, K,
         sum_replay = prepare(2, _split_sum_kernel, sum_grid, *sum_args, **sum_options)
         if kernel_replay is not None and sum_replay is not None:
             _PREPARED.keep(memo_key, _PlanesReplay(kernel_replay, sum_replay, dest.shape))
+    return True
+
+
+def tma_supported(device: torch.device) -> bool:
+    """Whether the TMA decode kernel can run on ``device`` (sm_90 or newer; the interpreter
+    runs its portable model)."""
+    if TRITON_INTERPRETED:
+        return True
+    return tc_supported(device) and torch.cuda.get_device_capability(device) >= (9, 0)
+
+
+def _launch_tc_tma(x, x32, words, scales, zeros, group_size, out, cfg, M, N, K) -> bool:
+    """Run the TMA decode kernel (``cfg.tma``), or return False where it does not apply:
+    a device without TMA, or a weight whose base or row stride is not a multiple of 16
+    bytes (TMA's rule)."""
+    if not tma_supported(x.device) or words.data_ptr() % 16 or (words.stride(0) * 4) % 16:
+        return False
+    if x32.data_ptr() % 16 or (M > 1 and x32.stride(0) % 4):
+        # x is read 16 bytes a lane
+        x = torch.empty((M, K), dtype=x.dtype, device=x.device).copy_(x)
+        x32 = x.view(torch.int32)
+    w = cfg.num_warps
+    desc = TensorDescriptor(words, list(words.shape), list(words.stride()), [16 * w, 16])
+    bf16 = x.dtype == torch.bfloat16
+    biased = bool(cfg.biased)
+    nt = 1 if M <= 8 else 2
+    (prep, prep_cons), (main, main_cons) = _TC_ASM[(bf16, nt, biased)]
+    skind = str(scales.dtype).removeprefix("torch.")
+    (ld, ld_cons), (ldm, ldm_cons) = _TC_SCALE_ASM[(skind, False)], _TC_SCALE_ASM[(skind, True)]
+    use_int64 = max(_extent(x), _extent(scales), _extent(zeros), _extent(out)) > _INT32_LIMIT
+    launch(_w4a16_tc_tma_kernel, (triton.cdiv(N, 16 * w),),
+           x32, x, desc, scales, zeros, out, M, N, K // 128,
+           x32.stride(0), x.stride(0), scales.stride(0), scales.stride(1), zeros.stride(0),
+           zeros.stride(1), out.stride(0), out.stride(1),
+           W=w, NT=nt, STEP_G=group_size // 128,
+           BIAS=-(128 if bf16 else 1024) if biased else 8, STAGES=cfg.num_stages,
+           USE_INT64=use_int64, EMULATE=TRITON_INTERPRETED, PREP=prep, PREP_CONS=prep_cons,
+           MAIN=main, MAIN_CONS=main_cons, LD=ld, LD_CONS=ld_cons, LDM=ldm, LDM_CONS=ldm_cons,
+           num_warps=w, num_stages=cfg.num_stages)
     return True
 
 

@@ -24,6 +24,7 @@ from opspec.kernels.quant_gemm import (
     pack_int4, prefill_config_for, quantize_int4, unpack_int4, w4a16_decode_triton,
     w4a16_prefill_triton,
 )
+from opspec.kernels.launch import recording
 from opspec.kernels.quant_gemm_impl import GemmW4A16Call, W4A16ReferenceKernel
 from opspec.ops import GemmW4A16FwdOp
 from opspec.ops.workloads import cases
@@ -238,6 +239,55 @@ def test_tc_strides_split_and_fallback():
         assert torch.equal(out, torch.zeros(M0, N0, dtype=F16))
 
 
+# (M, N, K, group): the TMA kernel: N tails (a box's rows past N read zeros, 100 = 64 + 36),
+# 2 steps a group, all 8 MMA columns and the table's 64-row programs
+TMA = [(1, 100, 512, 128), (3, 64, 768, 256), (8, 33, 256, 128)]
+
+
+@pytest.mark.parametrize("dtypes", DTYPE_PAIRS, ids=str)
+@pytest.mark.parametrize("shape", TMA, ids=str)
+def test_tc_tma_kernel(shape, dtypes):
+    """The TMA decode kernel (its portable model under the interpreter, the words read
+    through the tensor descriptor) through the launcher, every dtype pair the spec allows."""
+    M, N, K, g = shape
+    dtype, sdtype = dtypes
+    x, p, s, z = _operands(M, N, K, g, dtype, sdtype, seed=M + N + 1)
+    cfg = Q.tc_config_for(M, N, K, g, dtype, tma=True)
+    assert cfg.tma and cfg.tc and (cfg.k_slices, cfg.split_k, cfg.block_n) == (1, 1, 64)
+    out = torch.empty(M, N, dtype=dtype)
+    with recording() as launches:
+        assert w4a16_decode_triton(x, p, s, z, g, out, config=cfg) is out
+    assert [k for k, *_ in launches] == [Q._w4a16_tc_tma_kernel]
+    _close(out, _want(x, p, s, z, g), dtype)
+
+
+def test_tc_tma_strides_and_fallback():
+    """Transposed scales and out; x rows that are not 16-byte aligned (copied first); a
+    weight whose row stride is not a multiple of 16 bytes (TMA's rule) takes the K-sliced
+    kernel."""
+    M, N, K, g = 3, 40, 512, 128
+    x, p, s, z = _operands(M, N, K, g, F16, F32, seed=21)
+    cfg = Q.tc_config_for(M, N, K, g, F16, tma=True)
+    st = s.t().contiguous().t()
+    xs = torch.empty(M, K + 2, dtype=F16)[:, :K]            # rows 4-byte, not 16-byte, apart
+    xs.copy_(x)
+    out = torch.empty(N, M, dtype=F16).t()
+    with recording() as launches:
+        w4a16_decode_triton(xs, p, st, z, g, out, config=cfg)
+    assert [k for k, *_ in launches] == [Q._w4a16_tc_tma_kernel]
+    _close(out, _want(x, p, s, z, g), F16)
+    wide = torch.zeros(N, K // 2 + 4, dtype=torch.uint8)
+    wide[:, :K // 2] = p
+    pw = wide[:, :K // 2]                                     # rows 260 bytes apart
+    assert Q._word_view(pw, K) is not None
+    out = torch.empty(M, N, dtype=F16)
+    with recording() as launches:
+        w4a16_decode_triton(x, pw, s, z, g, out, config=cfg)
+    assert Q._w4a16_tc_kernel in [k for k, *_ in launches]
+    assert Q._w4a16_tc_tma_kernel not in [k for k, *_ in launches]
+    _close(out, _want(x, p, s, z, g), F16)
+
+
 def test_tc_planes_by_the_table(monkeypatch):
     """The table's planes (here for any weight size) through the launcher's own choice of
     configuration, the path that keeps a replay of both launches where one can be kept."""
@@ -341,18 +391,27 @@ def test_launchers_reject_bad_arguments():
 
 def test_config_choice():
     # The tensor-core kernel for every M <= 8 with 128-wide groups: (block_n, block_k,
-    # split_k, warps, stages, gemv, tc, k_slices, biased, planes): 16 rows a program, all its
+    # split_k, warps, stages, gemv, tc, k_slices, biased, planes, tma): 16 rows a program, all its
     # warps along K (4 where N / 16 x 4 warps fill 132 SMs x 16, else 8, fewer where a slice
     # would get fewer than 8 steps), no prefetch; bfloat16 biased, float16 exact; each K
     # slice stores its own sums (planes) where there are several and the weight is 64 MiB
     # or more
     bf16, f16 = torch.bfloat16, torch.float16
-    assert decode_config_for(1, 57344, 8192, 128, f16) == (16, 128, 1, 4, 1, False, True, 4,
-                                                           False, True)
-    assert decode_config_for(1, 57344, 8192, 128, bf16) == (16, 128, 1, 4, 1, False, True, 4,
-                                                            True, True)
+    assert decode_config_for(1, 28672, 8192, 128, f16) == (16, 128, 1, 4, 1, False, True, 4,
+                                                           False, True, False)
+    assert decode_config_for(1, 28672, 8192, 128, bf16) == (16, 128, 1, 4, 1, False, True, 4,
+                                                            True, True, False)
+    # From 160 MiB of weight, the TMA kernel: 64 rows a program (4 warps along the rows, one
+    # K slice), 3 boxes in flight
+    assert decode_config_for(1, 57344, 8192, 128, bf16) == (64, 128, 1, 4, 3, False, True, 1,
+                                                            True, False, True)
+    assert decode_config_for(1, 53248, 16384, 128, f16).tma
+    assert decode_config_for(1, 40960, 8192, 128, f16).tma         # 160 MiB
+    assert not decode_config_for(1, 40896, 8192, 128, f16).tma     # 160 MiB less 64 rows
+    assert not decode_config_for(16, 57344, 8192, 128, f16).tc     # M > 8: the MMA kernel
+    assert Q.tc_config_for(1, 57344, 8192, 128, f16, k_slices=4).k_slices == 4   # not tma
     assert decode_config_for(1, 4096, 4096, 128, f16) == (16, 128, 1, 4, 1, False, True, 4,
-                                                          False, False)   # 8 x 4 steps
+                                                          False, False, False)   # 8 x 4 steps
     assert decode_config_for(1, 16384, 8192, 128, f16).planes       # 64 MiB
     assert not decode_config_for(1, 16384, 8064, 128, f16).planes   # 63 MiB
     assert not decode_config_for(1, 4096, 128, 128).planes          # one slice: nothing to add
@@ -609,6 +668,27 @@ for dt, sdt, m, ks, biased in (("fp16", "fp16", 1, 4, False), ("bf16", "bf16", 4
         dict(WR=1, KS=ks, NT=nt, STEP_G=1, BIAS=-128 if biased else 8, USE_INT64=False,
              PLANES=ks > 1, EMULATE=False, PREP=prep, PREP_CONS=pc, MAIN=main,
              MAIN_CONS=mc, LD=ld, LD_CONS=ldc, LDM=ldm, LDM_CONS=ldmc), ks, 1)
+for dt, sdt, biased in (("bf16", "bf16", True), ("fp16", "fp32", False)):
+    cfg = Q.tc_config_for(1, 57344, 8192, 128, tma=True)
+    bf16 = dt == "bf16"
+    (prep, pc), (main, mc) = Q._TC_ASM[(bf16, 1, biased)]
+    skind = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}[sdt]
+    (ld, ldc), (ldm, ldmc) = Q._TC_SCALE_ASM[(skind, False)], Q._TC_SCALE_ASM[(skind, True)]
+    ptrs = dict(x_ptr="*i32", xt_ptr="*" + dt, w_desc=f"tensordesc<i32[{cfg.block_n}, 16]>",
+                s_ptr="*" + sdt, z_ptr="*" + sdt, out_ptr="*" + dt)
+    ints = dict(M=1, N=57344, STEPS=64, stride_xm=4096, stride_xtm=8192, stride_sn=64,
+                stride_sg=1, stride_zn=64, stride_zg=1, stride_om=57344, stride_on=1)
+    k = sm90.build(Q._w4a16_tc_tma_kernel, dict(ints, **ptrs),
+                   dict(W=cfg.num_warps, NT=1, STEP_G=1, BIAS=-128 if biased else 8,
+                        STAGES=cfg.num_stages, USE_INT64=False, EMULATE=False, PREP=prep,
+                        PREP_CONS=pc, MAIN=main, MAIN_CONS=mc, LD=ld, LD_CONS=ldc, LDM=ldm,
+                        LDM_CONS=ldmc), cfg.num_warps, cfg.num_stages)
+    in_loop = k.loop_lines()
+    out[f"tma-{dt}-{sdt}"] = {
+        "tma": k.ptx.count("cp.async.bulk.tensor"), "cp_async": k.ptx.count("cp.async.cg")
+        + k.ptx.count("cp.async.ca"), "local": k.local, "ld": sorted(set(k.loads)),
+        "loop_hmma": sum("HMMA" in l for l in in_loop), "regs": k.registers,
+        "shared": k.shared}
 json.dump(out, sys.stdout)
 """
 
@@ -623,8 +703,17 @@ def test_kernels_build_for_sm90():
     from sm90_build import run_script
 
     built = run_script(_COMPILE_SCRIPT)
-    assert len(built) == 17
+    assert len(built) == 19
     for name, k in built.items():
+        if name.startswith("tma"):
+            # the weight's [64, 16]-word boxes by TMA into a ring of 4 KiB buffers; x by
+            # 16-byte asm loads, not copied through shared memory (no cp.async); no weight
+            # word through a register load; tensor cores; no spills
+            assert k["tma"] >= 2 and k["cp_async"] == 0 and k["local"] == 0, (name, k)
+            assert "ld.global.v4.b32" in k["ld"] and k["loop_hmma"] > 0, (name, k)
+            assert not any("evict_first" in ld for ld in k["ld"]), (name, k)
+            assert k["shared"] <= 3 * 64 * 64 + 1024, (name, k)
+            continue
         if name.startswith("tc"):
             # tensor cores, 16-byte vectors of weight words (x too), no spills, and no
             # shared memory or barrier inside the step loop (the tile's layout is the MMA
