@@ -102,6 +102,7 @@ COL_VARIANTS = [
 ]
 W = R.ROW
 ROW_VARIANTS = [
+    ("row split: a second launch", W._replace(finish_in_place=False)),
     ("row prefetch 3/SM", W._replace(prefetch=True, split_programs_per_sm=3)),
     ("row 128 B/thread", W._replace(bytes_per_thread=128, tile_bytes=32768,
                                     split_programs_per_sm=2)),
@@ -317,7 +318,9 @@ class Row:
         else:
             out = [(nm, R.Tuning(t, R.COL), f"ROW = {t!r}") for nm, t in ROW_VARIANTS]
         return [(a, b, c) for a, b, c in out
-                if R.plan_launch(lay, x.element_size(), sms, tuning=b) != lp]
+                if R.plan_launch(lay, x.element_size(), sms, tuning=b) != lp
+                or (lp.kind == "row" and lp.n_split > 1
+                    and b.row.finish_in_place != R.ROW.finish_in_place)]
 
     def check(self, got, ref):
         """(ok, error): amax exact; otherwise relative L2 error under the dtype's bound."""

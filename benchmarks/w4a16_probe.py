@@ -11,6 +11,7 @@
     python benchmarks/w4a16_probe.py tc        # ... by warps along K and along the rows
     python benchmarks/w4a16_probe.py tc16      # ... at M = 9..16 (two token tiles) against the table
     python benchmarks/w4a16_probe.py tma       # ... with the weight steps brought in by TMA
+    python benchmarks/w4a16_probe.py tma16     # the library's TMA kernel at M = 9..16
     python benchmarks/w4a16_probe.py launch [FIELD=VALUE ...]   # one 70B gate-up launch, for ncu:
         ncu --clock-control none -k regex:w4a16_tc -s 2 -c 1 python benchmarks/w4a16_probe.py launch
 
@@ -537,6 +538,32 @@ def tma() -> None:
                   f"{ptx.count('cp.async.bulk.tensor')} TMA loads, {ptx.count('bar.sync')} bar.sync")
 
 
+def tma16() -> None:
+    """The library's TMA decode kernel at M = 9..16 (two token tiles), by warps and stages,
+    beside the table's launch (the MMA kernel)."""
+    for dtype in (torch.bfloat16, torch.float16):
+        for M, N, K in ((16, 28672, 8192), (16, 8192, 28672), (12, 57344, 8192)):
+            x, p, s, z, out = _operands(M, N, K, dtype)
+            ref = Q.gemm_w4a16_reference(x, p, s, z, G).float()
+            words = Q._word_view(p, K)
+            x32 = x.view(torch.int32)
+            line = f"{str(dtype)[6:]} M={M} N={N} K={K}:"
+            t = _median_s(lambda: Q.w4a16_decode_triton(x, p, s, z, G, out))
+            line += f" table {t * 1e6:.1f};"
+            for W, stages in ((4, 3), (4, 4), (2, 4), (8, 3), (2, 6)):
+                cfg = Q.tc_config_for(M, N, K, G, dtype, tma=True)._replace(
+                    block_n=16 * W, num_warps=W, num_stages=stages)
+
+                def call():
+                    Q._launch_tc_tma(x, x32, words, s, z, G, out, cfg, M, N, K)
+                out.fill_(float("nan"))
+                call()
+                err = ((out.float() - ref).norm() / ref.norm()).item()
+                t = _median_s(call)
+                line += f" w{W} s{stages} {t * 1e6:.1f}{'' if err < 1e-2 else ' WRONG'};"
+            print(line, flush=True)
+
+
 def regs() -> None:
     """The table's tensor-core decode launch under register caps (Q._TC_MAXNREG), with the
     registers and spill bytes of each build on this device's Triton and ptxas."""
@@ -580,4 +607,5 @@ if __name__ == "__main__":
      "gemm": lambda: gemm(), "mma": lambda: mma(sys.argv[2:] == ["splits"]),
      "layouts": lambda: layouts(), "ablate": lambda: ablate(), "regs": lambda: regs(),
      "tc": lambda: tc(), "tc16": lambda: tc16(), "tma": lambda: tma(),
+     "tma16": lambda: tma16(),
      "launch": lambda: launch(sys.argv[2:])}[what]()

@@ -42,12 +42,16 @@ former form (8 warps stacked over R, a 2-D accumulator) ran the bf16 [16384, 819
 sum in 102.7 us (eager 81.9 us); its sm_90 build now has a thread's 16 loads of a step in
 flight. Both loops can load their next block ahead (``prefetch``, unrolled by two).
 
-**Split (2-stage) reduction.** When the output is too small to give every one of the 132
-SMs work (a whole-tensor reduction has one output element) and a program would walk ``R``
-in several blocks, ``R`` is split into ``n_split`` chunks: stage 1 writes one partial per
-(output, chunk) into a float32 (float64) workspace, and stage 2 -- the same kernel, on the
-workspace -- reduces the partials in a fixed order (deterministic: no atomics), divides
-(mean) and casts.  The launch sizes follow in plain Python from the shape and one table
+**Split reduction.** When the output is too small to give every one of the 132 SMs work
+(a whole-tensor reduction has one output element) and a program would walk ``R`` in
+several blocks, ``R`` is split into ``n_split`` chunks: each program writes one partial per
+(output, chunk) into a float32 (float64) workspace. A row split finishes in the same
+launch: each program then counts itself in on its row's arrival count, and the row's last
+program reduces the row's partials in a fixed order, divides (mean), casts and writes the
+result, and sets the count back to zero (the counts are kept per stream, so no launch
+fills them; :func:`arrival_counts`). A column split, whose partials are a whole row of
+columns per chunk, takes a second launch -- the same kernel, on the workspace. Either way
+the partials are added in a fixed order: deterministic, no atomics on the values.  The launch sizes follow in plain Python from the shape and one table
 of constants (:data:`TUNING`; no autotuning at call time; :func:`plan_launch` says how).
 
 **Numerics.** As torch: the input is cast to the result dtype first (``dtype=`` of sum and
@@ -82,6 +86,7 @@ __all__ = [
     "TUNING",
     "Tuning",
     "accumulate_dtype",
+    "arrival_counts",
     "collapse",
     "normalize_axes",
     "plan_launch",
@@ -125,6 +130,9 @@ class RowTuning(NamedTuple):
     #: Loop steps load the next block before reducing the current one (two blocks in flight
     #: per thread instead of one).
     prefetch: bool
+    #: A split's partials are reduced by the last of a row's programs to finish (an arrival
+    #: count a row), in the same launch, instead of by a second launch.
+    finish_in_place: bool = True
 
 
 class ColTuning(NamedTuple):
@@ -172,7 +180,7 @@ class Tuning(NamedTuple):
 #: benchmarks/reduction_sweep.py, 2026-11-30); not kept.
 ROW = RowTuning(tile_bytes=16384, bytes_per_thread=64, one_block_max_bytes=32768,
                 one_block_min_bytes=8192, split_programs_per_sm=4, split_min_steps=4,
-                prefetch=False)
+                prefetch=False, finish_in_place=True)
 #: Columns: the former kernel (a [32, 256] bf16 tile, 8 warps stacked over R, a 2-D fp32
 #: accumulator of 32 registers a thread, about 8 programs an SM) ran the [16384, 8192] bf16
 #: column sum at 2.6 TB/s, 0.8x eager. Here 4 warps sit side by side over 2 KiB of each row
@@ -574,6 +582,10 @@ def _row_reduce_kernel(
     EVEN_M: tl.constexpr,      # n_rows % BLOCK_M == 0
     USE_INT64: tl.constexpr,
     PREFETCH: tl.constexpr = False,  # the loop loads its next block before adding this one
+    cnt_ptr=None, fin_ptr=None,      # FINISH: arrival counts a row (zero), the result
+    FINISH: tl.constexpr = False,    # the row's last program reduces its partials
+    NS_POW2: tl.constexpr = 1,       # FINISH: the split count rounded up to a power of 2
+    FIN_MEAN: tl.constexpr = False,  # FINISH: divide the total by n_div
 ):
     pid_m = tl.program_id(0)
     pid_s = tl.program_id(1)
@@ -632,6 +644,30 @@ def _row_reduce_kernel(
         if REDUCE == 1:
             res = res / n_div
     tl.store(out_ptr + rows * os_m + pid_s * os_s, res.to(out_ptr.dtype.element_ty), mask=row_mask)
+    if FINISH:
+        # A split of one row a program (BLOCK_M 1): count this program in once its partial
+        # is stored (the barrier orders every thread's store before the count's release);
+        # the row's last arrival reduces the row's partials in a fixed order, writes the
+        # result and sets the count back to 0 for the next launch.
+        tl.debug_barrier()
+        n_split = tl.num_programs(1)
+        arrived = tl.atomic_add(cnt_ptr + pid_m, 1, sem="acq_rel")
+        if arrived == n_split - 1:
+            k = tl.arange(0, NS_POW2)
+            if USE_INT64:
+                k = k.to(tl.int64)
+            # volatile: bypass L1, which may hold an older copy of the partials' lines
+            if REDUCE == 2:
+                part = tl.load(out_ptr + pid_m * os_m + k * os_s, mask=k < n_split,
+                               other=float("-inf"), volatile=True)
+            else:
+                part = tl.load(out_ptr + pid_m * os_m + k * os_s, mask=k < n_split, other=0.0,
+                               volatile=True)
+            tot = _reduce(part, 0, REDUCE)
+            if FIN_MEAN:
+                tot = tot / n_div
+            tl.store(fin_ptr + pid_m, tot.to(fin_ptr.dtype.element_ty))
+            tl.atomic_xchg(cnt_ptr + pid_m, 0)
 
 
 @triton.jit
@@ -712,15 +748,47 @@ def _col_reduce_kernel(
 
 # -- the launcher -----------------------------------------------------------------------------
 
+#: The most partials a row's last program reduces in place (more: a second launch).
+_FINISH_MAX_SPLIT = 4096
+#: Arrival counts of the in-place finish, by (device, stream): zero between launches (each
+#: row's last program sets its count back), so one buffer serves every launch on a stream,
+#: one after another, with no fill launch.
+_ARRIVALS: dict[tuple, torch.Tensor] = {}
+
+
+def arrival_counts(device: torch.device, n: int) -> torch.Tensor:
+    """At least ``n`` int32 arrival counts, all zero, for a launch on ``device``'s current
+    stream. Kept per stream (launches on one stream run one after another); while a CUDA
+    graph is being captured, a new zeroed buffer (its fill is part of the graph)."""
+    if device.type == "cuda":
+        if torch.cuda.is_current_stream_capturing():
+            return torch.zeros(n, dtype=torch.int32, device=device)
+        key = (device.type, device.index, torch.cuda.current_stream(device).cuda_stream)
+    else:
+        key = (device.type, device.index, 0)
+    buf = _ARRIVALS.get(key)
+    if buf is None or buf.numel() < n:
+        buf = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
+        _ARRIVALS[key] = buf
+    return buf
+
+
 def _max_offset(shape, strides) -> int:
     return sum((n - 1) * abs(s) for n, s in zip(shape, strides) if n > 0)
 
 
 def _row(x, out_flat, lay: Layout, lp: Launch, *, reduce_code, final, cast_ty, acc_ty,
-         os_m, os_s, n_div, use_int64):
+         os_m, os_s, n_div, use_int64, finish=None):
+    """Launch the row kernel; ``finish``: ``(counts, result, mean)`` for a split whose
+    last program a row reduces the partials (``out_flat``) into ``result``."""
     (O, s_o), (I, s_i) = (lay.kept + ((1, 0), (1, 0)))[:2]
     n_rows = O * I
     grid = (triton.cdiv(n_rows, lp.block_m), lp.n_split)
+    extra = {}
+    if finish is not None:
+        counts, result, mean = finish
+        extra = dict(cnt_ptr=counts, fin_ptr=result, FINISH=True,
+                     NS_POW2=triton.next_power_of_2(lp.n_split), FIN_MEAN=mean)
     launch(
         _row_reduce_kernel, grid,
         x, out_flat, n_rows, lay.R, I, s_o, s_i, lay.s_r,
@@ -728,7 +796,7 @@ def _row(x, out_flat, lay: Layout, lp: Launch, *, reduce_code, final, cast_ty, a
         REDUCE=reduce_code, FINAL=final, CAST_TY=cast_ty, ACC_TY=acc_ty,
         HAS_INNER=I > 1, BLOCK_M=lp.block_m, BLOCK_R=lp.block_r, ONE_BLOCK=lp.one_block,
         UNROLL=lp.unroll, EVEN_M=n_rows % lp.block_m == 0, USE_INT64=use_int64,
-        PREFETCH=lp.prefetch and not lp.one_block, num_warps=lp.num_warps,
+        PREFETCH=lp.prefetch and not lp.one_block, num_warps=lp.num_warps, **extra,
     )
 
 
@@ -769,7 +837,8 @@ def reduction_triton(x: torch.Tensor, out: torch.Tensor, axes: tuple[int, ...], 
     distinct, non-negative; see :func:`normalize_axes`). `out`: contiguous, with the
     reduced shape (keepdim or not: only its element count and order matter) and the result
     dtype (sum/mean: any supported dtype, the input cast to it first; amax: x's dtype).
-    No host sync; a split allocates a small workspace. `num_splits` and `force_int64` are
+    No host sync; a split allocates a small workspace (a row split also the stream's arrival
+    counts, once: :func:`arrival_counts`). `num_splits` and `force_int64` are
     for tests: they force a split count and 64-bit offsets; `tuning` replaces
     :data:`TUNING` (the sweep's candidates).
     """
@@ -830,7 +899,12 @@ def reduction_triton(x: torch.Tensor, out: torch.Tensor, axes: tuple[int, ...], 
     ws = torch.empty(n_out * lp.n_split, dtype=acc, device=x.device)
     sms = _sm_count(x.device.index if x.is_cuda else None)
     big2 = force_int64 or 2 * n_out * lp.n_split > _INT32_LIMIT
-    if lp.kind == "row":
+    if lp.kind == "row" and tuning.row.finish_in_place and lp.n_split <= _FINISH_MAX_SPLIT:
+        # Partials laid out [n_out, n_split], reduced by each row's last program.
+        _row(x, ws, lay, lp, reduce_code=partial_code, final=False, cast_ty=cast_ty,
+             acc_ty=acc_ty, os_m=lp.n_split, os_s=1, n_div=R_total, use_int64=big or big2,
+             finish=(arrival_counts(x.device, n_out), out_flat, reduction == "mean"))
+    elif lp.kind == "row":
         # Partials laid out [n_out, n_split]: stage 2 is a row reduction over contiguous rows.
         _row(x, ws, lay, lp, reduce_code=partial_code, final=False, cast_ty=cast_ty,
              acc_ty=acc_ty, os_m=lp.n_split, os_s=1, n_div=R_total, use_int64=big)

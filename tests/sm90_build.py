@@ -15,6 +15,7 @@ Importing this module imports neither triton nor torch; `build` imports triton w
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -60,14 +61,23 @@ def pointers(fn, element_type: str) -> dict:
 def specialise(fn, args: dict, constexprs: dict):
     """`(signature, constexprs, attrs)` for `ASTSource`, as Triton's launcher specialises `fn`.
 
-    Each argument named in `constexprs` is a constant. Any other takes its value from `args`:
+    Each argument named in `constexprs` is a constant; one left out of both takes its
+    default (a constant where it is a constexpr or None). Any other takes its value from `args`:
     a string is its Triton type (`"*bf16"`, `"fp32"`, `"tensordesc<...>"`), pointers 16-byte
     aligned; a torch tensor is a 16-byte aligned pointer to its dtype; a float is `fp32`; an
     integer equal to 1 becomes the constant 1, any other is `i32` (`i64` from 2**31 on),
     16-divisible where it is a multiple of 16. The `constexprs` returned are a copy with the
     constants that specialisation added."""
     sig, attrs, cexpr = {}, {}, dict(constexprs)
+    defaults = {n: p.default for n, p in inspect.signature(fn.fn).parameters.items()
+                if p.default is not inspect.Parameter.empty}
     for i, name in enumerate(fn.arg_names):
+        if name not in cexpr and name not in args and name in defaults:
+            # an argument with a default, left out as a launch may leave it
+            if defaults[name] is None or i in fn.constexprs:
+                cexpr[name] = defaults[name]
+            else:
+                args = dict(args, **{name: defaults[name]})
         if name in cexpr:
             sig[name] = "constexpr"
             continue

@@ -15,9 +15,11 @@ import math
 import pytest
 import torch
 
+import opspec.kernels.reduction as K
 from opspec.kernels.devices import TRITON_INTERPRETED
+from opspec.kernels.launch import recording
 from opspec.kernels.reduction import (
-    REDUCTIONS, Layout, collapse, normalize_axes, plan_launch, reduced_shape,
+    REDUCTIONS, Layout, arrival_counts, collapse, normalize_axes, plan_launch, reduced_shape,
     reduction_reference, reduction_triton,
 )
 from opspec.kernels.reduction_impl import ReductionCall, ReductionReferenceKernel
@@ -159,7 +161,10 @@ import sm90_build as sm90
 
 def build(fn, args, kw):
     num_warps = kw.pop("num_warps")
-    k = sm90.build(fn, dict(zip(fn.arg_names, args)), kw, num_warps)
+    named = dict(zip(fn.arg_names, args))
+    for name in [n for n, v in kw.items() if isinstance(v, torch.Tensor)]:
+        named[name] = kw.pop(name)   # tensors passed by keyword (the finish's counts, result)
+    k = sm90.build(fn, named, kw, num_warps)
     return {"ld": k.loads, "local": k.local, "in_flight": k.loads_in_flight(),
             "loop": k.constexprs["ONE_BLOCK"] is False, "bar": k.sass.count("BAR.SYNC")}
 
@@ -210,11 +215,13 @@ def test_kernels_build_for_sm90_with_loads_in_flight():
     from sm90_build import run_script
 
     built = run_script(_COMPILE_SCRIPT)
-    assert len(built) == 11, sorted(built)
+    # one launch a case, but the column splits' second stage (the whole-tensor splits
+    # reduce their partials in place)
+    assert sorted(built) == ["col-amax-fp32/0", "col-amax-fp32/1", "col/0", "col/1",
+                             "row-4096/0", "row-7168-amax/0", "row-vocab/0", "whole-fp32/0",
+                             "whole/0"], sorted(built)
     for name, k in built.items():
         assert k["local"] == 0, (name, k)
-        if name in ("whole/1", "whole-fp32/1"):
-            continue  # the second stage: one row of ~500 partials, not a multiple of 4
         assert set(k["ld"]) == {"ld.global.v4.b32"}, (name, k)
         assert k["in_flight"] >= 4, (name, k)
     assert built["row-vocab/0"]["loop"] and built["col/0"]["loop"] and built["whole/0"]["loop"]
@@ -260,6 +267,27 @@ def test_two_stage_split(reduction):
     _check(_x(9, 70, 33, seed=3), 1, reduction, num_splits=2)  # [outer, R, inner] split
     # two kept dimensions that do not merge, the reduced one innermost: the looped row kernel
     _check(_x(3, 8, 3000, dtype=torch.bfloat16, seed=13)[:, :4, :], -1, reduction, num_splits=2)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_split_finished_in_place_or_by_a_second_launch(reduction):
+    """A row split's partials reduced by each row's last program (the table: one launch)
+    or by a second launch (``finish_in_place`` off): the same results, and the arrival
+    counts back at zero after every launch, so the next launch on the stream reuses them."""
+    x = _x(5, 20000, seed=14)    # rows of 5 blocks of 4096
+    x[3, 9000] = math.nan if reduction == "amax" else x[3, 9000]   # a NaN through the finish
+    two = K.TUNING._replace(row=K.ROW._replace(finish_in_place=False))
+    for dim, splits in ((None, 6), (1, 3), (1, 5)):
+        with recording() as one_launch:
+            got = _check(x, dim, reduction, num_splits=splits)
+        with recording() as two_launches:
+            again = _check(x, dim, reduction, num_splits=splits, tuning=two)
+        assert [k for k, *_ in one_launch] == [K._row_reduce_kernel]
+        assert [k for k, *_ in two_launches] == [K._row_reduce_kernel] * 2
+        torch.testing.assert_close(got, again, rtol=1e-6, atol=1e-6, equal_nan=True)
+        assert not arrival_counts(x.device, 5).any()
+    if reduction == "amax":
+        assert math.isnan(_check(x, 1, reduction, num_splits=3)[3])
 
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)
