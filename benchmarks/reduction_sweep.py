@@ -75,6 +75,9 @@ ROWS = [
      "bfloat16", 0.5),
     ("amax llama3-70b-fp8-tensor bf16 (control)", "amax", (32768, 8192), dict(dim=None),
      "bfloat16", 0.5),
+    ("amax llama3-8b-decode-tensor bf16", "amax", (16, 4096), dict(dim=None), "bfloat16", 0.3),
+    ("mean llama3-logits-decode bf16", "mean", (32, 1, 128256), dict(dim=-1), "bfloat16", 0.3),
+    ("sum llama3-8b-decode-full f32", "sum", (128, 4096), dict(dim=None), "float32", 0.3),
 ]
 
 SMOKE_SHAPES = {  # tiny stand-ins, same layouts (the interpreter runs every program in numpy)
@@ -82,7 +85,8 @@ SMOKE_SHAPES = {  # tiny stand-ins, same layouts (the interpreter runs every pro
     (64, 32, 4096): (8, 3, 40), (16, 150, 128, 128): (2, 11, 4, 6), (1, 4800, 4800): (1, 1200, 36),
     (8192, 7168): (5, 700), (4096, 7168): (3, 7 * 256), (8192, 3584): (4, 3 * 256),
     (8192, 14336): (9, 1200), (4096, 4096): (6, 300),
-    (32768, 8192): (7, 900),
+    (32768, 8192): (7, 900), (16, 4096): (4, 300), (32, 1, 128256): (3, 1, 900),
+    (128, 4096): (8, 300),
 }
 
 # -- variants -----------------------------------------------------------------------------------

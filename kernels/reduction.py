@@ -528,9 +528,13 @@ def _step(acc, v, REDUCE: tl.constexpr, CAST_TY: tl.constexpr, ACC_TY: tl.conste
 @triton.jit
 def _block_stride(s_r, BLOCK_R: tl.constexpr, USE_INT64: tl.constexpr):
     """BLOCK_R * s_r, in int64 when offsets may pass 2**31."""
+    # One return: Triton types every return of a function, a constexpr branch's too
+    # (int64 and int32 returns failed to compile; the interpreter does not check).
     if USE_INT64:
-        return (tl.zeros([], tl.int64) + s_r) * BLOCK_R
-    return s_r * BLOCK_R
+        stride = (tl.zeros([], tl.int64) + s_r) * BLOCK_R
+    else:
+        stride = s_r * BLOCK_R
+    return stride
 
 
 @triton.jit
