@@ -178,6 +178,10 @@ class Tuning(NamedTuple):
 #: 16-byte vector a thread and piece) ran the amax of [8192, 7168] rows in 37.5 us, as the
 #: padded block does (compile 36.8), and the [8192, 3584] sum in 22.4 against 22.2 (H200,
 #: benchmarks/reduction_sweep.py, 2026-11-30); not kept.
+#: A row split finished in place by each row's last program, against a second launch
+#: (H200, benchmarks/reduction_sweep.py, 2026-12-01, side by side): amax of [8192, 7168]
+#: bf16 40.9 against 41.9 us, of [32768, 8192] 134.8 / 135.5, of [16, 4096] 6.5 / 7.1; mean
+#: of [32, 1, 128256] bf16 rows 9.2 / 10.3; sum of [128, 4096] fp32 7.1 / 7.6.
 ROW = RowTuning(tile_bytes=16384, bytes_per_thread=64, one_block_max_bytes=32768,
                 one_block_min_bytes=8192, split_programs_per_sm=4, split_min_steps=4,
                 prefetch=False, finish_in_place=True)
