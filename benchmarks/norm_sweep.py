@@ -58,6 +58,10 @@ ROWS = [
     # controls: RMSNorm must not regress (its kernel is unchanged by the LayerNorm variants)
     ("rms", "rms-dsv3-prefill-bfloat16", 8192, 7168, "bf16", 1e-6, True, False),
     ("rms", "rms-qwen2.5-7b-prefill-float32", 8192, 3584, "f32", 1e-6, True, False),
+    # RMSNorm rows torch.compile ran faster (bench, 2026-12-01)
+    ("rms", "rms-llama3-70b-prefill-16k-bfloat16", 16384, 8192, "bf16", 1e-5, True, False),
+    ("rms", "rms-no-weight-4096-float32", 8192, 4096, "f32", 1e-6, False, False),
+    ("rms", "rms-dsv3-kv-a-norm-bfloat16", 16384, 512, "bf16", 1e-6, True, False),
 ]
 SMOKE_ROWS = [
     ("layer", "smoke-layer-rows", 40, 100, "bf16", 1e-5, True, True),

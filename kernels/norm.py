@@ -151,6 +151,10 @@ class NormTuning(NamedTuple):
     #: the row from L2. 0: off. Few registers a thread, so many programs an SM.
     reread_block: int = 0
     reread_warps: int = 16
+    #: ... and, for RMSNorm without a residual, of inputs of at least
+    #: ``rms_reread_min_in_bytes`` bytes an element, chunks of ``rms_reread_block`` (0: off).
+    rms_reread_block: int = 2048
+    rms_reread_min_in_bytes: int = 4
     #: The stream kernel: a persistent grid of ``stream_programs_per_sm`` programs an SM,
     #: each row read twice in chunks of ``stream_chunk_bytes`` at ``stream_warps`` (the
     #: second read from L2), the next row's loads in flight through the statistics. It
@@ -202,6 +206,11 @@ class NormTuning(NamedTuple):
 #:   Welford update an element). A second run of the first sweep's variants: dsv3 3.59 ->
 #:   3.64, command-r 3.28 -> 3.41 (both capped at 64 registers; command-r was 3.40 -> 3.36
 #:   capped in the first run), dit-xl 3.68 -> 3.56 capped: the cap stays off.
+#: * rms_reread: RMSNorm of float32 rows re-read (chunks of 2048 at 16 warps) on large
+#:   grids (H200, norm_sweep.py, 2026-12-01): qwen2.5 [8192, 3584] 3.73 -> 3.94 TB/s, no
+#:   weight [8192, 4096] 3.79 -> 4.03 (torch.compile 4.06). bfloat16 rows keep registers
+#:   (70B [16384, 8192]: re-read 3.90 against 3.83, 16 a thread 3.96; dsv3 7168: the table
+#:   best; kv-a [16384, 512]: re-read 0.63, 16 a thread 2.79 against 2.52).
 #: * stream: LayerNorm of [2048, 32768] bf16 held one row per SM in registers (32 warps,
 #:   64 registers) ran at 2.82 TB/s; ncu: 57 % of DRAM peak, 32 of 64 warps, the row's
 #:   loads idle while it is reduced and written. The stream kernel, side by side on the
@@ -777,11 +786,13 @@ def _cdiv(a: int, b: int) -> int:
 @functools.lru_cache(maxsize=4096)
 def norm_config(M: int, N: int, *, max_register_block: int = MAX_REGISTER_BLOCK,
                 loop_block: int = _LOOP_BLOCK, tuning: NormTuning = TUNING,
-                coop: bool = True, stream: bool = True, in_bytes: int = 4) -> NormConfig:
+                coop: bool = True, stream: bool = True, in_bytes: int = 4,
+                rms: bool = False) -> NormConfig:
     """The launch for ``M`` rows of ``N`` elements of ``in_bytes`` bytes under ``tuning``
-    (the element size decides only the stream kernel's rows and chunk: the math is float32
-    whatever the input dtype). Memoised: a call costs a dict lookup. ``coop=False`` and
-    ``stream=False`` leave those kernels out (calls they cannot serve).
+    (the element size decides only the stream kernel's rows and chunk and RMSNorm's
+    re-read: the math is float32 whatever the input dtype). Memoised: a call costs a dict
+    lookup. ``coop=False`` and ``stream=False`` leave those kernels out (calls they cannot
+    serve); ``rms``: an RMSNorm without a residual (``tuning.rms_reread_block``).
 
     With ``tuning.coop_min_block`` set, rows of ``next_power_of_2(N) >= coop_min_block``
     cut into at most ``coop_max_chunks`` chunks of ``coop_block``, on grids of at least
@@ -827,8 +838,11 @@ def norm_config(M: int, N: int, *, max_register_block: int = MAX_REGISTER_BLOCK,
         block = min(loop_block, block_n)
         return NormConfig(True, 1, 1, block, max(1, min(8, block // (32 * 8))))
     target = t.programs_per_sm * _SMS
-    if t.reread_block and M >= target:
-        block = min(_next_pow2(t.reread_block), block_n)
+    reread = t.reread_block
+    if rms and t.rms_reread_block and in_bytes >= t.rms_reread_min_in_bytes:
+        reread = t.rms_reread_block
+    if reread and M >= target:
+        block = min(_next_pow2(reread), block_n)
         return NormConfig(True, 1, 1, block, max(1, min(32, t.reread_warps)))
     rows = max(1, t.min_tile // block_n)
     rows = min(rows, _next_pow2(max(M, 1)))
@@ -925,14 +939,17 @@ def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
         sb = b.stride(0)
 
     tun = TUNING if tuning is None else tuning
+    plain_rms = rms and rv is None
     cfg = config if config is not None else norm_config(R, N, tuning=tun,
-                                                        in_bytes=x.element_size())
+                                                        in_bytes=x.element_size(),
+                                                        rms=plain_rms)
     if cfg.chunks and (rv is not None or _shares_storage(xv, ov)):
         # coop's fallback re-reads the row: not when this call writes over its input
         if config is not None:
             raise ValueError("the coop kernel reads the input while it writes the output: "
                              "it takes neither a residual nor an output over the input")
-        cfg = norm_config(R, N, tuning=tun, coop=False, in_bytes=x.element_size())
+        cfg = norm_config(R, N, tuning=tun, coop=False, in_bytes=x.element_size(),
+                          rms=plain_rms)
     if cfg.stream and rv is not None:
         # the stream kernel has no residual add (its second read would see the sum)
         if config is not None:

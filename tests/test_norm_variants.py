@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from opspec.kernels import norm as K
+from opspec.kernels.launch import recording
 from opspec.kernels.norm import (
     TUNING, NormConfig, layer_norm_reference, norm_config, norm_fwd_triton, rms_norm_reference,
 )
@@ -225,6 +226,40 @@ def test_reread_config_choice():
     assert norm_config(8192, 1000, tuning=on) == (True, 1, 1, 1024, 16, 0, 0)  # the row's block
     assert not norm_config(64, 3584, tuning=on).looped                     # a small grid
     assert norm_config(8192, 3584, tuning=on._replace(reread_warps=8)).num_warps == 8
+
+
+def test_rms_reread_of_float32_rows():
+    # The table: RMSNorm (no residual) of float32 rows on large grids re-reads them in
+    # chunks of 2048 at 16 warps; 16-bit rows, LayerNorm and small grids keep registers
+    assert norm_config(8192, 3584, in_bytes=4, rms=True) == (True, 1, 1, 2048, 16, 0, 0)
+    assert not norm_config(8192, 3584, in_bytes=2, rms=True).looped
+    assert not norm_config(8192, 3584, in_bytes=4).looped
+    assert not norm_config(64, 3584, in_bytes=4, rms=True).looped
+    assert not norm_config(8192, 3584, in_bytes=4, rms=True,
+                           tuning=TUNING._replace(rms_reread_block=0)).looped
+    # through the launcher: which kernel each call takes (chunks of 128 here, so that a
+    # 600 x 300 grid is large and its rows are three chunks)
+    tun = TUNING._replace(rms_reread_block=128, reread_warps=4)
+    x = _randn(600, 300, dtype=torch.float32, scale=2.0, shift=3.0)
+    w = _randn(300, dtype=torch.float32, seed=1)
+    out = torch.empty_like(x)
+    with recording() as launches:
+        norm_fwd_triton(x, out, 300, 1e-6, rms=True, weight=w, tuning=tun)
+    assert [k for k, *_ in launches] == [K._norm_fwd_looped_kernel]
+    _close(out, rms_norm_reference(x, (300,), w, 1e-6), torch.float32)
+    xb = x.bfloat16()
+    with recording() as launches:
+        norm_fwd_triton(xb, torch.empty_like(xb), 300, 1e-6, rms=True, weight=w.bfloat16(),
+                        tuning=tun)
+    assert [k for k, *_ in launches] == [K._norm_fwd_rows_kernel]
+    r = _randn(600, 300, dtype=torch.float32, seed=3)
+    want_y, want_s = K.fused_add_rms_norm_reference(x, r, w, 1e-6)
+    xf, rf = x.clone(), r.clone()
+    with recording() as launches:
+        norm_fwd_triton(xf, xf, 300, 1e-6, rms=True, weight=w, residual=rf, tuning=tun)
+    assert [k for k, *_ in launches] == [K._norm_fwd_rows_kernel]   # the fused add keeps registers
+    _close(xf, want_y, torch.float32)
+    _close(rf, want_s, torch.float32)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
