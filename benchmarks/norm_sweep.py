@@ -62,6 +62,9 @@ ROWS = [
     ("rms", "rms-llama3-70b-prefill-16k-bfloat16", 16384, 8192, "bf16", 1e-5, True, False),
     ("rms", "rms-no-weight-4096-float32", 8192, 4096, "f32", 1e-6, False, False),
     ("rms", "rms-dsv3-kv-a-norm-bfloat16", 16384, 512, "bf16", 1e-6, True, False),
+    ("rms", "rms-llama3-8b-prefill-bfloat16", 4096, 4096, "bf16", 1e-5, True, False),
+    ("rms", "rms-qwen2.5-7b-prefill-bfloat16", 8192, 3584, "bf16", 1e-6, True, False),
+    ("rms", "rms-qwen3-8b-q-norm-bfloat16", 4096 * 32, 128, "bf16", 1e-6, True, False),
 ]
 SMOKE_ROWS = [
     ("layer", "smoke-layer-rows", 40, 100, "bf16", 1e-5, True, True),

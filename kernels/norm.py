@@ -155,6 +155,8 @@ class NormTuning(NamedTuple):
     #: ``rms_reread_min_in_bytes`` bytes an element, chunks of ``rms_reread_block`` (0: off).
     rms_reread_block: int = 2048
     rms_reread_min_in_bytes: int = 4
+    #: RMSNorm without a residual: ``per_thread_large`` for it.
+    rms_per_thread_large: int = 16
     #: The stream kernel: a persistent grid of ``stream_programs_per_sm`` programs an SM,
     #: each row read twice in chunks of ``stream_chunk_bytes`` at ``stream_warps`` (the
     #: second read from L2), the next row's loads in flight through the statistics. It
@@ -211,6 +213,10 @@ class NormTuning(NamedTuple):
 #:   weight [8192, 4096] 3.79 -> 4.03 (torch.compile 4.06). bfloat16 rows keep registers
 #:   (70B [16384, 8192]: re-read 3.90 against 3.83, 16 a thread 3.96; dsv3 7168: the table
 #:   best; kv-a [16384, 512]: re-read 0.63, 16 a thread 2.79 against 2.52).
+#: * rms_per_thread_large 16 (bf16 RMSNorm, same day, us, 32 -> 16 a thread): 70B [16384,
+#:   8192] 140.6 -> 136.0, kv-a [16384, 512] 13.3 -> 12.1, qwen3 q-norm [131072, 128] 22.0
+#:   -> 20.3, qwen2.5 [8192, 3584] 33.5 -> 32.8, dsv3 [8192, 7168] 63.3 -> 63.2, Llama-3-8B
+#:   [4096, 4096] 20.8 -> 20.7: none slower. LayerNorm and the fused add keep 32.
 #: * stream: LayerNorm of [2048, 32768] bf16 held one row per SM in registers (32 warps,
 #:   64 registers) ran at 2.82 TB/s; ncu: 57 % of DRAM peak, 32 of 64 warps, the row's
 #:   loads idle while it is reduced and written. The stream kernel, side by side on the
@@ -792,7 +798,8 @@ def norm_config(M: int, N: int, *, max_register_block: int = MAX_REGISTER_BLOCK,
     (the element size decides only the stream kernel's rows and chunk and RMSNorm's
     re-read: the math is float32 whatever the input dtype). Memoised: a call costs a dict
     lookup. ``coop=False`` and ``stream=False`` leave those kernels out (calls they cannot
-    serve); ``rms``: an RMSNorm without a residual (``tuning.rms_reread_block``).
+    serve); ``rms``: an RMSNorm without a residual (``tuning.rms_reread_block`` and
+    ``rms_per_thread_large``).
 
     With ``tuning.coop_min_block`` set, rows of ``next_power_of_2(N) >= coop_min_block``
     cut into at most ``coop_max_chunks`` chunks of ``coop_block``, on grids of at least
@@ -807,10 +814,11 @@ def norm_config(M: int, N: int, *, max_register_block: int = MAX_REGISTER_BLOCK,
     hold under ``programs_per_sm * 132`` programs. The warp count sets the elements each
     thread holds:
 
-    * a large grid (``>= 4 * 132`` programs): 32 elements a thread. HBM is kept busy by the
-      rows in flight, and those are bounded by the registers of an SM: compiled for sm_90,
-      a bfloat16 RMSNorm of 8192 takes 64 registers with 8 warps (4 programs, 64 KiB of
-      rows in flight per SM) against 37 with 16 warps (3 programs, 48 KiB);
+    * a large grid (``>= 4 * 132`` programs): 32 elements a thread (16 for RMSNorm, which
+      measured faster so). HBM is kept busy by the rows in flight, and those are bounded by
+      the registers of an SM: compiled for sm_90, a bfloat16 RMSNorm of 8192 takes 64
+      registers with 8 warps (4 programs, 64 KiB of rows in flight per SM) against 37 with
+      16 warps (3 programs, 48 KiB);
     * a smaller grid: 16 elements a thread, and 8 under one program per SM (decode), so
       that the few programs finish sooner;
 
@@ -849,7 +857,8 @@ def norm_config(M: int, N: int, *, max_register_block: int = MAX_REGISTER_BLOCK,
     while rows > 1 and _cdiv(M, rows) < target:
         rows //= 2
     programs = _cdiv(M, rows)
-    per_thread = (t.per_thread_large if programs >= target
+    large = t.rms_per_thread_large if rms else t.per_thread_large
+    per_thread = (large if programs >= target
                   else t.per_thread_mid if programs >= _SMS else t.per_thread_small)
     num_warps = max(1, min(32, rows * block_n // (32 * per_thread)))
     return NormConfig(False, rows, 1, block_n, num_warps)

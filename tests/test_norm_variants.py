@@ -228,6 +228,15 @@ def test_reread_config_choice():
     assert norm_config(8192, 3584, tuning=on._replace(reread_warps=8)).num_warps == 8
 
 
+def test_rms_norm_holds_16_a_thread_on_large_grids():
+    # RMSNorm (no residual) on large grids: 16 elements a thread; LayerNorm keeps 32
+    assert norm_config(16384, 8192, in_bytes=2, rms=True) == (False, 1, 1, 8192, 16, 0, 0)
+    assert norm_config(16384, 8192, in_bytes=2) == (False, 1, 1, 8192, 8, 0, 0)
+    assert norm_config(131072, 128, in_bytes=2, rms=True) == (False, 32, 1, 128, 8, 0, 0)
+    assert norm_config(16384, 512, in_bytes=2, rms=True).num_warps == 8      # 8 rows a tile
+    assert norm_config(200, 8192, in_bytes=2, rms=True).num_warps == 16      # a mid grid
+
+
 def test_rms_reread_of_float32_rows():
     # The table: RMSNorm (no residual) of float32 rows on large grids re-reads them in
     # chunks of 2048 at 16 warps; 16-bit rows, LayerNorm and small grids keep registers
