@@ -224,15 +224,6 @@ def layouts() -> None:
 
 
 @triton.jit
-def _ld_v4(ptrs):
-    # 4 consecutive int32 words a lane (pack 4: the first element's address), loaded in the
-    # tile's own layout by asm, which Triton's pipeliner leaves alone
-    return tl.inline_asm_elementwise("ld.global.v4.b32 {$0, $1, $2, $3}, [$4];",
-                                     "=r,=r,=r,=r,l,l,l,l", [ptrs.to(tl.int64, bitcast=True)],
-                                     tl.int32, True, 4)
-
-
-@triton.jit
 def _ablate_kernel(x_ptr, w_ptr, s_ptr, z_ptr, out_ptr, N, STEPS,
                    stride_wn, stride_sn, stride_sg, stride_zn, stride_zg,
                    WR: tl.constexpr, KS: tl.constexpr, STEP_G: tl.constexpr, BIAS: tl.constexpr,
@@ -265,10 +256,10 @@ def _ablate_kernel(x_ptr, w_ptr, s_ptr, z_ptr, out_ptr, N, STEPS,
     for i in tl.range(0, n_steps, num_stages=STAGES):
         words = tl.load(w_ptrs + i * 16, eviction_policy="evict_first")
         if DO_X and X_ASM:   # loads Triton does not pipeline: x stays out of shared memory
-            x0 = _ld_v4(x_ptrs + i * 64)
-            x1 = _ld_v4(x_ptrs + (i * 64 + 4))
-            x2 = _ld_v4(x_ptrs + (i * 64 + 8))
-            x3 = _ld_v4(x_ptrs + (i * 64 + 12))
+            x0 = Q._ld_x4(x_ptrs + i * 64)
+            x1 = Q._ld_x4(x_ptrs + (i * 64 + 4))
+            x2 = Q._ld_x4(x_ptrs + (i * 64 + 8))
+            x3 = Q._ld_x4(x_ptrs + (i * 64 + 12))
         elif DO_X and X_MASK:   # as the kernel: the second row of a lane's pair loads none
             x0 = tl.load(x_ptrs + i * 64, mask=h == 0, other=0)
             x1 = tl.load(x_ptrs + (i * 64 + 4), mask=h == 0, other=0)
@@ -465,10 +456,10 @@ def _tc_tma_kernel(x_ptr, w_desc, s_ptr, z_ptr, out_ptr, M, N, STEPS,
         words = w_desc.load([pid_n * R, i * 16])
         # x by asm, which the pipeliner leaves out of shared memory (every row's lanes
         # read their token's words; the asm uses the first row's)
-        x0 = _ld_v4(x_ptrs + i * 64)
-        x1 = _ld_v4(x_ptrs + (i * 64 + 4))
-        x2 = _ld_v4(x_ptrs + (i * 64 + 8))
-        x3 = _ld_v4(x_ptrs + (i * 64 + 12))
+        x0 = Q._ld_x4(x_ptrs + i * 64)
+        x1 = Q._ld_x4(x_ptrs + (i * 64 + 4))
+        x2 = Q._ld_x4(x_ptrs + (i * 64 + 8))
+        x3 = Q._ld_x4(x_ptrs + (i * 64 + 12))
         s = Q._tc_scale(s_ptrs + i // STEP_G * stride_sg, one, False, False, LD, LD_CONS,
                         LDM, LDM_CONS)
         z = Q._tc_scale(z_ptrs + i // STEP_G * stride_zg, one, False, False, LD, LD_CONS,

@@ -18,9 +18,9 @@ plain Python from ``N`` and ``R``, with no autotuning at call time:
   is read once and written once; the statistics are summed in float32 across the
   program's warps, LayerNorm's variance from the centred row in registers. The weight and
   bias are loaded once per program, before the rows, so that their latency overlaps the
-  row loads. ``num_warps`` sets the elements each thread holds: 32 on large grids, where
-  the rows in flight per SM (bounded by its registers) keep HBM busy, fewer on decode
-  grids (see :func:`norm_config`). Triton specialises a unit column stride and sizes that
+  row loads. ``num_warps`` sets the elements each thread holds: 32 on large grids (16
+  for RMSNorm), where the rows in flight per SM (bounded by its registers) keep HBM busy,
+  fewer on decode grids (see :func:`norm_config`). Triton specialises a unit column stride and sizes that
   are multiples of 16, so contiguous rows load and store as 128-bit vectors.
 * **stream** (rows longer than the register block, and 16-bit rows of 16385 to 32768
   elements on grids of a row per SM or more): a persistent grid of one program of 32
@@ -28,8 +28,9 @@ plain Python from ``N`` and ``R``, with no autotuning at call time:
   about the row's first element for LayerNorm, with an exact pass where they would lose
   precision) and once from L2 to write; the next row's first chunk is loaded before the
   statistics are reduced, so HBM reads go on through the reductions and the writes.
-* **a looped row** (longer rows with the fused residual add): one program per row walks
-  it in 4096-element chunks, once for the statistics (the sum of squares; for LayerNorm a
+* **a looped row** (longer rows with the fused residual add; and RMSNorm's float32 rows
+  on large grids, in 2048-element chunks at 16 warps, as Inductor's kernels take them):
+  one program per row walks it in 4096-element chunks, once for the statistics (the sum of squares; for LayerNorm a
   per-lane Welford mean and sum of squared deviations, merged at the end, which stays
   accurate when the mean is large) and once to write the result, re-reading the row
   mostly from L2.

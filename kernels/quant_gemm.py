@@ -1154,6 +1154,29 @@ def _tc_coords(WR: tl.constexpr, KS: tl.constexpr):
 
 
 @triton.jit
+def _tc_tile(pid_n, N, M, WR: tl.constexpr, KS: tl.constexpr, NT: tl.constexpr,
+             USE_INT64: tl.constexpr):
+    # What both tensor-core kernels derive from the tile's coordinates (_tc_coords) for
+    # program pid_n of 16 WR rows: each row's weight row (rows; rows_c wrapped into [0, N)
+    # for loads), the tokens of a lane's x words (tok; tok2 for a second token tile), each
+    # element's token m and whether its column holds one (tmask); int64 where asked.
+    g, h, wr, ks, col, t, j = _tc_coords(WR, KS)
+    rows = pid_n * (16 * WR) + (h * WR + wr) * 8 + g                # [R, 1]
+    rows_c = rows % N
+    tok = g % M
+    tok2 = (g + 8) % M
+    m = 2 * t + (j % 2) + 8 * (j // 2)                              # the element's token
+    tmask = j < 2 * NT
+    if USE_INT64:
+        rows = rows.to(tl.int64)
+        rows_c = rows_c.to(tl.int64)
+        tok = tok.to(tl.int64)
+        tok2 = tok2.to(tl.int64)
+        m = m.to(tl.int64)
+    return h, ks, col, t, j, rows, rows_c, tok, tok2, m, tmask
+
+
+@triton.jit
 def _w4a16_tc_kernel(
     x_ptr, xt_ptr, w_ptr, s_ptr, z_ptr, out_ptr,
     M, N, STEPS, STEPS_PER_SPLIT,
@@ -1178,17 +1201,8 @@ def _w4a16_tc_kernel(
     BLOCK_N: tl.constexpr = 16 * WR
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
-    g, h, wr, ks, col, t, j = _tc_coords(WR, KS)
-    rows = pid_n * BLOCK_N + (h * WR + wr) * 8 + g                  # [R, 1]
-    rows_c = rows % N
-    tok = g % M
-    tok2 = (g + 8) % M
-    m = 2 * t + (j % 2) + 8 * (j // 2)                              # the element's token
-    tmask = j < 2 * NT
-    if USE_INT64:
-        rows_c = rows_c.to(tl.int64)
-        tok = tok.to(tl.int64)
-        tok2 = tok2.to(tl.int64)
+    h, ks, col, t, j, rows, rows_c, tok, tok2, m, tmask = _tc_tile(pid_n, N, M, WR, KS, NT,
+                                                                   USE_INT64)
     s_begin = pid_k * STEPS_PER_SPLIT
     n_steps = tl.minimum(STEPS_PER_SPLIT, STEPS - s_begin)
     Q = n_steps // KS
@@ -1226,8 +1240,6 @@ def _w4a16_tc_kernel(
         plane = pid_k * KS + ks
         if USE_INT64:
             plane = plane.to(tl.int64)
-            m = m.to(tl.int64)
-            rows = rows.to(tl.int64)
         optr = out_ptr + plane * stride_os + m * stride_om + rows * stride_on
         _tc_store_f32(optr, acc, tmask & (m < M) & (rows < N), EMULATE)
     else:
@@ -1276,19 +1288,8 @@ def _w4a16_tc_tma_kernel(
     # out. Rows past N: the box reads zeros, the store is masked.
     R: tl.constexpr = 16 * W
     pid_n = tl.program_id(0)
-    g, h, wr, ks, col, t, j = _tc_coords(W, 1)
-    rows = pid_n * R + (h * W + wr) * 8 + g                         # [R, 1]
-    rows_c = rows % N
-    tok = g % M
-    tok2 = (g + 8) % M
-    m = 2 * t + (j % 2) + 8 * (j // 2)                              # the element's token
-    tmask = j < 2 * NT
-    if USE_INT64:
-        rows = rows.to(tl.int64)
-        rows_c = rows_c.to(tl.int64)
-        tok = tok.to(tl.int64)
-        tok2 = tok2.to(tl.int64)
-        m = m.to(tl.int64)
+    h, ks, col, t, j, rows, rows_c, tok, tok2, m, tmask = _tc_tile(pid_n, N, M, W, 1, NT,
+                                                                   USE_INT64)
     xcol = tl.max_contiguous(tl.multiple_of(16 * t + j, [1, 4]), [1, 4])
     x_ptrs = x_ptr + tok * stride_xm + xcol
     y_ptrs = x_ptr + tok2 * stride_xm + xcol

@@ -667,6 +667,35 @@ def _strided_tile_kernel(x_ptr, out_ptr, N, inner, n_iblk, sxo, sxn, sxi, soo, s
 
 
 @triton.jit
+def _chunk(o, c, ib, N, inner, BLOCK_N: tl.constexpr, BLOCK_I: tl.constexpr,
+           USE_INT64: tl.constexpr):
+    # Chunk c of strip ib of outer index o: its rows and columns, the columns' mask and the
+    # chunk's (int64 where asked).
+    rn = c * BLOCK_N + tl.arange(0, BLOCK_N)
+    icols = ib * BLOCK_I + tl.arange(0, BLOCK_I)
+    if USE_INT64:
+        o = o.to(tl.int64)
+        rn = rn.to(tl.int64)
+        icols = icols.to(tl.int64)
+    imask = icols < inner
+    return o, rn, icols, imask, (rn < N)[:, None] & imask[None, :]
+
+
+@triton.jit
+def _strip_stats(ws_ptr, ws_s, o, C, inner, icols, imask, C_POW2: tl.constexpr,
+                 VOLATILE: tl.constexpr):
+    # The columns' max and sum of exp over a strip's C chunks, from the chunks' partials in
+    # ws [outer, C, inner] (maxima at ws_ptr, sums at ws_s).
+    k = tl.arange(0, C_POW2)
+    pw = (o * C + k)[:, None] * inner + icols[None, :]
+    pmask = (k < C)[:, None] & imask[None, :]
+    pm = tl.load(ws_ptr + pw, mask=pmask, other=_NEG_BIG, volatile=VOLATILE)
+    ps = tl.load(ws_s + pw, mask=pmask, other=0.0, volatile=VOLATILE)
+    m = tl.max(pm, axis=0)
+    return m, tl.sum(ps * _exp(pm - m[None, :]), axis=0)
+
+
+@triton.jit
 def _strided_split_kernel(x_ptr, out_ptr, ws_ptr, N, inner, n_iblk, C, ws_half,
                           sxo, sxn, sxi, soo, son, soi,
                           BLOCK_N: tl.constexpr, BLOCK_I: tl.constexpr, C_POW2: tl.constexpr,
@@ -683,16 +712,9 @@ def _strided_split_kernel(x_ptr, out_ptr, ws_ptr, N, inner, n_iblk, C, ws_half,
         pid = tl.num_programs(0) - 1 - pid
     ib = pid % n_iblk
     t = pid // n_iblk
+    o, rn, icols, imask, mask = _chunk(t // C, t % C, ib, N, inner, BLOCK_N, BLOCK_I,
+                                       USE_INT64)
     c = t % C
-    o = t // C
-    rn = c * BLOCK_N + tl.arange(0, BLOCK_N)
-    icols = ib * BLOCK_I + tl.arange(0, BLOCK_I)
-    if USE_INT64:
-        o = o.to(tl.int64)
-        rn = rn.to(tl.int64)
-        icols = icols.to(tl.int64)
-    imask = icols < inner
-    mask = (rn < N)[:, None] & imask[None, :]
     OUT_TY: tl.constexpr = out_ptr.dtype.element_ty
     x = tl.load(x_ptr + o * sxo + rn[:, None] * sxn + icols[None, :] * sxi, mask=mask,
                 other=-float("inf"))
@@ -706,13 +728,7 @@ def _strided_split_kernel(x_ptr, out_ptr, ws_ptr, N, inner, n_iblk, C, ws_half,
         tl.store(ws_ptr + w, m, mask=imask)
         tl.store(ws_s + w, s, mask=imask)
     else:
-        k = tl.arange(0, C_POW2)
-        pw = (o * C + k)[:, None] * inner + icols[None, :]
-        pmask = (k < C)[:, None] & imask[None, :]
-        pm = tl.load(ws_ptr + pw, mask=pmask, other=_NEG_BIG)
-        ps = tl.load(ws_s + pw, mask=pmask, other=0.0)
-        m = tl.max(pm, axis=0)
-        s = tl.sum(ps * _exp(pm - m[None, :]), axis=0)
+        m, s = _strip_stats(ws_ptr, ws_s, o, C, inner, icols, imask, C_POW2, False)
         z = x - m[None, :]
         if LOG:
             # (x - m) - log(s), not x - (m + log(s)): log(s) vanishes beside a large m
@@ -740,18 +756,8 @@ def _strided_coop_kernel(x_ptr, out_ptr, ws_ptr, cnt_ptr, N, inner, n_iblk, C, w
     ticket = tl.atomic_add(cnt_ptr, 1)
     strip = ticket // C
     c = ticket - strip * C
-    ib = strip % n_iblk
-    o = strip // n_iblk
-    rn = c * BLOCK_N + tl.arange(0, BLOCK_N)
-    icols = ib * BLOCK_I + tl.arange(0, BLOCK_I)
-    k = tl.arange(0, C_POW2)
-    if USE_INT64:
-        o = o.to(tl.int64)
-        rn = rn.to(tl.int64)
-        icols = icols.to(tl.int64)
-        k = k.to(tl.int64)
-    imask = icols < inner
-    mask = (rn < N)[:, None] & imask[None, :]
+    o, rn, icols, imask, mask = _chunk(strip // n_iblk, c, strip % n_iblk, N, inner, BLOCK_N,
+                                       BLOCK_I, USE_INT64)
     OUT_TY: tl.constexpr = out_ptr.dtype.element_ty
     xb = x_ptr + o * sxo + icols[None, :] * sxi
     x = tl.load(xb + rn[:, None] * sxn, mask=mask, other=-float("inf"),
@@ -770,13 +776,8 @@ def _strided_coop_kernel(x_ptr, out_ptr, ws_ptr, cnt_ptr, N, inner, n_iblk, C, w
     tl.debug_barrier()
     done = arrive_and_wait(cnt_ptr + 1 + strip, C, spin)
     if done >= C:
-        pw = (o * C + k)[:, None] * inner + icols[None, :]
-        pmask = (k < C)[:, None] & imask[None, :]
         # volatile: bypass L1, which may hold an older copy of the workspace lines.
-        pm = tl.load(ws_ptr + pw, mask=pmask, other=_NEG_BIG, volatile=True)
-        ps = tl.load(ws_s + pw, mask=pmask, other=0.0, volatile=True)
-        col_max = tl.max(pm, axis=0)
-        col_sum = tl.sum(ps * _exp(pm - col_max[None, :]), axis=0)
+        col_max, col_sum = _strip_stats(ws_ptr, ws_s, o, C, inner, icols, imask, C_POW2, True)
     else:
         # FB rows a step with a running (max, sum) per column, few registers beside the
         # chunk.
