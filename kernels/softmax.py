@@ -244,7 +244,8 @@ class StridedTuning(NamedTuple):
 #: .py, 2026-12-01, LoFTR [1, 4800, 4800] fp32 over dim 1, 19 chunks of 256 rows x 32
 #: columns a strip): 71.7 us at 2 warps (128 a thread, 248 registers) against 77.3 for the
 #: two launches; 77.4 at 4 warps, 82.3 at 8, 118.2 at 16; 64-byte strips 81.4 (8 warps),
-#: chunks of 4096 elements 81.7, of 16384 at 8 warps 100.2, 256-byte strips 132.8. Still
+#: chunks of 4096 elements 81.7, of 16384 at 8 warps 100.2, 256-byte strips 132.8; at 2
+#: warps (a second sweep): chunks of 4096 75.6, 64-byte strips 77.7, 32-byte 95.9. Still
 #: 0.67x a copy: the programs in flight together cover a band of ~2.7 KB of each 19 KB row
 #: (every row of their strips), where the tile kernels' cover whole rows.
 STRIDED = StridedTuning(col_bytes=128, min_programs_per_sm=4, tile_elems=8192,

@@ -296,6 +296,34 @@ def test_split_finished_in_place_or_by_a_second_launch(reduction):
         assert math.isnan(_check(x, 1, reduction, num_splits=3)[3])
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="streams and graphs need CUDA")
+def test_split_finish_on_two_streams_and_in_a_cuda_graph():
+    """The arrival counts are kept per stream: row splits running on two streams at once
+    each count their own programs; a CUDA graph captures its own zeroed counts and replays
+    them (each replay leaves them at zero)."""
+    xs = [_x(7, 40000, seed=20 + i) for i in range(2)]
+    outs = [torch.empty(7, device=DEV) for _ in range(2)]
+    streams = [torch.cuda.Stream() for _ in range(2)]
+    torch.cuda.synchronize()
+    for _ in range(20):
+        for x, out, st in zip(xs, outs, streams):
+            with torch.cuda.stream(st):
+                reduction_triton(x, out, (1,), "sum", num_splits=9)
+    torch.cuda.synchronize()
+    for x, out in zip(xs, outs):
+        torch.testing.assert_close(out, x.sum(1), **TOL[torch.float32])
+    out = torch.empty(7, device=DEV)
+    reduction_triton(xs[0], out, (1,), "amax", num_splits=9)   # compiled before the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        reduction_triton(xs[0], out, (1,), "amax", num_splits=9)
+    for _ in range(3):
+        out.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, xs[0].amax(1))
+
+
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 def test_several_rows_per_program_with_a_partial_last_block(reduction):
     # 32-byte rows: 4 per program (the grid keeps 4 programs per SM); 2113 rows leave the last
