@@ -9,7 +9,7 @@
     python benchmarks/w4a16_probe.py ablate    # the decode loop with its parts switched off
     python benchmarks/w4a16_probe.py regs      # the tensor-core decode kernel by register cap
     python benchmarks/w4a16_probe.py tc        # ... by warps along K and along the rows
-    python benchmarks/w4a16_probe.py tc16      # ... at M = 9..16 (two token tiles) against the table
+    python benchmarks/w4a16_probe.py tc16      # ... at M = 9..16 (two token tiles)
     python benchmarks/w4a16_probe.py tma       # ... with the weight steps brought in by TMA
     python benchmarks/w4a16_probe.py tma16     # the library's TMA kernel at M = 9..16
     python benchmarks/w4a16_probe.py launch [FIELD=VALUE ...]   # one 70B gate-up launch, for ncu:
@@ -526,7 +526,8 @@ def tma() -> None:
         for compiled in cache[0].values():
             ptx = compiled.asm.get("ptx", "")
             print(f"build: {compiled.metadata.shared} B shared, "
-                  f"{ptx.count('cp.async.bulk.tensor')} TMA loads, {ptx.count('bar.sync')} bar.sync")
+                  f"{ptx.count('cp.async.bulk.tensor')} TMA loads, "
+                  f"{ptx.count('bar.sync')} bar.sync")
 
 
 def tma16() -> None:

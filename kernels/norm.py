@@ -20,20 +20,21 @@ plain Python from ``N`` and ``R``, with no autotuning at call time:
   bias are loaded once per program, before the rows, so that their latency overlaps the
   row loads. ``num_warps`` sets the elements each thread holds: 32 on large grids (16
   for RMSNorm), where the rows in flight per SM (bounded by its registers) keep HBM busy,
-  fewer on decode grids (see :func:`norm_config`). Triton specialises a unit column stride and sizes that
-  are multiples of 16, so contiguous rows load and store as 128-bit vectors.
+  fewer on decode grids (see :func:`norm_config`). Triton specialises a unit column
+  stride and sizes that are multiples of 16, so contiguous rows load and store as 128-bit
+  vectors.
 * **stream** (rows longer than the register block, and 16-bit rows of 16385 to 32768
   elements on grids of a row per SM or more): a persistent grid of one program of 32
   warps per SM walks its rows in 32 KiB chunks, once from HBM for the statistics (sums
   about the row's first element for LayerNorm, with an exact pass where they would lose
   precision) and once from L2 to write; the next row's first chunk is loaded before the
   statistics are reduced, so HBM reads go on through the reductions and the writes.
-* **a looped row** (longer rows with the fused residual add; and RMSNorm's float32 rows
-  on large grids, in 2048-element chunks at 16 warps, as Inductor's kernels take them):
-  one program per row walks it in 4096-element chunks, once for the statistics (the sum of squares; for LayerNorm a
-  per-lane Welford mean and sum of squared deviations, merged at the end, which stays
-  accurate when the mean is large) and once to write the result, re-reading the row
-  mostly from L2.
+* **a looped row** (longer rows with the fused residual add, in 4096-element chunks; and
+  RMSNorm's float32 rows on large grids, in 2048-element chunks at 16 warps, as
+  Inductor's kernels take them): one program per row walks it once for the statistics
+  (the sum of squares; for LayerNorm a per-lane Welford mean and sum of squared
+  deviations, merged at the end, which stays accurate when the mean is large) and once to
+  write the result, re-reading the row mostly from L2.
 
 * **coop** (off in :data:`TUNING` until measured): a long row cut into chunks, one
   program a chunk; the chunks exchange partial statistics through a small workspace and

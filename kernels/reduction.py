@@ -51,8 +51,9 @@ program reduces the row's partials in a fixed order, divides (mean), casts and w
 result, and sets the count back to zero (the counts are kept per stream, so no launch
 fills them; :func:`arrival_counts`). A column split, whose partials are a whole row of
 columns per chunk, takes a second launch -- the same kernel, on the workspace. Either way
-the partials are added in a fixed order: deterministic, no atomics on the values.  The launch sizes follow in plain Python from the shape and one table
-of constants (:data:`TUNING`; no autotuning at call time; :func:`plan_launch` says how).
+the partials are added in a fixed order: deterministic, no atomics on the values. The
+launch sizes follow in plain Python from the shape and one table of constants
+(:data:`TUNING`; no autotuning at call time; :func:`plan_launch` says how).
 
 **Numerics.** As torch: the input is cast to the result dtype first (``dtype=`` of sum and
 mean), then accumulated in float32, or float64 for a float64 result; mean divides the sum

@@ -2,9 +2,10 @@
 its tuning (``StridedTuning``) can make and that benchmarks/reduction_sweep.py times: the
 register tile with and without a remainder tile (N not a power of two), whole and masked
 strips; long columns cut into chunks, cooperating in one launch or over two (partials,
-then the finish), and the former two-pass loop. Through the real launcher (`softmax_triton`), on CPU through
-Triton's interpreter (tests/conftest.py): every dtype and cast, log or not, odd sizes,
-strided and copied views, special values, 64-bit offsets and empty tensors.
+then the finish), and the former two-pass loop. Through the real launcher
+(`softmax_triton`), on CPU through Triton's interpreter (tests/conftest.py): every dtype
+and cast, log or not, odd sizes, strided and copied views, special values, 64-bit offsets
+and empty tensors.
 
 (The rows / coop / looped / split kernels are tested in tests/test_softmax.py.)
 """
