@@ -43,11 +43,13 @@ Kernels (plain functions; the dispatch classes are in :mod:`opspec.kernels.quant
   through shared memory instead of loaded into registers a step at a time (6-8 % faster
   on the 70B and 405B rows). Scales and zero points are loaded through a small asm block
   so that they take the tile's layout under every Triton version. Under the interpreter
-  (no PTX) a
-  portable model of the asm blocks runs in their place; tests/test_quant_gemm_warp.py checks the
-  asm text itself against a model of one warp. Otherwise, or where the operands do not
-  allow it (a weight whose rows are not aligned 4-byte words, a device without sm_80 MMAs),
-  the MMA or FMA kernel below runs. The MMA kernel computes ``y.T``: each program owns
+  (no PTX) a portable model of the asm blocks runs in their place;
+  tests/test_quant_gemm_warp.py checks the asm text itself against a model of one warp.
+  Where the TMA kernel does not apply (a device before sm_90, a weight whose base or row
+  stride is not a multiple of 16 bytes) the K-sliced kernel runs. Where the groups are not
+  whole 128-wide steps, or the operands do not allow the tensor-core kernels (a weight
+  whose rows are not aligned 4-byte words, a device without sm_80 MMAs), the MMA or FMA
+  kernel below runs. The MMA kernel computes ``y.T``: each program owns
   ``BLOCK_N`` weight rows and a range of K (split-K when ``N`` alone gives too few
   programs for the 132 SMs; the partial sums go to a float32 ``[split, M, N]`` buffer that
   a second small kernel adds up in a fixed order, so results are deterministic). Per step
