@@ -477,23 +477,15 @@ def _tma_call(x, p, s, z, out, W, stages, split=1):
     words = Q._word_view(p, K)
     x32 = x.view(torch.int32)
     desc = TensorDescriptor(words, list(words.shape), list(words.stride()), [16 * W, 16])
-    bf16 = x.dtype == torch.bfloat16
-    biased = Q._TC_BIASED[x.dtype]
-    nt = 1
-    (prep, prep_cons), (main, main_cons) = Q._TC_ASM[(bf16, nt, biased)]
-    kind = str(s.dtype).removeprefix("torch.")
-    (ld, ld_cons), (ldm, ldm_cons) = Q._TC_SCALE_ASM[(kind, False)], Q._TC_SCALE_ASM[(kind, True)]
+    opts = Q.tc_asm_options(x.dtype, s.dtype, M, G, Q._TC_BIASED[x.dtype])
+    opts.pop("EMULATE")   # this probe's kernel runs on the GPU only
     grid = (triton.cdiv(N, 16 * W), split)
 
     def call():
         dest, dstrides = Q._split_dest(out, split)
         _tc_tma_kernel[grid](x32, desc, s, z, dest, M, N, K // 128, x32.stride(0), s.stride(0),
                              s.stride(1), z.stride(0), z.stride(1), *dstrides,
-                             W=W, NT=nt, STEP_G=G // 128,
-                             BIAS=-(128 if bf16 else 1024) if biased else 8, STAGES=stages,
-                             PREP=prep, PREP_CONS=prep_cons, MAIN=main, MAIN_CONS=main_cons,
-                             LD=ld, LD_CONS=ld_cons, LDM=ldm, LDM_CONS=ldm_cons, num_warps=W,
-                             num_stages=stages)
+                             W=W, STAGES=stages, **opts, num_warps=W, num_stages=stages)
         Q._sum_splits(dest, out, split)
     return call
 

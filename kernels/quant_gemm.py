@@ -1587,6 +1587,22 @@ def tc_supported(device: torch.device) -> bool:
     return torch.cuda.get_device_capability(device) >= (8, 0)
 
 
+def tc_asm_options(x_dtype: torch.dtype, scales_dtype: torch.dtype, M: int, group_size: int,
+                   biased: bool) -> dict:
+    """The constexprs both tensor-core kernels take for these dtypes, tokens and groups:
+    token tiles, steps a group, the dequantization's bias, the asm blocks (or, under the
+    interpreter, their portable model)."""
+    bf16 = x_dtype == torch.bfloat16
+    nt = 1 if M <= 8 else 2
+    (prep, prep_cons), (main, main_cons) = _TC_ASM[(bf16, nt, biased)]
+    skind = str(scales_dtype).removeprefix("torch.")
+    (ld, ld_cons), (ldm, ldm_cons) = _TC_SCALE_ASM[(skind, False)], _TC_SCALE_ASM[(skind, True)]
+    return dict(NT=nt, STEP_G=group_size // 128,
+                BIAS=-(128 if bf16 else 1024) if biased else 8, EMULATE=TRITON_INTERPRETED,
+                PREP=prep, PREP_CONS=prep_cons, MAIN=main, MAIN_CONS=main_cons, LD=ld,
+                LD_CONS=ld_cons, LDM=ldm, LDM_CONS=ldm_cons)
+
+
 def _launch_tc(x, packed_weight, scales, zeros, group_size, out, cfg, M, N, K,
                memo_key=None) -> bool:
     """Run the tensor-core decode kernel if it applies (else False: the caller falls back).
@@ -1621,26 +1637,17 @@ def _launch_tc(x, packed_weight, scales, zeros, group_size, out, cfg, M, N, K,
     split = max(1, min(cfg.split_k, steps))
     per_split = triton.cdiv(steps, split)
     split = triton.cdiv(steps, per_split)
-    nt = 1 if M <= 8 else 2
-    bf16 = x.dtype == torch.bfloat16
-    biased = bool(cfg.biased)
-    (prep, prep_cons), (main, main_cons) = _TC_ASM[(bf16, nt, biased)]
     planes_on = bool(cfg.planes) and ks > 1
     planes = split * (ks if planes_on else 1)
     use_int64 = max(_extent(x), _extent(words) * 4, _extent(scales), _extent(zeros),
                     _extent(out), planes * M * N) > _INT32_LIMIT
     dest, dstrides = _split_dest(out, planes)
-    skind = str(scales.dtype).removeprefix("torch.")
-    (ld, ld_cons), (ldm, ldm_cons) = _TC_SCALE_ASM[(skind, False)], _TC_SCALE_ASM[(skind, True)]
     grid = (triton.cdiv(N, cfg.block_n), split)
     args = (x32, x, words, scales, zeros, dest, M, N, steps, per_split,
             x32.stride(0), x.stride(0), words.stride(0), scales.stride(0), scales.stride(1),
             zeros.stride(0), zeros.stride(1), *dstrides)
-    kwargs = dict(WR=wr, KS=ks, NT=nt, STEP_G=group_size // 128,
-                  BIAS=-(128 if bf16 else 1024) if biased else 8,
-                  USE_INT64=use_int64, PLANES=planes_on,
-                  EMULATE=TRITON_INTERPRETED, PREP=prep, PREP_CONS=prep_cons, MAIN=main,
-                  MAIN_CONS=main_cons, LD=ld, LD_CONS=ld_cons, LDM=ldm, LDM_CONS=ldm_cons,
+    kwargs = dict(WR=wr, KS=ks, USE_INT64=use_int64, PLANES=planes_on,
+                  **tc_asm_options(x.dtype, scales.dtype, M, group_size, bool(cfg.biased)),
                   num_warps=cfg.num_warps, num_stages=1,
                   **({} if _TC_MAXNREG is None else {"maxnreg": _TC_MAXNREG}))
     if planes == 1:
@@ -1677,21 +1684,13 @@ def _launch_tc_tma(x, x32, words, scales, zeros, group_size, out, cfg, M, N, K) 
         x32 = x.view(torch.int32)
     w = cfg.num_warps
     desc = TensorDescriptor(words, list(words.shape), list(words.stride()), [16 * w, 16])
-    bf16 = x.dtype == torch.bfloat16
-    biased = bool(cfg.biased)
-    nt = 1 if M <= 8 else 2
-    (prep, prep_cons), (main, main_cons) = _TC_ASM[(bf16, nt, biased)]
-    skind = str(scales.dtype).removeprefix("torch.")
-    (ld, ld_cons), (ldm, ldm_cons) = _TC_SCALE_ASM[(skind, False)], _TC_SCALE_ASM[(skind, True)]
     use_int64 = max(_extent(x), _extent(scales), _extent(zeros), _extent(out)) > _INT32_LIMIT
     launch(_w4a16_tc_tma_kernel, (triton.cdiv(N, 16 * w),),
            x32, x, desc, scales, zeros, out, M, N, K // 128,
            x32.stride(0), x.stride(0), scales.stride(0), scales.stride(1), zeros.stride(0),
            zeros.stride(1), out.stride(0), out.stride(1),
-           W=w, NT=nt, STEP_G=group_size // 128,
-           BIAS=-(128 if bf16 else 1024) if biased else 8, STAGES=cfg.num_stages,
-           USE_INT64=use_int64, EMULATE=TRITON_INTERPRETED, PREP=prep, PREP_CONS=prep_cons,
-           MAIN=main, MAIN_CONS=main_cons, LD=ld, LD_CONS=ld_cons, LDM=ldm, LDM_CONS=ldm_cons,
+           W=w, STAGES=cfg.num_stages, USE_INT64=use_int64,
+           **tc_asm_options(x.dtype, scales.dtype, M, group_size, bool(cfg.biased)),
            num_warps=w, num_stages=cfg.num_stages)
     return True
 

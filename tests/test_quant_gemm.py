@@ -600,6 +600,7 @@ def test_workload_cases_instantiate():
 
 _COMPILE_SCRIPT = r"""
 import json, re, sys
+import torch
 import opspec.kernels.quant_gemm as Q
 import sm90_build as sm90
 
@@ -651,13 +652,10 @@ for dt, sdt in (("bf16", "bf16"), ("fp16", "fp32")):
             Q._w4a16_gemv_kernel, dict(ptrs, w_ptr="*i32"), ints,
             dict(BLOCK_N=cfg.block_n, BLOCK_W=cfg.block_k // 8, M_ROWS=m, GROUP=g,
                  USE_INT64=False, PREFETCH=cfg.num_stages >= 2), cfg.num_warps, 1)
+DT = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 for dt, sdt, m, ks, biased in (("fp16", "fp16", 1, 4, False), ("bf16", "bf16", 4, 8, True),
                                ("fp16", "fp32", 16, 8, False)):
-    bf16 = dt == "bf16"
-    nt = 1 if m <= 8 else 2
-    (prep, pc), (main, mc) = Q._TC_ASM[(bf16, nt, biased)]
-    skind = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}[sdt]
-    (ld, ldc), (ldm, ldmc) = Q._TC_SCALE_ASM[(skind, False)], Q._TC_SCALE_ASM[(skind, True)]
+    asm = dict(Q.tc_asm_options(DT[dt], DT[sdt], m, 128, biased), EMULATE=False)
     ptrs = dict(x_ptr="*i32", xt_ptr="*" + dt, w_ptr="*i32", s_ptr="*" + sdt, z_ptr="*" + sdt,
                 out_ptr="*" + dt)
     ints = dict(M=m, N=N, STEPS=K // 128, STEPS_PER_SPLIT=K // 128, stride_xm=K // 2,
@@ -665,24 +663,17 @@ for dt, sdt, m, ks, biased in (("fp16", "fp16", 1, 4, False), ("bf16", "bf16", 4
                 stride_zn=K // 128, stride_zg=1, stride_os=0, stride_om=N, stride_on=1)
     out[f"tc-{dt}-{sdt}-m{m}"] = build(
         Q._w4a16_tc_kernel, ptrs, ints,
-        dict(WR=1, KS=ks, NT=nt, STEP_G=1, BIAS=-128 if biased else 8, USE_INT64=False,
-             PLANES=ks > 1, EMULATE=False, PREP=prep, PREP_CONS=pc, MAIN=main,
-             MAIN_CONS=mc, LD=ld, LD_CONS=ldc, LDM=ldm, LDM_CONS=ldmc), ks, 1)
+        dict(WR=1, KS=ks, USE_INT64=False, PLANES=ks > 1, **asm), ks, 1)
 for dt, sdt, biased in (("bf16", "bf16", True), ("fp16", "fp32", False)):
     cfg = Q.tc_config_for(1, 57344, 8192, 128, tma=True)
-    bf16 = dt == "bf16"
-    (prep, pc), (main, mc) = Q._TC_ASM[(bf16, 1, biased)]
-    skind = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}[sdt]
-    (ld, ldc), (ldm, ldmc) = Q._TC_SCALE_ASM[(skind, False)], Q._TC_SCALE_ASM[(skind, True)]
+    asm = dict(Q.tc_asm_options(DT[dt], DT[sdt], 1, 128, biased), EMULATE=False)
     ptrs = dict(x_ptr="*i32", xt_ptr="*" + dt, w_desc=f"tensordesc<i32[{cfg.block_n}, 16]>",
                 s_ptr="*" + sdt, z_ptr="*" + sdt, out_ptr="*" + dt)
     ints = dict(M=1, N=57344, STEPS=64, stride_xm=4096, stride_xtm=8192, stride_sn=64,
                 stride_sg=1, stride_zn=64, stride_zg=1, stride_om=57344, stride_on=1)
     k = sm90.build(Q._w4a16_tc_tma_kernel, dict(ints, **ptrs),
-                   dict(W=cfg.num_warps, NT=1, STEP_G=1, BIAS=-128 if biased else 8,
-                        STAGES=cfg.num_stages, USE_INT64=False, EMULATE=False, PREP=prep,
-                        PREP_CONS=pc, MAIN=main, MAIN_CONS=mc, LD=ld, LD_CONS=ldc, LDM=ldm,
-                        LDM_CONS=ldmc), cfg.num_warps, cfg.num_stages)
+                   dict(W=cfg.num_warps, STAGES=cfg.num_stages, USE_INT64=False, **asm),
+                   cfg.num_warps, cfg.num_stages)
     in_loop = k.loop_lines()
     out[f"tma-{dt}-{sdt}"] = {
         "tma": k.ptx.count("cp.async.bulk.tensor"), "cp_async": k.ptx.count("cp.async.cg")
