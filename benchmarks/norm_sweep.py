@@ -55,6 +55,8 @@ ROWS = [
     ("layer", "dsv3-prefill-bfloat16", 8192, 7168, "bf16", 1e-5, True, True),
     ("layer", "qwen2.5-7b-prefill-float32", 8192, 3584, "f32", 1e-5, True, True),
     ("layer", "dit-xl-adaln-bfloat16", 32 * 1024, 1152, "bf16", 1e-6, False, False),
+    ("layer", "falcon-7b-prefill-bfloat16", 4096, 4544, "bf16", 1e-5, True, True),
+    ("layer", "llama3-70b-prefill-16k-bfloat16", 16384, 8192, "bf16", 1e-5, True, True),
     # controls: RMSNorm must not regress (its kernel is unchanged by the LayerNorm variants)
     ("rms", "rms-dsv3-prefill-bfloat16", 8192, 7168, "bf16", 1e-6, True, False),
     ("rms", "rms-qwen2.5-7b-prefill-float32", 8192, 3584, "f32", 1e-6, True, False),
@@ -83,7 +85,8 @@ def _coop(block, warps, smoke, **more):
                 coop_min_programs=1 if smoke else NK.TUNING.coop_min_programs, **more)
 
 
-def norm_variants(op: str, M: int, N: int, smoke: bool = False) -> list[tuple[str, dict]]:
+def norm_variants(op: str, M: int, N: int, dtype: str, smoke: bool = False
+                  ) -> list[tuple[str, dict]]:
     block = NK._next_pow2(N)
     long_row = block >= (512 if smoke else 32768)
     out = []
@@ -125,6 +128,21 @@ def norm_variants(op: str, M: int, N: int, smoke: bool = False) -> list[tuple[st
                ("re-read 8192 x 16 warps", dict(reread_block=8192)),
                ("re-read 4096 x 16 warps", dict(reread_block=4096)),
                ("re-read 4096 x 8 warps", dict(reread_block=4096, reread_warps=8))] + out
+    if dtype == "bf16" and block >= (64 if smoke else 4096):
+        # bfloat16 rows held as 32-bit words (two elements a register), a persistent grid
+        # whose programs load their next row ahead: n a thread, k programs an SM
+        packed = dict(packed_min_block=block, packed_min_rows=1 if smoke else 132)
+        found = []
+        shapes = (((64, 2), (64, 1), (32, 1), (32, 2)) if block >= 32768 else
+                  ((32, None), (64, None), (32, "half"), (16, None)))
+        for pt, per_sm in shapes:
+            warps = max(1, min(32, block // (32 * pt)))
+            k = (per_sm if isinstance(per_sm, int) else
+                 max(1, 32 // warps) if per_sm is None else max(1, 16 // warps))
+            if block // (32 * warps) == pt and (pt, k) not in [f[:2] for f in found]:
+                found.append((pt, k, f"packed, {pt} a thread, {k}/SM"))
+        out = [(name, dict(packed, packed_per_thread=pt, packed_programs_per_sm=k))
+               for pt, k, name in found] + out
     return out
 
 
@@ -134,8 +152,8 @@ class Row:
     """Inputs, reference, the callables (table, eager, variants) of one row."""
 
     def __init__(self, row, device, smoke, seed=0):
-        self.op, self.label, self.M, self.N, dt, self.eps, has_w, has_b = row
-        self.dtype = DT[dt]
+        self.op, self.label, self.M, self.N, self.dt, self.eps, has_w, has_b = row
+        self.dtype = DT[self.dt]
         self.smoke = smoke
         M, N = self.M, self.N
         g = torch.Generator(device=device).manual_seed(seed)
@@ -170,8 +188,12 @@ class Row:
         return fn, self.describe(tun or NK.TUNING)
 
     def describe(self, tun):
-        cfg = NK.norm_config(self.M, self.N, tuning=tun)
-        d = dict(zip(("looped", "rows", "tiles", "block", "num_warps", "chunks"), cfg))
+        rms = self.op == "rms"
+        cfg = NK.norm_config(self.M, self.N, tuning=tun, in_bytes=self.x.element_size(),
+                             rms=rms,
+                             packed=self.dtype == torch.bfloat16)
+        d = dict(zip(("looped", "rows", "tiles", "block", "num_warps", "chunks", "stream",
+                      "packed"), cfg))
         if self.op == "layer":
             d["ln_stats"] = tun.ln_stats
         if cfg.chunks:
@@ -207,7 +229,7 @@ class Row:
 
 
 def variants_of(row):
-    return norm_variants(row.op, row.M, row.N, row.smoke)
+    return norm_variants(row.op, row.M, row.N, row.dt, row.smoke)
 
 
 # -- precompile (Triton's and Inductor's on-disk caches) ---------------------------------------
@@ -247,8 +269,8 @@ def precompile(rows_idx, smoke, jobs, timeout_s):
     rows = SMOKE_ROWS if smoke else ROWS
     tasks = []
     for i in rows_idx:
-        op, label, M, N = rows[i][:4]
-        names = [n for n, _ in norm_variants(op, M, N, smoke)]
+        op, label, M, N, dt = rows[i][:5]
+        names = [n for n, _ in norm_variants(op, M, N, dt, smoke)]
         tasks.append((i, ["table"] + names[:3], smoke, True))
         tasks += [(i, names[k:k + 3], smoke, False) for k in range(3, len(names), 3)]
     # workers still compiling would share the GPU with the timings: stopped

@@ -103,6 +103,10 @@ COL_VARIANTS = [
     ("col rows32 2/SM", C._replace(rows_per_step=32, programs_per_sm=2, min_steps=4)),
     ("col 1 warp (512 B strip) 16/SM", C._replace(warps=1, programs_per_sm=16)),
     ("col rows4 prefetch 8/SM", C._replace(rows_per_step=4, prefetch=True, programs_per_sm=8)),
+    # whole rows of up to 8 KiB a program (4096 bf16 columns): each chunk one contiguous run
+    ("col 16 warps (8 KiB strip) 2/SM", C._replace(warps=16, programs_per_sm=2)),
+    ("col 16 warps (8 KiB strip) 1/SM", C._replace(warps=16, programs_per_sm=1)),
+    ("col 8 warps (4 KiB strip) 4/SM", C._replace(warps=8, programs_per_sm=4)),
 ]
 W = R.ROW
 ROW_VARIANTS = [

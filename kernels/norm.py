@@ -23,8 +23,15 @@ plain Python from ``N`` and ``R``, with no autotuning at call time:
   fewer on decode grids (see :func:`norm_config`). Triton specialises a unit column
   stride and sizes that are multiples of 16, so contiguous rows load and store as 128-bit
   vectors.
-* **stream** (rows longer than the register block, and 16-bit rows of 16385 to 32768
-  elements on grids of a row per SM or more): a persistent grid of one program of 32
+* **packed** (bfloat16 rows of 16385 to 32768 elements on grids of a row per SM or more):
+  the row held in registers once, as 32-bit words of two elements (half the registers of
+  a float32 row; each use converts the words again), on a persistent grid of two programs
+  of 32 warps an SM, each loading its next row while it reduces and writes the current
+  one. LayerNorm's statistics are one reduction of the sums about the row's first
+  element, with an exact pass where they would lose precision (as stream's).
+* **stream** (rows longer than the register block, and float16 rows of 16385 to 32768
+  elements on grids of a row per SM or more, or bfloat16 ones the packed kernel cannot
+  take): a persistent grid of one program of 32
   warps per SM walks its rows in 32 KiB chunks, once from HBM for the statistics (sums
   about the row's first element for LayerNorm, with an exact pass where they would lose
   precision) and once from L2 to write; the next row's first chunk is loaded before the
@@ -170,6 +177,19 @@ class NormTuning(NamedTuple):
     stream_chunk_bytes: int = 32 * 1024
     stream_warps: int = 32
     stream_programs_per_sm: int = 1
+    #: The packed kernel: 16-bit rows held in registers as 32-bit words, two elements a
+    #: register (converted to float32 where used, once for the statistics and once for the
+    #: output), so that a row takes half the registers of the register kernel's float32 and
+    #: twice the rows fit an SM. Rows of ``next_power_of_2(N) >= packed_min_block`` (0: never)
+    #: up to the register block, on grids of at least ``packed_min_rows`` rows, at
+    #: ``packed_per_thread`` elements a thread; LayerNorm and RMSNorm without a residual,
+    #: rows of even length whose elements are contiguous and 4-byte aligned.
+    packed_min_block: int = 0
+    packed_per_thread: int = 32
+    packed_min_rows: int = 132
+    #: ... on a persistent grid of this many programs an SM (at most a program a row), each
+    #: loading its next row while it reduces and writes the current one.
+    packed_programs_per_sm: int = 1
 
 
 #: Why these values (the table as measured before the variants; the variants are off until an
@@ -233,9 +253,21 @@ class NormTuning(NamedTuple):
 #:   ncu on stream (bf16, 32k): 71 % issue-active, 60 % of DRAM peak; unmasked whole
 #:   chunks (EVEN, 896 -> 776 SASS instructions) 86.5 -> 85.3 us (3.15 TB/s); loading
 #:   pass 2's next chunk (x, w, b) ahead (a variant, not kept) 86.8 -> 91.2 (64 registers).
+#: * packed (bfloat16 rows of 16385 to 32768 elements on grids of 132 rows or more): the
+#:   row held once as 32-bit words, each program loading its next row while it reduces and
+#:   writes the current one. H200 (norm_sweep.py, 2026-12-01, two runs), LayerNorm of
+#:   [2048, 32768] bf16 against the stream kernel's 85.4-85.8 us: 32 a thread (32 warps,
+#:   64 registers, no spill in the sm_90 build) on 2 programs an SM 77.9 us (3.45 TB/s), on
+#:   1 an SM 80.0-80.1; 64 a thread (16 warps, 103 registers: one program resident an SM)
+#:   77.7-78.1 and 80.0. Without the next row in flight (one row a program) it lost: 89.8
+#:   us at 32 warps, 98.9 at 16 warps x 2 programs (the programs of an SM load, reduce and
+#:   write in step). On shorter rows it lost to the register kernel (8192 to 4544
+#:   elements, LayerNorm and RMSNorm: 1-32 % slower, best on falcon's 4544 at 64 a thread,
+#:   one row a program, 29.8 against 31.2 us in one run and behind in the other).
 TUNING = NormTuning(ln_stats="twopass", shift_limit=16.0, min_tile=4096, programs_per_sm=4,
                     per_thread_large=32, per_thread_mid=16, per_thread_small=8,
-                    coop_min_block=0, coop_block=8192, coop_warps=8)
+                    coop_min_block=0, coop_block=8192, coop_warps=8,
+                    packed_min_block=32768, packed_per_thread=32, packed_programs_per_sm=2)
 _STATS = {"twopass": 0, "shifted": 1, "chan": 2}
 #: Polls of a row's arrival count before a coop program reads the row itself (see the kernel).
 _COOP_SPIN = 1 << 16
@@ -759,22 +791,166 @@ def _norm_fwd_stream_kernel(
                          eviction_policy="evict_first")
 
 
+@triton.jit
+def _halves(words, ALT: tl.constexpr):
+    # The float32 values of the two bfloat16 elements of each int32 word (low half: the
+    # element at the even index). ALT spells the conversion differently (a truncation and an
+    # extension, against a shift and a mask), so that the compiler does not merge the
+    # packed kernel's two conversions and keep a float32 copy of the row live.
+    if ALT:
+        lo = words.to(tl.int16).to(tl.bfloat16, bitcast=True).to(tl.float32)
+        hi = (words >> 16).to(tl.int16).to(tl.bfloat16, bitcast=True).to(tl.float32)
+    else:
+        lo = (words << 16).to(tl.float32, bitcast=True)
+        hi = (words & -65536).to(tl.float32, bitcast=True)
+    return lo, hi
+
+
+@triton.jit
+def _packed_load(x_row, cols, NW):
+    return tl.load(x_row + cols, mask=cols < NW, other=0, eviction_policy="evict_first")
+
+
+@triton.jit
+def _packed_sums(words, cols, NW, K, IS_RMS: tl.constexpr):
+    # Per word, the sums over its two elements of x - K and of its square (RMSNorm: K = 0,
+    # the squares only).
+    lo, hi = _halves(words, False)
+    if IS_RMS:
+        return lo, lo * lo + hi * hi
+    dl = tl.where(cols < NW, lo - K, 0.0)
+    dh = tl.where(cols < NW, hi - K, 0.0)
+    return dl + dh, dl * dl + dh * dh
+
+
+@triton.jit
+def _packed_write(words, cols, NW, w_ptr, b_ptr, y_row, mean, rstd,
+                  HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
+    # One part of the row normalised and stored; its weight and bias are loaded here, after
+    # the previous part's store, so that one part's affine parameters are live at a time.
+    mask = cols < NW
+    lo, hi = _halves(words, True)
+    y_lo = (lo - mean) * rstd
+    y_hi = (hi - mean) * rstd
+    if HAS_WEIGHT:
+        w_lo, w_hi = _halves(tl.load(w_ptr + cols, mask=mask, other=0,
+                                     eviction_policy="evict_last"), True)
+        y_lo = y_lo * w_lo
+        y_hi = y_hi * w_hi
+    if HAS_BIAS:
+        b_lo, b_hi = _halves(tl.load(b_ptr + cols, mask=mask, other=0,
+                                     eviction_policy="evict_last"), True)
+        y_lo = y_lo + b_lo
+        y_hi = y_hi + b_hi
+    lo16 = y_lo.to(tl.bfloat16).to(tl.int16, bitcast=True).to(tl.int32)
+    hi16 = y_hi.to(tl.bfloat16).to(tl.int16, bitcast=True).to(tl.int32)
+    tl.store(y_row + cols, (lo16 & 65535) | (hi16 << 16), mask=mask)
+
+
+@triton.jit
+def _packed_row(x_row, c0, c1, c2, c3, NW):
+    # A row's four parts of words (NW: the words a row, 0 for none).
+    return (_packed_load(x_row, c0, NW), _packed_load(x_row, c1, NW),
+            _packed_load(x_row, c2, NW), _packed_load(x_row, c3, NW))
+
+
+@triton.jit
+def _norm_fwd_packed_kernel(
+    x_ptr, w_ptr, b_ptr, y_ptr,
+    M, NW, N, eps, stride_xm, stride_ym,
+    PART_W: tl.constexpr, IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr, USE_INT64: tl.constexpr, SHIFT_LIMIT: tl.constexpr,
+    FB: tl.constexpr,
+):
+    """Bfloat16 rows held in registers as ``NW = N / 2`` int32 words, two elements a word,
+    in four parts of ``PART_W`` words (``x_ptr``, ``y_ptr``, ``w_ptr`` and ``b_ptr`` point
+    at words; strides in words): half the registers of the register kernel's float32 row.
+    A grid of ``G`` programs takes rows ``pid, pid + G, ...``, each program loading its
+    next row before it reduces and writes the current one, so that HBM reads go on
+    through the reductions and the stores (with ``G >= M``, one row a program). Each use
+    converts the words again (see :func:`_halves`), so no float32 copy of a row stays
+    live. The statistics are one reduction: RMSNorm's sum of squares, or LayerNorm's sums
+    of ``x - K`` and its square about the row's first element ``K``; where those lose
+    precision (``K`` more than ``sqrt(SHIFT_LIMIT)`` standard deviations from the mean)
+    the centred sum of squares is taken again from a re-read of the row in ``FB``-word
+    chunks, as the stream kernel does. The parts are written one after the other, each
+    with its own weight and bias."""
+    pid = tl.program_id(0)
+    G = tl.num_programs(0)
+    c0 = tl.arange(0, PART_W)
+    p = pid
+    if USE_INT64:
+        p = tl.cast(pid, tl.int64)
+        c0 = c0.to(tl.int64)
+    c1 = c0 + PART_W
+    c2 = c1 + PART_W
+    c3 = c2 + PART_W
+    n0, n1, n2, n3 = _packed_row(x_ptr + p * stride_xm, c0, c1, c2, c3, NW)
+    for row in range(pid, M, G):
+        r = row
+        if USE_INT64:
+            r = tl.cast(row, tl.int64)
+        x_row = x_ptr + r * stride_xm
+        w0, w1, w2, w3 = n0, n1, n2, n3
+        # the next row (none past M) is in flight while this one is reduced and written
+        nrow = r + G
+        n0, n1, n2, n3 = _packed_row(x_ptr + nrow * stride_xm, c0, c1, c2, c3,
+                                     tl.where(nrow < M, NW, 0))
+        K = 0.0
+        if not IS_RMS:
+            K = _halves(tl.load(x_row), True)[0]
+        a0, q0 = _packed_sums(w0, c0, NW, K, IS_RMS)
+        a1, q1 = _packed_sums(w1, c1, NW, K, IS_RMS)
+        a2, q2 = _packed_sums(w2, c2, NW, K, IS_RMS)
+        a3, q3 = _packed_sums(w3, c3, NW, K, IS_RMS)
+        if IS_RMS:
+            mean = 0.0
+            rstd = tl.rsqrt(tl.sum(q0 + q1 + q2 + q3, axis=0) / N + eps)
+        else:
+            s1, s2 = tl.reduce((a0 + a1 + a2 + a3, q0 + q1 + q2 + q3), 0, _add_pair)
+            md = s1 / N
+            m2 = tl.maximum(s2 - s1 * md, 0.0)
+            mean = K + md
+            # (mean - K)**2 > SHIFT_LIMIT * var, written without a division
+            if md * md * N > SHIFT_LIMIT * m2:
+                acc = tl.zeros([FB], dtype=tl.float32)
+                for c in range(0, NW, FB):
+                    cols = c + tl.arange(0, FB)
+                    cm = cols < NW
+                    lo, hi = _halves(tl.load(x_row + cols, mask=cm, other=0), True)
+                    dl = tl.where(cm, lo - mean, 0.0)
+                    dh = tl.where(cm, hi - mean, 0.0)
+                    acc += dl * dl + dh * dh
+                m2 = tl.sum(acc, axis=0)
+            rstd = tl.rsqrt(m2 / N + eps)
+        y_row = y_ptr + r * stride_ym
+        _packed_write(w0, c0, NW, w_ptr, b_ptr, y_row, mean, rstd, HAS_WEIGHT, HAS_BIAS)
+        _packed_write(w1, c1, NW, w_ptr, b_ptr, y_row, mean, rstd, HAS_WEIGHT, HAS_BIAS)
+        _packed_write(w2, c2, NW, w_ptr, b_ptr, y_row, mean, rstd, HAS_WEIGHT, HAS_BIAS)
+        _packed_write(w3, c3, NW, w_ptr, b_ptr, y_row, mean, rstd, HAS_WEIGHT, HAS_BIAS)
+
+
 # -- launch configuration ---------------------------------------------------------------------
 
 class NormConfig(tuple):
-    """``(looped, rows, tiles, block, num_warps, chunks, stream)``: the launch for ``[M, N]``.
+    """``(looped, rows, tiles, block, num_warps, chunks, stream, packed)``: the launch for
+    ``[M, N]``.
     The register kernel runs ``cdiv(M, rows * tiles)`` programs, each taking ``tiles``
     tiles of ``rows`` rows in turn; the looped kernel one program per row (``rows ==
     tiles == 1``) walking it in ``block``-element chunks; ``chunks > 0`` is the coop
     kernel, ``M * chunks`` programs of one ``block``-element chunk each (``looped`` False,
     ``rows == tiles == 1``); ``stream > 0`` is the stream kernel, a persistent grid of
-    ``stream`` programs walking rows in ``block``-element chunks (``looped`` True)."""
+    ``stream`` programs walking rows in ``block``-element chunks (``looped`` True);
+    ``packed > 0`` is the packed kernel, a persistent grid of ``packed`` programs taking
+    bfloat16 rows of up to ``block`` elements held as 32-bit words (``rows == tiles ==
+    1``)."""
 
     __slots__ = ()
 
     def __new__(cls, looped: bool, rows: int, tiles: int, block: int, num_warps: int,
-                chunks: int = 0, stream: int = 0):
-        return super().__new__(cls, (looped, rows, tiles, block, num_warps, chunks, stream))
+                chunks: int = 0, stream: int = 0, packed: int = 0):
+        return super().__new__(cls, (looped, rows, tiles, block, num_warps, chunks, stream,
+                                     packed))
 
     looped = property(lambda self: self[0])
     rows = property(lambda self: self[1])
@@ -783,6 +959,7 @@ class NormConfig(tuple):
     num_warps = property(lambda self: self[4])
     chunks = property(lambda self: self[5])
     stream = property(lambda self: self[6])
+    packed = property(lambda self: self[7])
 
 
 def _next_pow2(n: int) -> int:
@@ -797,17 +974,21 @@ def _cdiv(a: int, b: int) -> int:
 def norm_config(M: int, N: int, *, max_register_block: int = MAX_REGISTER_BLOCK,
                 loop_block: int = _LOOP_BLOCK, tuning: NormTuning = TUNING,
                 coop: bool = True, stream: bool = True, in_bytes: int = 4,
-                rms: bool = False) -> NormConfig:
+                rms: bool = False, packed: bool = True) -> NormConfig:
     """The launch for ``M`` rows of ``N`` elements of ``in_bytes`` bytes under ``tuning``
     (the element size decides only the stream kernel's rows and chunk and RMSNorm's
     re-read: the math is float32 whatever the input dtype). Memoised: a call costs a dict
-    lookup. ``coop=False`` and ``stream=False`` leave those kernels out (calls they cannot
-    serve); ``rms``: an RMSNorm without a residual (``tuning.rms_reread_block`` and
+    lookup. ``coop=False``, ``stream=False`` and ``packed=False`` leave those kernels out
+    (calls they cannot serve); ``rms``: an RMSNorm without a residual (``tuning.rms_reread_block`` and
     ``rms_per_thread_large``).
 
     With ``tuning.coop_min_block`` set, rows of ``next_power_of_2(N) >= coop_min_block``
     cut into at most ``coop_max_chunks`` chunks of ``coop_block``, on grids of at least
-    ``coop_min_programs`` programs, take the coop kernel. Then rows longer than the
+    ``coop_min_programs`` programs, take the coop kernel. With ``tuning.packed_min_block``
+    set, 16-bit rows (``in_bytes == 2``) of ``packed_min_block <= next_power_of_2(N) <=
+    max_register_block`` on grids of at least ``packed_min_rows`` rows take the packed
+    kernel, ``packed_per_thread`` elements a thread, ``packed_programs_per_sm * 132``
+    programs (at most ``M``). Then rows longer than the
     register block, and (with ``tuning.stream_min_block`` set) rows of
     ``next_power_of_2(N) >= stream_min_block`` of at most ``stream_max_in_bytes`` bytes an
     element on grids of ``M >= 132`` rows or more, take the stream kernel: chunks of
@@ -839,6 +1020,11 @@ def norm_config(M: int, N: int, *, max_register_block: int = MAX_REGISTER_BLOCK,
         if 1 < chunks <= t.coop_max_chunks and M * chunks >= t.coop_min_programs:
             warps = max(1, min(32, t.coop_warps * block // max(1, t.coop_block)))
             return NormConfig(False, 1, 1, block, warps, chunks)
+    if (packed and t.packed_min_block and in_bytes == 2 and M >= t.packed_min_rows
+            and t.packed_min_block <= block_n <= max_register_block):
+        warps = max(1, min(32, block_n // (32 * max(1, t.packed_per_thread))))
+        return NormConfig(False, 1, 1, block_n, warps,
+                          packed=max(1, min(M, t.packed_programs_per_sm * _SMS)))
     if stream and (block_n > max_register_block
                    or t.stream_min_block and block_n >= t.stream_min_block
                    and in_bytes <= t.stream_max_in_bytes and M >= _SMS):
@@ -885,6 +1071,16 @@ def _shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def _as_vector(t: torch.Tensor, N: int) -> torch.Tensor:
     return t if t.dim() == 1 else t.reshape(N)
+
+
+def _words(t: torch.Tensor) -> torch.Tensor | None:
+    """The 16-bit tensor ``t`` viewed as int32 words (pairs of elements along its last axis),
+    or None where it cannot be: another element size, a last axis that is not contiguous or
+    of odd length, another stride that is odd, or an address that is not 4-byte aligned."""
+    if (t.element_size() != 2 or t.dim() == 0 or t.shape[-1] % 2 or t.stride(-1) != 1
+            or t.data_ptr() % 4 or any(st % 2 for st in t.stride()[:-1])):
+        return None
+    return t.view(torch.int32)
 
 
 def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
@@ -953,28 +1149,37 @@ def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
 
     tun = TUNING if tuning is None else tuning
     plain_rms = rms and rv is None
-    cfg = config if config is not None else norm_config(R, N, tuning=tun,
-                                                        in_bytes=x.element_size(),
-                                                        rms=plain_rms)
+    # the packed kernel: bfloat16 rows of even length, contiguous 4-byte aligned pairs
+    packable = (dtype == torch.bfloat16 and rv is None and N % 2 == 0
+                and all(_words(t) is not None for t in (xv, ov, w, b) if t is not None))
+    plan = functools.partial(norm_config, R, N, tuning=tun, in_bytes=x.element_size(),
+                             rms=plain_rms, packed=packable)
+    cfg = config if config is not None else plan()
     if cfg.chunks and (rv is not None or _shares_storage(xv, ov)):
         # coop's fallback re-reads the row: not when this call writes over its input
         if config is not None:
             raise ValueError("the coop kernel reads the input while it writes the output: "
                              "it takes neither a residual nor an output over the input")
-        cfg = norm_config(R, N, tuning=tun, coop=False, in_bytes=x.element_size(),
-                          rms=plain_rms)
+        cfg = plan(coop=False)
     if cfg.stream and rv is not None:
         # the stream kernel has no residual add (its second read would see the sum)
         if config is not None:
             raise ValueError("the stream kernel does not take a residual")
-        cfg = norm_config(R, N, tuning=tun, stream=False, in_bytes=x.element_size())
-    looped, rows, tiles, block, num_warps, chunks, stream = cfg
+        cfg = plan(stream=False)
+    if cfg.packed and not packable:
+        raise ValueError("the packed kernel takes bfloat16 rows of even length, their "
+                         "elements contiguous and 4-byte aligned (the weight and bias too), "
+                         "and no residual")
+    looped, rows, tiles, block, num_warps, chunks, stream, packed = cfg
     # The largest offset of the padded launch (whole tiles of rows, whole blocks of
     # columns, masked lanes included) decides int64 offsets.
     if looped or chunks:
         # (+ 1: the stream kernel loads its next chunk and next row ahead, masked)
         rows_ix, cols_ix = R + (stream > 0), (_cdiv(N, block) + (stream > 0)) * block
         grid = (R * chunks,) if chunks else (stream,) if stream else (R,)
+    elif packed:
+        # (+ packed: each program loads its next row ahead, masked)
+        grid, rows_ix, cols_ix = (packed,), R + packed, block
     else:
         grid = (_cdiv(R, rows * tiles),)
         rows_ix, cols_ix = grid[0] * rows * tiles, block
@@ -1007,6 +1212,14 @@ def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
         launch(_norm_fwd_stream_kernel, grid, xv, args[2], args[3], ov, R, N, float(eps),
                sxm, sxn, som, son, sw, sb, BLOCK_R=block // vec, VEC=vec, EVEN=N % block == 0,
                SHIFT_LIMIT=float(tun.shift_limit), **flags)
+    elif packed:
+        xw, ow = _words(xv), _words(ov)
+        launch(_norm_fwd_packed_kernel, grid, xw, xw if w is None else _words(w),
+               xw if b is None else _words(b), ow, R, N // 2, N, float(eps), sxm // 2, som // 2,
+               PART_W=max(1, block // 8), IS_RMS=rms, HAS_WEIGHT=w is not None,
+               HAS_BIAS=b is not None, USE_INT64=use_int64,
+               SHIFT_LIMIT=float(tun.shift_limit), FB=min(max(1, block // 8), _COOP_FB),
+               num_warps=num_warps)
     elif looped:
         launch(_norm_fwd_looped_kernel, grid, *args, N, float(eps), *strides, BLOCK=block, **flags)
     else:

@@ -281,7 +281,7 @@ def test_rows_of_32k_stay_in_registers(dtype, monkeypatch):
     parameters loaded late whatever the grid (the register cap of 32 warps)."""
     x = _randn(2, 20000, dtype=dtype, scale=0.5, shift=3.0)
     w, b = _randn(20000, dtype=dtype, seed=1), _randn(20000, dtype=dtype, seed=2)
-    assert norm_config(2, 20000) == (False, 1, 1, 32768, 32, 0, 0)
+    assert norm_config(2, 20000) == (False, 1, 1, 32768, 32, 0, 0, 0)
     seen = []
     real = norm_mod._norm_fwd_rows_kernel
 
@@ -437,39 +437,47 @@ def test_launcher_rejects_bad_arguments():
 def test_config_choice():
     # (looped, rows, tiles, block, num_warps). Prefill-sized grids: a row in registers, 32
     # elements a thread (more rows in flight per SM).
-    assert norm_config(4096, 4096) == (False, 1, 1, 4096, 4, 0, 0)
-    assert norm_config(16384, 8192) == (False, 1, 1, 8192, 8, 0, 0)
-    assert norm_config(8192, 7168) == (False, 1, 1, 8192, 8, 0, 0)
-    assert norm_config(8192, 3584) == (False, 1, 1, 4096, 4, 0, 0)
-    assert norm_config(2048, 16384) == (False, 1, 1, 16384, 16, 0, 0)
+    assert norm_config(4096, 4096) == (False, 1, 1, 4096, 4, 0, 0, 0)
+    assert norm_config(16384, 8192) == (False, 1, 1, 8192, 8, 0, 0, 0)
+    assert norm_config(8192, 7168) == (False, 1, 1, 8192, 8, 0, 0, 0)
+    assert norm_config(8192, 3584) == (False, 1, 1, 4096, 4, 0, 0, 0)
+    assert norm_config(2048, 16384) == (False, 1, 1, 16384, 16, 0, 0, 0)
     # Short rows are packed to a 4096-element tile while the grid stays large.
-    assert norm_config(131072, 128) == (False, 32, 1, 128, 4, 0, 0)
-    assert norm_config(16384, 512) == (False, 8, 1, 512, 4, 0, 0)
-    assert norm_config(16384, 1536) == (False, 2, 1, 2048, 4, 0, 0)
+    assert norm_config(131072, 128) == (False, 32, 1, 128, 4, 0, 0, 0)
+    assert norm_config(16384, 512) == (False, 8, 1, 512, 4, 0, 0, 0)
+    assert norm_config(16384, 1536) == (False, 2, 1, 2048, 4, 0, 0, 0)
     # Smaller grids: fewer elements a thread, so that the few programs finish sooner.
-    assert norm_config(256, 4096) == (False, 1, 1, 4096, 8, 0, 0)
-    assert norm_config(64, 128) == (False, 1, 1, 128, 1, 0, 0)
-    assert norm_config(1, 4096) == (False, 1, 1, 4096, 16, 0, 0)
-    assert norm_config(32, 8192) == (False, 1, 1, 8192, 32, 0, 0)
-    assert norm_config(1, 16384) == (False, 1, 1, 16384, 32, 0, 0)
+    assert norm_config(256, 4096) == (False, 1, 1, 4096, 8, 0, 0, 0)
+    assert norm_config(64, 128) == (False, 1, 1, 128, 1, 0, 0, 0)
+    assert norm_config(1, 4096) == (False, 1, 1, 4096, 16, 0, 0, 0)
+    assert norm_config(32, 8192) == (False, 1, 1, 8192, 32, 0, 0, 0)
+    assert norm_config(1, 16384) == (False, 1, 1, 16384, 32, 0, 0, 0)
     # Rows of 32768 (LayerNorm of [2, 16384]) still in registers: 32 warps, 32 a thread.
-    assert norm_config(2048, 32768) == (False, 1, 1, 32768, 32, 0, 0)
-    assert norm_config(4, 16385) == (False, 1, 1, 32768, 32, 0, 0)
+    assert norm_config(2048, 32768) == (False, 1, 1, 32768, 32, 0, 0, 0)
+    assert norm_config(4, 16385) == (False, 1, 1, 32768, 32, 0, 0, 0)
     # Longer than the register block: the stream kernel, one program a row up to one per
     # SM, 32 KiB chunks at 32 warps; without it (a residual), the looped kernel.
     assert MAX_REGISTER_BLOCK == 32768
     assert norm_config(4, 32768).looped is False
-    assert norm_config(4, 32769) == (True, 1, 1, 8192, 32, 0, 4)
-    assert norm_config(4, 32769, in_bytes=2) == (True, 1, 1, 16384, 32, 0, 4)
-    assert norm_config(640, 196608) == (True, 1, 1, 8192, 32, 0, 132)
-    assert norm_config(4, 32769, stream=False) == (True, 1, 1, 4096, 8, 0, 0)
-    # Rows of 32768 of 16-bit inputs on a grid of a row per SM or more: the stream kernel
-    # (32-bit ones, and fewer rows, stay in registers).
-    assert norm_config(2048, 32768, in_bytes=2) == (True, 1, 1, 16384, 32, 0, 132)
-    assert norm_config(132, 20000, in_bytes=2) == (True, 1, 1, 16384, 32, 0, 132)
-    assert norm_config(131, 32768, in_bytes=2).stream == 0
-    assert norm_config(2048, 16384, in_bytes=2).stream == 0
-    assert norm_config(2048, 32768, in_bytes=2, stream=False).stream == 0
+    assert norm_config(4, 32769) == (True, 1, 1, 8192, 32, 0, 4, 0)
+    assert norm_config(4, 32769, in_bytes=2) == (True, 1, 1, 16384, 32, 0, 4, 0)
+    assert norm_config(640, 196608) == (True, 1, 1, 8192, 32, 0, 132, 0)
+    assert norm_config(4, 32769, stream=False) == (True, 1, 1, 4096, 8, 0, 0, 0)
+    # Rows of 16385 to 32768 of 16-bit inputs on a grid of a row per SM or more: bfloat16
+    # ones take the packed kernel (two programs of 32 warps an SM, at most one a row), the
+    # others (float16; packed=False) the stream kernel; 32-bit ones, and fewer rows, stay in
+    # registers.
+    assert norm_config(2048, 32768, in_bytes=2) == (False, 1, 1, 32768, 32, 0, 0, 264)
+    assert norm_config(200, 20000, in_bytes=2) == (False, 1, 1, 32768, 32, 0, 0, 200)
+    assert norm_config(2048, 32768, in_bytes=2, packed=False) == (True, 1, 1, 16384, 32, 0,
+                                                                  132, 0)
+    assert norm_config(132, 20000, in_bytes=2, packed=False) == (True, 1, 1, 16384, 32, 0,
+                                                                 132, 0)
+    for kw in ({}, {"packed": False}):
+        assert norm_config(131, 32768, in_bytes=2, **kw)[6:] == (0, 0)
+        assert norm_config(2048, 16384, in_bytes=2, **kw)[6:] == (0, 0)
+    assert norm_config(2048, 32768, in_bytes=4).packed == 0
+    assert norm_config(2048, 32768, in_bytes=2, stream=False, packed=False).stream == 0
 
 
 # ============================================================================ ops
