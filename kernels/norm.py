@@ -161,9 +161,11 @@ class NormTuning(NamedTuple):
     reread_block: int = 0
     reread_warps: int = 16
     #: ... and, for RMSNorm without a residual, of inputs of at least
-    #: ``rms_reread_min_in_bytes`` bytes an element, chunks of ``rms_reread_block`` (0: off).
+    #: ``rms_reread_min_in_bytes`` bytes an element and rows of ``next_power_of_2(N) <=
+    #: rms_reread_max_block``, chunks of ``rms_reread_block`` (0: off).
     rms_reread_block: int = 2048
     rms_reread_min_in_bytes: int = 4
+    rms_reread_max_block: int = 8192
     #: RMSNorm without a residual: ``per_thread_large`` for it.
     rms_per_thread_large: int = 16
     #: The stream kernel: a persistent grid of ``stream_programs_per_sm`` programs an SM,
@@ -235,6 +237,10 @@ class NormTuning(NamedTuple):
 #:   weight [8192, 4096] 3.79 -> 4.03 (torch.compile 4.06). bfloat16 rows keep registers
 #:   (70B [16384, 8192]: re-read 3.90 against 3.83, 16 a thread 3.96; dsv3 7168: the table
 #:   best; kv-a [16384, 512]: re-read 0.63, 16 a thread 2.79 against 2.52).
+#: * rms_reread_max_block 8192: float32 RMSNorm re-read against the rows held in
+#:   registers (H200, side by side, 2026-12-01, us): [8192, 4096] 67.7 / 71.0, [8192, 8192]
+#:   131.5 / 141.1, [4096, 16384] 153.6 / 146.4, [2048, 32768] 195.4 / 145.7 (a copy of
+#:   the same bytes: 130): longer rows in flight outgrow the L2, and the re-read goes to HBM.
 #: * rms_per_thread_large 16 (bf16 RMSNorm, same day, us, 32 -> 16 a thread): 70B [16384,
 #:   8192] 140.6 -> 136.0, kv-a [16384, 512] 13.3 -> 12.1, qwen3 q-norm [131072, 128] 22.0
 #:   -> 20.3, qwen2.5 [8192, 3584] 33.5 -> 32.8, dsv3 [8192, 7168] 63.3 -> 63.2, Llama-3-8B
@@ -979,7 +985,8 @@ def norm_config(M: int, N: int, *, max_register_block: int = MAX_REGISTER_BLOCK,
     (the element size decides only the stream kernel's rows and chunk and RMSNorm's
     re-read: the math is float32 whatever the input dtype). Memoised: a call costs a dict
     lookup. ``coop=False``, ``stream=False`` and ``packed=False`` leave those kernels out
-    (calls they cannot serve); ``rms``: an RMSNorm without a residual (``tuning.rms_reread_block`` and
+    (calls they cannot serve; the launcher offers the packed kernel bfloat16 rows only);
+    ``rms``: an RMSNorm without a residual (``tuning.rms_reread_block`` and
     ``rms_per_thread_large``).
 
     With ``tuning.coop_min_block`` set, rows of ``next_power_of_2(N) >= coop_min_block``
@@ -1037,7 +1044,8 @@ def norm_config(M: int, N: int, *, max_register_block: int = MAX_REGISTER_BLOCK,
         return NormConfig(True, 1, 1, block, max(1, min(8, block // (32 * 8))))
     target = t.programs_per_sm * _SMS
     reread = t.reread_block
-    if rms and t.rms_reread_block and in_bytes >= t.rms_reread_min_in_bytes:
+    if (rms and t.rms_reread_block and in_bytes >= t.rms_reread_min_in_bytes
+            and block_n <= t.rms_reread_max_block):
         reread = t.rms_reread_block
     if reread and M >= target:
         block = min(_next_pow2(reread), block_n)

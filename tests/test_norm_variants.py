@@ -238,9 +238,13 @@ def test_rms_norm_holds_16_a_thread_on_large_grids():
 
 
 def test_rms_reread_of_float32_rows():
-    # The table: RMSNorm (no residual) of float32 rows on large grids re-reads them in
-    # chunks of 2048 at 16 warps; 16-bit rows, LayerNorm and small grids keep registers
+    # The table: RMSNorm (no residual) of float32 rows of up to 8192 elements on large grids
+    # re-reads them in chunks of 2048 at 16 warps; longer rows, 16-bit rows, LayerNorm and
+    # small grids keep registers
     assert norm_config(8192, 3584, in_bytes=4, rms=True) == (True, 1, 1, 2048, 16, 0, 0, 0)
+    assert norm_config(8192, 8192, in_bytes=4, rms=True) == (True, 1, 1, 2048, 16, 0, 0, 0)
+    assert norm_config(4096, 8193, in_bytes=4, rms=True) == (False, 1, 1, 16384, 32, 0, 0, 0)
+    assert norm_config(2048, 32768, in_bytes=4, rms=True) == (False, 1, 1, 32768, 32, 0, 0, 0)
     assert not norm_config(8192, 3584, in_bytes=2, rms=True).looped
     assert not norm_config(8192, 3584, in_bytes=4).looped
     assert not norm_config(64, 3584, in_bytes=4, rms=True).looped
