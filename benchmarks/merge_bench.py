@@ -19,6 +19,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from opspec.ops.bench_report import flush_mode
+
 
 def merge(results: list[dict]) -> dict:
     if not results:
@@ -26,6 +28,13 @@ def merge(results: list[dict]) -> dict:
     formats = {r.get("format") for r in results}
     if len(formats) != 1:
         raise ValueError(f"results of different formats: {sorted(map(str, formats))}")
+    # Rows timed after different L2 flushes are not comparable (a dirty L2 charges each
+    # sample its write-back): such results are not merged.
+    modes = {flush_mode(r["meta"]) for r in results}
+    if len(modes) != 1:
+        raise ValueError("results timed after different L2 flushes "
+                         f"({', '.join(sorted(map(str, modes)))}): re-run them with one "
+                         "--flush")
     rows: dict[tuple[str, str], dict] = {}
     for r in results:
         for row in r["rows"]:

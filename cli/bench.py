@@ -15,7 +15,7 @@ _EPILOG = """\
 For every workload case of each OP (default: every bundled op) the op and each baseline are
 first checked against the op's reference; a wrong result is a failure, never a timing. Then
 all are timed in one process, passes interleaved A B C C B A: on CUDA with CUDA events and
-the L2 flushed before every sample, on the CPU with time.perf_counter. TFLOP/s and TB/s come
+the L2 flushed before every sample (--flush), on the CPU with time.perf_counter. TFLOP/s and TB/s come
 from op.eval_roofline(); efficiency = max(bytes / bandwidth, flops / compute) / time, the
 ceilings being measured in the same run (a device-to-device copy, a large matrix product).
 
@@ -42,6 +42,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="skip cases whose inputs hold more than N elements")
     p.add_argument("--quick", action="store_true",
                    help="fewer and shorter timing passes, smaller ceiling measurements")
+    p.add_argument("--flush", choices=("clean", "dirty"), default="clean",
+                   help="CUDA: flush the L2 before each sample by reading a 256 MiB buffer "
+                        "(clean, the default) or by writing it (dirty: each sample then also "
+                        "pays the write-back of the buffer's lines)")
     return p
 
 
@@ -94,7 +98,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise _usage(str(exc)) from None
 
     settings = H.Settings.for_device(device, quick=args.quick, baselines=baselines,
-                                     case_filter=args.cases, max_elems=args.max_elems)
+                                     case_filter=args.cases, max_elems=args.max_elems,
+                                     flush_mode=args.flush)
     if not any(H.select_cases(op, settings) for op in ops):  # before measuring anything
         raise _usage("no case matched"
                      + (f" --cases {args.cases!r}" if args.cases else "")

@@ -12,7 +12,9 @@ For each workload case (`opspec.ops.workloads.cases`) of each op:
    has no formula of its own for any op.
 4. Timing, in one process: each implementation is warmed up, then timed in passes ordered
    A B C C B A (repeated `pairs` times), every sample one call. On CUDA a 256 MiB buffer
-   (more than 4 times an H200's L2) is written before every sample, then the device spins
+   (more than 4 times an H200's L2) is read before every sample (`flush_mode` "clean": the
+   L2 then holds clean lines only; "dirty" writes the buffer instead, which leaves the L2
+   full of dirty lines whose write-back the timed call pays), then the device spins
    for `lead_us` (1 ms) while the host enqueues the call, and each sample is the
    CUDA-event time around the call: the device's time, not the host's launch path (which
    `benchmarks/overhead.py` measures); on the CPU a `time.perf_counter` interval, no flush.
@@ -63,6 +65,8 @@ IMPL = "opspec"
 #: The timing name of a memory-bound row's copy of its bytes (never an implementation).
 COPY = "copy of the row's bytes"
 _MIB = 1 << 20
+#: How the L2 can be flushed before a sample (`Settings.flush_mode`).
+FLUSH_MODES = ("clean", "dirty")
 
 Progress = Callable[[int, int, str], None]
 
@@ -82,6 +86,11 @@ class Settings:
     min_iters: int = 10
     max_iters: int = 200
     flush_bytes: int = 256 * _MIB  # CUDA only
+    # CUDA only: how the L2 is flushed before each sample. "clean" reads the flush buffer,
+    # so the L2 holds none of the call's data and nothing dirty; "dirty" writes it, leaving
+    # the L2 full of modified lines that the timed call then writes back to HBM (on an H200
+    # 8-9 us on a read-only 134 MB reduction, 3 us on a copy: benchmarks/flush_probe.py).
+    flush_mode: str = "clean"
     lead_us: float = 1000.0    # CUDA only: the device is kept busy this long before each sample
     copy_bytes: int = 1024 * _MIB  # bandwidth ceiling: bytes copied (read + written = twice)
     matmul_n: int = 8192           # compute ceiling: an n x n x n matrix product
@@ -92,6 +101,10 @@ class Settings:
     # half written) beside the op: the rate a copy reaches at that size, the row's own
     # bandwidth ceiling (a small copy does not reach the large one's).
     copy_reference: bool = True
+
+    def __post_init__(self) -> None:
+        if self.flush_mode not in FLUSH_MODES:
+            raise ValueError(f"flush_mode must be one of {FLUSH_MODES}, got {self.flush_mode!r}")
 
     @classmethod
     def for_device(cls, device: str, *, quick: bool = False, **overrides: Any) -> "Settings":
@@ -114,7 +127,8 @@ class Settings:
 # -- timers -------------------------------------------------------------------------------------
 
 class CudaTimer:
-    """CUDA events around each call, the L2 flushed (a large buffer written) before each.
+    """CUDA events around each call, the L2 flushed before each: a large buffer read
+    (`flush_mode` "clean") or written ("dirty"; see `Settings.flush_mode`).
 
     Between the flush and the start event the device spins for `lead_us` (a sleep kernel):
     the host enqueues the call meanwhile, so the events time the device's work for it and
@@ -125,11 +139,16 @@ class CudaTimer:
 
     method = "cuda-events"
 
-    def __init__(self, device: torch.device, flush_bytes: int, lead_us: float = 0.0):
+    def __init__(self, device: torch.device, flush_bytes: int, lead_us: float = 0.0,
+                 flush_mode: str = "clean"):
+        if flush_mode not in FLUSH_MODES:
+            raise ValueError(f"flush_mode must be one of {FLUSH_MODES}, got {flush_mode!r}")
         self.device = device
         self.flush_bytes = flush_bytes
-        self._flush = torch.empty(flush_bytes, dtype=torch.int8, device=device) \
+        self.flush_mode = flush_mode if flush_bytes else None
+        self._flush = torch.zeros(flush_bytes // 4, dtype=torch.float32, device=device) \
             if flush_bytes else None
+        self._sink = torch.empty((), dtype=torch.float32, device=device)
         self.lead_cycles = int(lead_us * 1e-6 * _clock_hz(device)) if lead_us > 0 else 0
 
     def sync(self) -> None:
@@ -141,7 +160,10 @@ class CudaTimer:
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         for i in range(n):
             if flush and self._flush is not None:
-                self._flush.zero_()
+                if self.flush_mode == "clean":
+                    torch.sum(self._flush, dim=0, out=self._sink)
+                else:
+                    self._flush.zero_()
             if self.lead_cycles:
                 torch.cuda._sleep(self.lead_cycles)
             starts[i].record()
@@ -159,6 +181,7 @@ class CpuTimer:
 
     method = "cpu-perf-counter"
     flush_bytes = None
+    flush_mode = None
 
     def __init__(self, device: torch.device):
         self.device = device
@@ -188,7 +211,7 @@ def _clock_hz(device: torch.device) -> float:
 def make_timer(settings: Settings):
     device = torch.device(settings.device)
     if device.type == "cuda":
-        return CudaTimer(device, settings.flush_bytes, settings.lead_us)
+        return CudaTimer(device, settings.flush_bytes, settings.lead_us, settings.flush_mode)
     return CpuTimer(device)
 
 
@@ -445,6 +468,7 @@ def _meta(settings: Settings, timer, ceilings: Mapping[str, Any]) -> dict[str, A
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "timing": timer.method,
         "l2_flush_bytes": timer.flush_bytes,
+        "l2_flush_mode": getattr(timer, "flush_mode", None),
         "lead_cycles": getattr(timer, "lead_cycles", 0),
         "ceilings": dict(ceilings),
         "settings": {k: v for k, v in asdict(settings).items()},

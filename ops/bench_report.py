@@ -6,6 +6,7 @@ The result:
 
     {"format": "opspec-bench/1",
      "meta": {"gpu", "device", "torch", "triton", "date", "timing", "l2_flush_bytes",
+              "l2_flush_mode" ("clean" | "dirty"; absent in results from before it: "dirty"),
               "ceilings": {"bandwidth_tbps", "compute_tflops", "bandwidth": {...},
                            "compute": {...}},
               "baselines", "ops", "settings", ...},
@@ -30,6 +31,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 __all__ = [
     "MissingMatplotlib",
+    "flush_mode",
     "geomean",
     "load_json",
     "op_summaries",
@@ -75,6 +77,14 @@ def load_json(path: str | os.PathLike) -> dict[str, Any]:
 
 
 # -- numbers ----------------------------------------------------------------------------------------
+
+def flush_mode(meta: Mapping[str, Any]) -> str | None:
+    """How a run flushed the L2 before each sample: "clean" (a buffer read), "dirty" (a
+    buffer written: runs from before the mode was recorded flushed so) or None (no flush)."""
+    if not meta.get("l2_flush_bytes"):
+        return None
+    return meta.get("l2_flush_mode") or "dirty"
+
 
 def geomean(values: Iterable[float | None]) -> float | None:
     """The geometric mean of the positive values given (None when there are none)."""
@@ -265,8 +275,10 @@ def results_markdown(result: Mapping[str, Any], plot: str | None = None,
           f"**Python** {meta.get('python', '?')}, **opspec** {meta.get('opspec', '?')}",
           f"- **date**: {meta.get('date', '?')}",
           f"- **timing**: {meta.get('timing', '?')}"
-          + (f", L2 flushed before every sample ({meta['l2_flush_bytes'] // 2**20} MiB written)"
-             if meta.get("l2_flush_bytes") else ", no cache flush")
+          + (f", L2 flushed before every sample ({meta['l2_flush_bytes'] // 2**20} MiB "
+             + ("read: the L2 left holding clean lines" if flush_mode(meta) == "clean" else
+                "written: the L2 left full of dirty lines, whose write-back each sample pays")
+             + ")" if meta.get("l2_flush_bytes") else ", no cache flush")
           + (f", the device kept busy {meta['lead_cycles']:,} cycles before each sample while "
              "the host enqueues the call" if meta.get("lead_cycles") else "")
           + "; median of all samples, passes interleaved A B C C B A",

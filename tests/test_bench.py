@@ -208,6 +208,7 @@ def test_json_result_format(tmp_path):
                 "l2_flush_bytes", "settings"):
         assert key in meta
     assert meta["timing"] == "cpu-perf-counter" and meta["l2_flush_bytes"] is None
+    assert meta["l2_flush_mode"] is None and R.flush_mode(meta) is None
     assert meta["device"] == "cpu" and meta["torch"] == torch.__version__
     c = meta["ceilings"]
     assert c["bandwidth_tbps"] > 0 and c["compute_tflops"] > 0
@@ -331,7 +332,24 @@ def test_passes_are_interleaved_a_b_c_c_b_a():
 def test_cuda_settings_flush_more_than_l2_and_measure_large_ceilings():
     s = H.Settings.for_device("cuda")
     assert s.flush_bytes >= 256 << 20 and s.matmul_n == 8192 and s.pairs >= 2
+    assert s.flush_mode == "clean"
+    assert H.Settings.for_device("cuda", flush_mode="dirty").flush_mode == "dirty"
     assert H.Settings.for_device("cpu").flush_bytes == 0
+    with pytest.raises(ValueError, match=r"flush_mode must be one of \('clean', 'dirty'\), "
+                                         r"got 'warm'"):
+        H.Settings.for_device("cuda", flush_mode="warm")
+
+
+def test_the_report_says_how_the_l2_was_flushed():
+    """RESULTS.md names the flush: a read (clean), a write (dirty; results from before the
+    mode was recorded flushed so) or none."""
+    fake = _fake_result()
+    assert "256 MiB written: the L2 left full of dirty lines" in R.results_markdown(fake)
+    assert R.flush_mode(fake["meta"]) == "dirty"
+    fake["meta"]["l2_flush_mode"] = "clean"
+    assert "256 MiB read: the L2 left holding clean lines" in R.results_markdown(fake)
+    fake["meta"]["l2_flush_bytes"] = 0
+    assert ", no cache flush" in R.results_markdown(fake) and R.flush_mode(fake["meta"]) is None
 
 
 # -- make_results ------------------------------------------------------------------------------------
@@ -681,6 +699,18 @@ def test_merge_bench_of_a_merged_result_keeps_its_runs():
         "2026-11-01T00:00:00+00:00", "2026-11-02T00:00:00+00:00", "2026-11-03T00:00:00+00:00"]
     assert m["meta"]["ceilings"]["bandwidth_tbps"] == pytest.approx(4.1)  # 4.3, 4.1, 4.0
     assert "median over 3 runs, one per op" in R.results_markdown(m)
+
+
+def test_merge_bench_refuses_results_of_different_flushes():
+    """Rows timed after a clean and after a dirty L2 flush are not merged into one table;
+    results that predate the recorded mode count as dirty."""
+    a, b = _fake_result(), _fake_result()
+    b["meta"]["l2_flush_mode"] = "clean"
+    with pytest.raises(ValueError, match=r"results timed after different L2 flushes "
+                                         r"\(clean, dirty\): re-run them with one --flush"):
+        _merge_bench().merge([a, b])
+    a["meta"]["l2_flush_mode"] = "dirty"
+    assert len(_merge_bench().merge([a, _fake_result()])["rows"]) == len(a["rows"])
 
 
 def test_merge_bench_carries_baselines_a_later_run_did_not_time():
