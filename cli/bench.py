@@ -15,9 +15,10 @@ _EPILOG = """\
 For every workload case of each OP (default: every bundled op) the op and each baseline are
 first checked against the op's reference; a wrong result is a failure, never a timing. Then
 all are timed in one process, passes interleaved A B C C B A: on CUDA with CUDA events and
-the L2 flushed before every sample (--flush), on the CPU with time.perf_counter. TFLOP/s and TB/s come
-from op.eval_roofline(); efficiency = max(bytes / bandwidth, flops / compute) / time, the
-ceilings being measured in the same run (a device-to-device copy, a large matrix product).
+the L2 flushed before every sample (--flush), on the CPU with time.perf_counter. TFLOP/s
+and TB/s come from op.eval_roofline(); efficiency = max(bytes / bandwidth, flops / compute)
+/ time, the ceilings being measured in the same run (a device-to-device copy, a large
+matrix product).
 
 exit status: 0 every case verified, 1 a wrong or failing implementation, 2 usage error.
 """

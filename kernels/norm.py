@@ -179,11 +179,12 @@ class NormTuning(NamedTuple):
     stream_chunk_bytes: int = 32 * 1024
     stream_warps: int = 32
     stream_programs_per_sm: int = 1
-    #: The packed kernel: 16-bit rows held in registers as 32-bit words, two elements a
+    #: The packed kernel: bfloat16 rows held in registers as 32-bit words, two elements a
     #: register (converted to float32 where used, once for the statistics and once for the
-    #: output), so that a row takes half the registers of the register kernel's float32 and
-    #: twice the rows fit an SM. Rows of ``next_power_of_2(N) >= packed_min_block`` (0: never)
-    #: up to the register block, on grids of at least ``packed_min_rows`` rows, at
+    #: output), half the registers of the register kernel's float32 row, so that a program
+    #: holds its current row and the next one, loaded while it reduces and writes the
+    #: current. Rows of ``next_power_of_2(N) >= packed_min_block`` (0: never) up to the
+    #: register block, on grids of at least ``packed_min_rows`` rows, at
     #: ``packed_per_thread`` elements a thread; LayerNorm and RMSNorm without a residual,
     #: rows of even length whose elements are contiguous and 4-byte aligned.
     packed_min_block: int = 0
@@ -985,7 +986,8 @@ def norm_config(M: int, N: int, *, max_register_block: int = MAX_REGISTER_BLOCK,
     (the element size decides only the stream kernel's rows and chunk and RMSNorm's
     re-read: the math is float32 whatever the input dtype). Memoised: a call costs a dict
     lookup. ``coop=False``, ``stream=False`` and ``packed=False`` leave those kernels out
-    (calls they cannot serve; the launcher offers the packed kernel bfloat16 rows only);
+    (calls they cannot serve; the launcher asks for the packed kernel on bfloat16 rows
+    only);
     ``rms``: an RMSNorm without a residual (``tuning.rms_reread_block`` and
     ``rms_per_thread_large``).
 
