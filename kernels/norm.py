@@ -1159,11 +1159,11 @@ def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
 
     tun = TUNING if tuning is None else tuning
     plain_rms = rms and rv is None
-    # the packed kernel: bfloat16 rows of even length, contiguous 4-byte aligned pairs
-    packable = (dtype == torch.bfloat16 and rv is None and N % 2 == 0
-                and all(_words(t) is not None for t in (xv, ov, w, b) if t is not None))
+    # the packed kernel: bfloat16 rows of even length, no residual (whether the rows are
+    # contiguous 4-byte aligned pairs is asked only of a packed plan, off the hot path)
+    can_pack = dtype == torch.bfloat16 and rv is None and N % 2 == 0
     plan = functools.partial(norm_config, R, N, tuning=tun, in_bytes=x.element_size(),
-                             rms=plain_rms, packed=packable)
+                             rms=plain_rms, packed=can_pack)
     cfg = config if config is not None else plan()
     if cfg.chunks and (rv is not None or _shares_storage(xv, ov)):
         # coop's fallback re-reads the row: not when this call writes over its input
@@ -1176,10 +1176,17 @@ def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
         if config is not None:
             raise ValueError("the stream kernel does not take a residual")
         cfg = plan(stream=False)
-    if cfg.packed and not packable:
-        raise ValueError("the packed kernel takes bfloat16 rows of even length, their "
-                         "elements contiguous and 4-byte aligned (the weight and bias too), "
-                         "and no residual")
+    words = None
+    if cfg.packed:
+        # x, out, weight and bias as int32 words (None: absent), or None where one cannot be
+        words = [None if t is None else _words(t) for t in (xv, ov, w, b)]
+        if not can_pack or any(v is None and t is not None
+                               for v, t in zip(words, (xv, ov, w, b))):
+            if config is not None:
+                raise ValueError("the packed kernel takes bfloat16 rows of even length, their "
+                                 "elements contiguous and 4-byte aligned (the weight and bias "
+                                 "too), and no residual")
+            cfg, words = plan(packed=False), None
     looped, rows, tiles, block, num_warps, chunks, stream, packed = cfg
     # The largest offset of the padded launch (whole tiles of rows, whole blocks of
     # columns, masked lanes included) decides int64 offsets.
@@ -1223,9 +1230,9 @@ def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
                sxm, sxn, som, son, sw, sb, BLOCK_R=block // vec, VEC=vec, EVEN=N % block == 0,
                SHIFT_LIMIT=float(tun.shift_limit), **flags)
     elif packed:
-        xw, ow = _words(xv), _words(ov)
-        launch(_norm_fwd_packed_kernel, grid, xw, xw if w is None else _words(w),
-               xw if b is None else _words(b), ow, R, N // 2, N, float(eps), sxm // 2, som // 2,
+        xw, ow, ww, bw = words
+        launch(_norm_fwd_packed_kernel, grid, xw, xw if ww is None else ww,
+               xw if bw is None else bw, ow, R, N // 2, N, float(eps), sxm // 2, som // 2,
                PART_W=max(1, block // 8), IS_RMS=rms, HAS_WEIGHT=w is not None,
                HAS_BIAS=b is not None, USE_INT64=use_int64,
                SHIFT_LIMIT=float(tun.shift_limit), FB=min(max(1, block // 8), _COOP_FB),

@@ -68,6 +68,11 @@ _MIB = 1 << 20
 #: How the L2 can be flushed before a sample (`Settings.flush_mode`).
 FLUSH_MODES = ("clean", "dirty")
 
+
+def _check_flush_mode(mode: str) -> None:
+    if mode not in FLUSH_MODES:
+        raise ValueError(f"flush_mode must be one of {FLUSH_MODES}, got {mode!r}")
+
 Progress = Callable[[int, int, str], None]
 
 
@@ -103,8 +108,7 @@ class Settings:
     copy_reference: bool = True
 
     def __post_init__(self) -> None:
-        if self.flush_mode not in FLUSH_MODES:
-            raise ValueError(f"flush_mode must be one of {FLUSH_MODES}, got {self.flush_mode!r}")
+        _check_flush_mode(self.flush_mode)
 
     @classmethod
     def for_device(cls, device: str, *, quick: bool = False, **overrides: Any) -> "Settings":
@@ -141,8 +145,7 @@ class CudaTimer:
 
     def __init__(self, device: torch.device, flush_bytes: int, lead_us: float = 0.0,
                  flush_mode: str = "clean"):
-        if flush_mode not in FLUSH_MODES:
-            raise ValueError(f"flush_mode must be one of {FLUSH_MODES}, got {flush_mode!r}")
+        _check_flush_mode(flush_mode)
         self.device = device
         self.flush_bytes = flush_bytes
         self.flush_mode = flush_mode if flush_bytes else None
