@@ -123,11 +123,15 @@ def norm_variants(op: str, M: int, N: int, dtype: str, smoke: bool = False
         if block >= 8192:
             out += [("coop 4096 x 4", _coop(4096, 4, smoke))]
     if not long_row:
-        # the looped kernel on large grids, the row re-read from L2 (as Inductor's kernels)
+        # the looped kernel on large grids, the row re-read from L2 (as Inductor's kernels);
+        # and the rows kernel with its former evict_first row loads
         out = [("re-read 2048 x 16 warps", dict(reread_block=2048)),
                ("re-read 8192 x 16 warps", dict(reread_block=8192)),
+               ("re-read 8192 x 8 warps", dict(reread_block=8192, reread_warps=8)),
+               ("re-read 2048 x 8 warps", dict(reread_block=2048, reread_warps=8)),
                ("re-read 4096 x 16 warps", dict(reread_block=4096)),
-               ("re-read 4096 x 8 warps", dict(reread_block=4096, reread_warps=8))] + out
+               ("re-read 4096 x 8 warps", dict(reread_block=4096, reread_warps=8)),
+               ("rows, evict_first row loads", dict(row_load_policy="evict_first"))] + out
     if dtype == "bf16" and block >= (64 if smoke else 4096):
         # bfloat16 rows held as 32-bit words (two elements a register), a persistent grid
         # whose programs load their next row ahead: n a thread, k programs an SM

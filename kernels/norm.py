@@ -166,6 +166,11 @@ class NormTuning(NamedTuple):
     rms_reread_block: int = 2048
     rms_reread_min_in_bytes: int = 4
     rms_reread_max_block: int = 8192
+    #: ... and of narrower inputs (16-bit), rows of ``rms_reread_narrow_min_block <=
+    #: next_power_of_2(N) <= rms_reread_max_block``, chunks of ``rms_reread_narrow_block``
+    #: (0: off).
+    rms_reread_narrow_block: int = 4096
+    rms_reread_narrow_min_block: int = 8192
     #: RMSNorm without a residual: ``per_thread_large`` for it.
     rms_per_thread_large: int = 16
     #: The stream kernel: a persistent grid of ``stream_programs_per_sm`` programs an SM,
@@ -193,6 +198,9 @@ class NormTuning(NamedTuple):
     #: ... on a persistent grid of this many programs an SM (at most a program a row), each
     #: loading its next row while it reduces and writes the current one.
     packed_programs_per_sm: int = 1
+    #: The rows kernel's cache policy for the rows it loads: ``""`` (none) or
+    #: ``"evict_first"``.
+    row_load_policy: str = ""
 
 
 #: Why these values (the table as measured before the variants; the variants are off until an
@@ -235,9 +243,10 @@ class NormTuning(NamedTuple):
 #:   capped in the first run), dit-xl 3.68 -> 3.56 capped: the cap stays off.
 #: * rms_reread: RMSNorm of float32 rows re-read (chunks of 2048 at 16 warps) on large
 #:   grids (H200, norm_sweep.py, 2026-12-01): qwen2.5 [8192, 3584] 3.73 -> 3.94 TB/s, no
-#:   weight [8192, 4096] 3.79 -> 4.03 (torch.compile 4.06). bfloat16 rows keep registers
-#:   (70B [16384, 8192]: re-read 3.90 against 3.83, 16 a thread 3.96; dsv3 7168: the table
-#:   best; kv-a [16384, 512]: re-read 0.63, 16 a thread 2.79 against 2.52).
+#:   weight [8192, 4096] 3.79 -> 4.03 (torch.compile 4.06). bfloat16 rows kept registers
+#:   then (70B [16384, 8192]: re-read 3.90 against 3.83, 16 a thread 3.96; dsv3 7168: the
+#:   table best; kv-a [16384, 512]: re-read 0.63, 16 a thread 2.79 against 2.52), until the
+#:   re-read's row length became a constant (below).
 #: * rms_reread_max_block 8192: float32 RMSNorm re-read against the rows held in
 #:   registers (H200, side by side, 2026-12-01, us): [8192, 4096] 67.7 / 71.0, [8192, 8192]
 #:   131.5 / 141.1, [4096, 16384] 153.6 / 146.4, [2048, 32768] 195.4 / 145.7 (a copy of
@@ -248,6 +257,20 @@ class NormTuning(NamedTuple):
 #:   [4096, 4096] 20.8 -> 20.7: none slower. LayerNorm keeps 32 (16 a thread, same day:
 #:   dsv3 bf16 65.2 -> 74.7 us, dit-xl 41.6 -> 45.3, qwen2.5 bf16 34.5 -> 35.6, command-r
 #:   39.6 -> 39.3, qwen2.5 fp32 64.9 -> 64.5); so does the fused add (not measured).
+#: * row_load_policy "" and the looped kernel's N a compile-time constant (H200,
+#:   benchmarks/norm_sweep.py and a side-by-side probe, clean L2 flush, 2026-12-01, us).
+#:   torch.compile ran the bf16 RMSNorm rows [16384, 8192] and [8192, 7168] at 125.0 and
+#:   56.2 against the table's 132.8 and 60.2. Its kernel re-reads the row (one chunk of
+#:   8192, or chunks of 2048, at 16 warps) with the row length a constant. The same layout
+#:   with a run-time length ran 149.5 and 70.7; with a constant 125.1 and 56.2. The rows
+#:   kernel without evict_first on its row loads: 129.7-130.7 against 133.5-137.5 (8 or 16
+#:   warps), float32 [8192, 3584] 54.5 against 57.8. In the sweep that followed, the table
+#:   with both changes against the re-read (now with a constant N): bf16 RMSNorm [16384,
+#:   8192] 129.3 / 124.7 (chunks of 4096 at 16 warps; 2048 124.9, 8192 125.0), [8192, 7168]
+#:   60.1 / 55.8 (torch.compile 55.8), [8192, 3584] 29.8 / 29.0 (8 warps), [4096, 4096]
+#:   18.2 / 18.5: so 16-bit rows of 4097-8192 elements are re-read (rms_reread_narrow_*).
+#:   LayerNorm's rows kernel without the hint: [16384, 8192] 136.1 -> 130.3, qwen2.5 fp32
+#:   59.3 -> 57.5, the others within 2 % (the bench's figures before, the sweep's after).
 #: * stream: LayerNorm of [2048, 32768] bf16 held one row per SM in registers (32 warps,
 #:   64 registers) ran at 2.82 TB/s; ncu: 57 % of DRAM peak, 32 of 64 warps, the row's
 #:   loads idle while it is reduced and written. The stream kernel, side by side on the
@@ -424,7 +447,7 @@ def _norm_fwd_rows_kernel(
     IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
     HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, USE_INT64: tl.constexpr,
     LATE_AFFINE: tl.constexpr, STATS: tl.constexpr = 0, SHIFT_LIMIT: tl.constexpr = 16.0,
-    GROUP: tl.constexpr = 8,
+    GROUP: tl.constexpr = 8, ROW_POLICY: tl.constexpr = "",
 ):
     """``TILES`` tiles of ``ROWS`` whole rows per program, one after the other, each row held
     in registers (``BLOCK_N >= N``). The weight and bias are loaded once per program, before
@@ -432,7 +455,8 @@ def _norm_fwd_rows_kernel(
     per tile after its statistics, which keeps fewer registers live while the rows load
     (more programs per SM, for an L2 round trip per tile). ``STATS`` picks how LayerNorm's
     statistics are reduced (see :class:`NormTuning`); ``GROUP`` is the elements of a 16-byte
-    vector (``STATS == 2``)."""
+    vector (``STATS == 2``); ``ROW_POLICY`` the cache policy of the row loads
+    (``NormTuning.row_load_policy``)."""
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     if USE_INT64:
@@ -453,12 +477,12 @@ def _norm_fwd_rows_kernel(
         mask = (rows < M)[:, None] & col_mask[None, :]
 
         x_offs = rows[:, None] * stride_xm + cols[None, :] * stride_xn
-        x = tl.load(x_ptr + x_offs, mask=mask, other=0.0, eviction_policy="evict_first")
+        x = tl.load(x_ptr + x_offs, mask=mask, other=0.0, eviction_policy=ROW_POLICY)
         x = x.to(tl.float32)
         if HAS_RESIDUAL:
             # residual += input, rounded to the stored dtype; the norm is of the stored value.
             r_offs = rows[:, None] * stride_rm + cols[None, :] * stride_rn
-            r = tl.load(r_ptr + r_offs, mask=mask, other=0.0, eviction_policy="evict_first")
+            r = tl.load(r_ptr + r_offs, mask=mask, other=0.0, eviction_policy=ROW_POLICY)
             s = (x + r.to(tl.float32)).to(r_ptr.dtype.element_ty)
             tl.store(r_ptr + r_offs, s, mask=mask)
             x = s.to(tl.float32)
@@ -494,14 +518,19 @@ def _norm_fwd_rows_kernel(
 @triton.jit
 def _norm_fwd_looped_kernel(
     x_ptr, r_ptr, w_ptr, b_ptr, y_ptr,
-    N, eps,
+    N: tl.constexpr, eps,
     stride_xm, stride_xn, stride_rm, stride_rn, stride_ym, stride_yn, stride_w, stride_b,
     BLOCK: tl.constexpr,
     IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
     HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, USE_INT64: tl.constexpr,
 ):
-    """One row per program, walked in ``BLOCK`` chunks (rows too long for registers): one
-    pass for the statistics, one to normalise and write."""
+    """One row per program, walked in ``BLOCK`` chunks (rows too long for registers, or
+    re-read on large grids): one pass for the statistics, one to normalise and write.
+    ``N`` is a compile-time constant, as in Inductor's kernels: the chunk loops then have a
+    known trip count, so the compiler unrolls them and issues a pass's loads together
+    instead of one chunk's at a time, and full chunks drop their masks (H200, RMSNorm
+    bfloat16 [16384, 8192] in one 8192 chunk at 16 warps: 149.5 us with ``N`` a run-time
+    value, 125.1 as a constant)."""
     row = tl.program_id(0)
     base = tl.arange(0, BLOCK)
     if USE_INT64:
@@ -562,9 +591,11 @@ def _norm_fwd_looped_kernel(
                         eviction_policy="evict_first").to(tl.float32)
         y = (x - mean) * rstd
         if HAS_WEIGHT:
-            y = y * tl.load(w_ptr + cols * stride_w, mask=m, other=0.0).to(tl.float32)
+            y = y * tl.load(w_ptr + cols * stride_w, mask=m, other=0.0,
+                            eviction_policy="evict_last").to(tl.float32)
         if HAS_BIAS:
-            y = y + tl.load(b_ptr + cols * stride_b, mask=m, other=0.0).to(tl.float32)
+            y = y + tl.load(b_ptr + cols * stride_b, mask=m, other=0.0,
+                            eviction_policy="evict_last").to(tl.float32)
         tl.store(y_row + cols * stride_yn, y.to(y_ptr.dtype.element_ty), mask=m)
 
 
@@ -988,8 +1019,8 @@ def norm_config(M: int, N: int, *, max_register_block: int = MAX_REGISTER_BLOCK,
     lookup. ``coop=False``, ``stream=False`` and ``packed=False`` leave those kernels out
     (calls they cannot serve; the launcher asks for the packed kernel on bfloat16 rows
     only);
-    ``rms``: an RMSNorm without a residual (``tuning.rms_reread_block`` and
-    ``rms_per_thread_large``).
+    ``rms``: an RMSNorm without a residual (``tuning.rms_reread_block``,
+    ``rms_reread_narrow_block`` and ``rms_per_thread_large``).
 
     With ``tuning.coop_min_block`` set, rows of ``next_power_of_2(N) >= coop_min_block``
     cut into at most ``coop_max_chunks`` chunks of ``coop_block``, on grids of at least
@@ -1046,9 +1077,11 @@ def norm_config(M: int, N: int, *, max_register_block: int = MAX_REGISTER_BLOCK,
         return NormConfig(True, 1, 1, block, max(1, min(8, block // (32 * 8))))
     target = t.programs_per_sm * _SMS
     reread = t.reread_block
-    if (rms and t.rms_reread_block and in_bytes >= t.rms_reread_min_in_bytes
-            and block_n <= t.rms_reread_max_block):
-        reread = t.rms_reread_block
+    if rms and block_n <= t.rms_reread_max_block:
+        if in_bytes >= t.rms_reread_min_in_bytes:
+            reread = t.rms_reread_block or reread
+        elif t.rms_reread_narrow_block and block_n >= t.rms_reread_narrow_min_block:
+            reread = t.rms_reread_narrow_block
     if reread and M >= target:
         block = min(_next_pow2(reread), block_n)
         return NormConfig(True, 1, 1, block, max(1, min(32, t.reread_warps)))
@@ -1253,7 +1286,8 @@ def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
         if not rms and late and tun.ln_maxnreg and grid[0] >= _TARGET_PROGRAMS:
             extra["maxnreg"] = tun.ln_maxnreg
         launch(_norm_fwd_rows_kernel, grid, *args, R, N, float(eps), *strides, ROWS=rows,
-               TILES=tiles, BLOCK_N=block, LATE_AFFINE=late, **extra, **flags)
+               TILES=tiles, BLOCK_N=block, LATE_AFFINE=late, ROW_POLICY=tun.row_load_policy,
+               **extra, **flags)
     # A written tensor that could not be viewed as rows was computed in a copy.
     if res_copied:
         residual.copy_(rv.view(residual.shape))

@@ -186,6 +186,12 @@ class RowTuning(NamedTuple):
 #:   Coop under a register cap of 64 (4 or 8 programs an SM): chunks of 8192 at 8 warps
 #:   362.7 us and 4096 at 4 warps 365.0 against the table's 367.2 in one run; 1.2 %, within
 #:   what runs differ by, so the table stays until a sweep repeats it.
+#: * The looped kernel with its row length a compile-time constant (as the norms' re-read
+#:   kernel has it; sm_90 build under Triton 3.9: 4 spilling instructions against 26, 15 %
+#:   fewer SASS lines), side by side on the H200 (2026-12-01, two runs each, us): bf16
+#:   log-softmax [4096, 128256] 580 -> 556 and [4096, 129280] 593 -> 566, but fp16
+#:   log-softmax 557 -> 600, bf16 softmax 589 -> 603, bf16 -> fp32 log-softmax [2048,
+#:   128256] 471 -> 477. Mixed, so the length stays a run-time value.
 ROW_TUNING = RowTuning(row_tile=8192, row_programs=4, row_per_thread=32, row_tiles=1,
                        row_tiles_min_programs=8, coop_block=16384, coop_warps=16,
                        coop_max_chunks=64, loop_chunk_bytes=64 * 1024, loop_thread_bytes=64,

@@ -229,8 +229,11 @@ def test_reread_config_choice():
 
 
 def test_rms_norm_holds_16_a_thread_on_large_grids():
-    # RMSNorm (no residual) on large grids: 16 elements a thread; LayerNorm keeps 32
-    assert norm_config(16384, 8192, in_bytes=2, rms=True) == (False, 1, 1, 8192, 16, 0, 0, 0)
+    # RMSNorm (no residual) on large grids: 16 elements a thread (where the row is not
+    # re-read); LayerNorm keeps 32
+    no_reread = TUNING._replace(rms_reread_narrow_block=0)
+    assert norm_config(16384, 8192, in_bytes=2, rms=True,
+                       tuning=no_reread) == (False, 1, 1, 8192, 16, 0, 0, 0)
     assert norm_config(16384, 8192, in_bytes=2) == (False, 1, 1, 8192, 8, 0, 0, 0)
     assert norm_config(131072, 128, in_bytes=2, rms=True) == (False, 32, 1, 128, 8, 0, 0, 0)
     assert norm_config(16384, 512, in_bytes=2, rms=True).num_warps == 8      # 8 rows a tile
@@ -239,8 +242,15 @@ def test_rms_norm_holds_16_a_thread_on_large_grids():
 
 def test_rms_reread_of_float32_rows():
     # The table: RMSNorm (no residual) of float32 rows of up to 8192 elements on large grids
-    # re-reads them in chunks of 2048 at 16 warps; longer rows, 16-bit rows, LayerNorm and
-    # small grids keep registers
+    # re-reads them in chunks of 2048 at 16 warps, and 16-bit rows of 4097-8192 elements in
+    # chunks of 4096; longer rows, shorter 16-bit rows, LayerNorm and small grids keep
+    # registers
+    assert norm_config(16384, 8192, in_bytes=2, rms=True) == (True, 1, 1, 4096, 16, 0, 0, 0)
+    assert norm_config(8192, 7168, in_bytes=2, rms=True) == (True, 1, 1, 4096, 16, 0, 0, 0)
+    assert not norm_config(4096, 4096, in_bytes=2, rms=True).looped
+    assert not norm_config(16384, 8192, in_bytes=2).looped
+    assert not norm_config(16384, 8192, in_bytes=2, rms=True,
+                           tuning=TUNING._replace(rms_reread_narrow_block=0)).looped
     assert norm_config(8192, 3584, in_bytes=4, rms=True) == (True, 1, 1, 2048, 16, 0, 0, 0)
     assert norm_config(8192, 8192, in_bytes=4, rms=True) == (True, 1, 1, 2048, 16, 0, 0, 0)
     assert norm_config(4096, 8193, in_bytes=4, rms=True) == (False, 1, 1, 16384, 32, 0, 0, 0)
@@ -344,3 +354,38 @@ def test_variants_build_for_sm90_within_64_registers():
     for name, k in built.items():
         assert k["local"] == 0 and k["reg"] is not None and k["reg"] <= 64, (name, k)
         assert "ld.global.v4.b32" in {strip_hints(op) for op in k["ld"]}, (name, k)
+
+
+_POLICY_SCRIPT = r"""
+import json, sys
+from sm90_build import build, evict_hints
+import opspec.kernels.norm as K
+
+out = {}
+for policy in ("", "evict_first"):
+    args = dict(x_ptr="*bf16", r_ptr="*bf16", w_ptr="*bf16", b_ptr="*bf16", y_ptr="*bf16",
+                M=16384, N=8192, eps=1e-5, stride_xm=8192, stride_xn=1, stride_rm=8192,
+                stride_rn=1, stride_ym=8192, stride_yn=1, stride_w=1, stride_b=1)
+    c = dict(ROWS=1, TILES=1, BLOCK_N=8192, IS_RMS=True, HAS_RESIDUAL=True, HAS_WEIGHT=True,
+             HAS_BIAS=False, USE_INT64=False, LATE_AFFINE=False, ROW_POLICY=policy)
+    b = build(K._norm_fwd_rows_kernel, args, c, 16)
+    # the row loads (x, then the residual) are the v4 loads of the two row tensors; the
+    # weight is loaded once with evict_last
+    out[policy or "none"] = [evict_hints([op]) for op in b.loads]
+json.dump(out, sys.stdout)
+"""
+
+
+def test_rows_kernel_row_load_policy_reaches_the_loads():
+    """``NormTuning.row_load_policy`` is the cache hint of the rows kernel's row loads (the
+    input and the residual), and nothing else's: none by default, evict_first when set;
+    the weight keeps its evict_last either way (sm_90 builds in a fresh process)."""
+    from sm90_build import run_script
+
+    assert K.TUNING.row_load_policy == ""
+    built = run_script(_POLICY_SCRIPT)
+    none, first = built["none"], built["evict_first"]
+    assert len(none) == len(first) and len(none) >= 3, built
+    assert ["L1::evict_last"] in none and ["L1::evict_last"] in first, built
+    assert none.count([]) == first.count(["L1::evict_first"]) >= 2, built
+    assert ["L1::evict_first"] not in none, built
