@@ -22,6 +22,11 @@ from pathlib import Path
 from opspec.ops.bench_report import flush_mode
 
 
+# The measured ceilings whose median over the runs the merged meta keeps (a run from before
+# the float32 ceiling has none: the median is over the runs that do).
+_CEILINGS = ("bandwidth_tbps", "compute_tflops", "compute_fp32_tflops")
+
+
 def merge(results: list[dict]) -> dict:
     if not results:
         raise ValueError("no results to merge")
@@ -48,12 +53,16 @@ def merge(results: list[dict]) -> dict:
     # run (and the ceilings' median over all of them), not one entry for the lot.
     runs = [run for r in results for run in (r["meta"].get("runs") or [{
         "ops": r["meta"].get("ops"), "date": r["meta"].get("date"),
-        "ceilings": {k: r["meta"]["ceilings"].get(k)
-                     for k in ("bandwidth_tbps", "compute_tflops")}}])]
-    for key in ("bandwidth_tbps", "compute_tflops"):
+        "ceilings": {k: r["meta"]["ceilings"].get(k) for k in _CEILINGS}}])]
+    for key in _CEILINGS:
         vals = [r["ceilings"][key] for r in runs if r["ceilings"].get(key)]
         if vals:
             meta["ceilings"] = {**meta["ceilings"], key: statistics.median(vals)}
+    # the float32 ceiling's description, from a run that measured it
+    for r in results:
+        desc = r["meta"]["ceilings"].get("compute_fp32")
+        if desc and not meta["ceilings"].get("compute_fp32"):
+            meta["ceilings"] = {**meta["ceilings"], "compute_fp32": desc}
     meta["date"] = max(r["date"] for r in runs if r["date"])
     meta["runs"] = runs
     meta["ops"] = sorted({op for r in results for op in r["meta"].get("ops", [])})

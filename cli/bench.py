@@ -18,7 +18,7 @@ all are timed in one process, passes interleaved A B C C B A: on CUDA with CUDA 
 the L2 flushed before every sample (--flush), on the CPU with time.perf_counter. TFLOP/s
 and TB/s come from op.eval_roofline(); efficiency = max(bytes / bandwidth, flops / compute)
 / time, the ceilings being measured in the same run (a device-to-device copy, a large
-matrix product).
+matrix product; for cases whose floating-point inputs are all float32, a float32 one).
 
 exit status: 0 every case verified, 1 a wrong or failing implementation, 2 usage error.
 """
@@ -116,10 +116,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         bar.close()
     meta = result["meta"]
     c = meta["ceilings"]
+    fp32 = (f" ({R._num(c['compute_fp32_tflops'])} in float32)"
+            if c.get("compute_fp32_tflops") and c.get("compute_fp32") != c.get("compute") else "")
     sys.stdout.write(f"{meta.get('gpu') or meta['device']}: torch {meta['torch']}, Triton "
                      f"{meta.get('triton') or '-'}; timing {meta['timing']}; ceilings "
                      f"{R._num(c['bandwidth_tbps'])} TB/s, {R._num(c['compute_tflops'])} "
-                     "TFLOP/s\n")
+                     f"TFLOP/s{fp32}\n")
     sys.stdout.write(R.text_table(result) + "\n")
     for name, why in (meta.get("unavailable_baselines") or {}).items():
         sys.stderr.write(f"opspec bench: baseline {name} not run: {why}\n")

@@ -21,8 +21,10 @@ For each workload case (`opspec.ops.workloads.cases`) of each op:
    The median of all samples is reported, with the spread of the per-pass medians.
 5. Ceilings measured in the same run: a device-to-device copy for bandwidth (bytes read plus
    written over time) and a large matrix product for compute (8192^3 bfloat16 through
-   cuBLAS on CUDA; a float32 `torch.matmul` on the CPU). The speed of light of a case is
-   max(bytes / bandwidth, flops / compute) and its efficiency SOL / measured time.
+   cuBLAS on CUDA; a float32 `torch.matmul` on the CPU), and on CUDA a float32 product
+   (4096^3, TF32 off) for the cases whose floating-point inputs are all float32
+   (`row_ceilings`). The speed of light of a case is max(bytes / bandwidth, flops /
+   compute) and its efficiency SOL / measured time.
 
 `run_bench` returns a JSON-ready dict (see `bench_report` for its shape and renderers).
 """
@@ -54,6 +56,7 @@ __all__ = [
     "discover_ops",
     "exit_code",
     "measure_ceilings",
+    "row_ceilings",
     "run_bench",
     "select_cases",
     "tiny_case",
@@ -248,16 +251,54 @@ def measure_ceilings(timer, settings: Settings) -> dict[str, Any]:
 
     t_mm = statistics.median(timer.samples(mm, iters, flush=False))
     a = b = c = None
+    compute = {"method": (f"cuBLAS bfloat16 matmul {n}^3" if on_cuda
+                          else f"float32 torch.matmul {n}^3"),
+               "dtype": str(dtype).removeprefix("torch."), "n": n, "median_us": t_mm * 1e6}
+    compute_tflops = 2 * n ** 3 / t_mm / 1e12
+    if on_cuda:
+        # The float32 ceiling: IEEE float32 products (TF32 off, torch's default for
+        # matmul), the math of the float32 GEMM rows and of their baselines. Half the
+        # size: 8192^3 in float32 would take ~20 ms a sample.
+        n32 = max(1, n // 2)
+        a = torch.randn(n32, n32, generator=gen, device=device, dtype=torch.float32)
+        b = torch.randn(n32, n32, generator=gen, device=device, dtype=torch.float32)
+        c = torch.empty(n32, n32, dtype=torch.float32, device=device)
+        tf32 = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False
+        try:
+            timer.samples(mm, 2, flush=False)
+            t_mm32 = statistics.median(timer.samples(mm, iters, flush=False))
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+        a = b = c = None
+        compute_fp32 = {"method": f"cuBLAS float32 matmul {n32}^3, TF32 off",
+                        "dtype": "float32", "n": n32, "median_us": t_mm32 * 1e6}
+        compute_fp32_tflops = 2 * n32 ** 3 / t_mm32 / 1e12
+    else:   # the compute ceiling is a float32 product already
+        compute_fp32, compute_fp32_tflops = compute, compute_tflops
     return {
         "bandwidth_tbps": 2 * nbytes / t_copy / 1e12,
-        "compute_tflops": 2 * n ** 3 / t_mm / 1e12,
+        "compute_tflops": compute_tflops,
+        "compute_fp32_tflops": compute_fp32_tflops,
         "bandwidth": {"method": ("device-to-device copy" if on_cuda else "memcpy (Tensor.copy_)"),
                       "bytes_copied": nbytes, "median_us": t_copy * 1e6},
-        "compute": {"method": (f"cuBLAS bfloat16 matmul {n}^3" if on_cuda
-                               else f"float32 torch.matmul {n}^3"),
-                    "dtype": str(dtype).removeprefix("torch."), "n": n,
-                    "median_us": t_mm * 1e6},
+        "compute": compute,
+        "compute_fp32": compute_fp32,
     }
+
+
+def row_ceilings(ceilings: Mapping[str, Any], inputs: Sequence[Any]) -> tuple[dict, str]:
+    """The ceilings a case's speed of light uses, and the name of its compute ceiling: a
+    case whose floating-point tensor inputs are all float32 computes in float32 (the op and
+    its baselines: IEEE products, no TF32), so its compute ceiling is the float32 product's
+    (`compute_fp32_tflops`, where the run measured it); any other case's is the 16-bit one
+    (`compute_tflops`)."""
+    floats = [t.dtype for t in inputs
+              if isinstance(t, torch.Tensor) and t.dtype.is_floating_point]
+    fp32 = ceilings.get("compute_fp32_tflops")
+    if floats and fp32 and all(d == torch.float32 for d in floats):
+        return {**ceilings, "compute_tflops": fp32}, "compute_fp32"
+    return dict(ceilings), "compute"
 
 
 # -- ops and cases --------------------------------------------------------------------------------
@@ -572,6 +613,7 @@ def bench_case(op_cls: type, case, settings: Settings, timer, ceilings: Mapping[
         return row
     row["flops"], row["bytes"] = int(flops), int(nbytes)
     del out
+    ceilings, row["compute_ceiling"] = row_ceilings(ceilings, inputs)
 
     def reference_for(xs: tuple) -> tuple[tuple, tuple, tuple]:
         refs = _as_tuple(reference(op, *[BB.upcast(t) for t in xs]))

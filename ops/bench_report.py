@@ -8,10 +8,12 @@ The result:
      "meta": {"gpu", "device", "torch", "triton", "date", "timing", "l2_flush_bytes",
               "l2_flush_mode" ("clean" | "dirty"; absent in results from before it: "dirty"),
               "ceilings": {"bandwidth_tbps", "compute_tflops", "bandwidth": {...},
-                           "compute": {...}},
+                           "compute": {...}, "compute_fp32_tflops", "compute_fp32": {...}
+                           (the float32 product; absent in results from before it)},
               "baselines", "ops", "settings", ...},
      "rows": [{"op", "case", "status", "verified", "error", "max_error", "rel_error",
-               "flops", "bytes", "bound", "sol_us",
+               "flops", "bytes", "bound", "sol_us", "compute_ceiling" ("compute" or
+               "compute_fp32": the ceiling its speed of light used; absent: "compute"),
                "times_us": {"opspec": us, "<baseline>": us, ...},
                "tflops", "tbps", "efficiency", "speedup": {"<baseline>": t_base / t_op},
                "copy_us", "vs_copy": t_copy / t_op (memory-bound rows: a copy of the
@@ -230,6 +232,11 @@ def _ceiling_text(meta: Mapping[str, Any]) -> list[str]:
                       if bw.get("bytes_copied") else "") + ")")
     if c.get("compute_tflops") is not None:
         out.append(f"compute {_num(c['compute_tflops'])} TFLOP/s ({cp.get('method', 'matmul')})")
+    c32 = c.get("compute_fp32") or {}
+    if c.get("compute_fp32_tflops") is not None and c32 is not cp and c32 != cp:
+        out.append(f"float32 compute {_num(c['compute_fp32_tflops'])} TFLOP/s "
+                   f"({c32.get('method', 'float32 matmul')}; the rows whose floating-point "
+                   "inputs are all float32)")
     if c.get("given"):
         out.append("(ceilings given, not measured)")
     return out

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from opspec.cli.main import main
-from opspec.ops import GemmFwdOp, SiluAndMulFwdOp
+from opspec.ops import BmmFwdOp, GemmFwdOp, SiluAndMulFwdOp
 from opspec.ops import bench_baselines as BB
 from opspec.ops import bench_harness as H
 from opspec.ops import bench_report as R
@@ -778,3 +778,59 @@ def test_prove_stats_runs_the_bundled_manifest(tmp_path):
     assert s["specs"] >= 26 and s["proven"] == s["specs"] and s["errors"] == 0
     assert 1 <= len(bundled["slowest"]) <= 5 and bundled["wall_seconds"] > 0
     assert corpus == {"label": "corpus", "target": "absent", "skipped": "not present"}
+
+
+# -- the float32 compute ceiling ---------------------------------------------------------------
+
+def test_float32_cases_use_the_float32_compute_ceiling():
+    """A case whose floating-point inputs are all float32 takes its compute ceiling from the
+    float32 product; one with any 16-bit floating input, or none, keeps the 16-bit one; a
+    run without the float32 ceiling (results from before it) keeps the 16-bit one too."""
+    c = {"bandwidth_tbps": 4.0, "compute_tflops": 800.0, "compute_fp32_tflops": 50.0}
+    f32 = torch.zeros(2, dtype=torch.float32)
+    bf16 = torch.zeros(2, dtype=torch.bfloat16)
+    idx = torch.zeros(2, dtype=torch.int64)
+    got, name = H.row_ceilings(c, (f32, f32, idx, 3))
+    assert name == "compute_fp32" and got["compute_tflops"] == 50.0
+    assert got["bandwidth_tbps"] == 4.0 and c["compute_tflops"] == 800.0   # not mutated
+    for inputs in ((bf16, f32), (idx,), ()):
+        got, name = H.row_ceilings(c, inputs)
+        assert name == "compute" and got["compute_tflops"] == 800.0, inputs
+    got, name = H.row_ceilings({"bandwidth_tbps": 4.0, "compute_tflops": 800.0}, (f32,))
+    assert name == "compute" and got["compute_tflops"] == 800.0
+
+
+def test_a_float32_row_is_bound_and_rated_by_the_float32_ceiling():
+    """Through the harness: a float32 batched GEMM case, given a float32 ceiling far below
+    the 16-bit one, is compute-bound, its speed of light the flops over that ceiling; a
+    float16 GEMM case keeps the 16-bit ceiling and stays memory-bound."""
+    c32 = next(c for c in cases(BmmFwdOp) if c.dtypes["T"] == "float32")
+    case32 = H.tiny_case(c32, B=2, M=8, N=16, K=32)
+    ceilings = {"bandwidth_tbps": 1e-3, "compute_tflops": 1e3, "compute_fp32_tflops": 1e-6}
+    res = _run([BmmFwdOp, GemmFwdOp], {"BmmFwdOp": [case32], "GemmFwdOp": [_tiny_gemm()]},
+               ceilings=ceilings)
+    r32, r16 = _row(res, "BmmFwdOp"), _row(res, "GemmFwdOp")
+    assert r32["verified"] and r16["verified"], (r32["error"], r16["error"])
+    assert r32["compute_ceiling"] == "compute_fp32" and r32["bound"] == "compute"
+    assert r32["sol_us"] == pytest.approx(r32["flops"] / 1e-6 / 1e12 * 1e6)
+    assert r16["compute_ceiling"] == "compute" and r16["bound"] == "memory"
+    assert r16["sol_us"] == pytest.approx(r16["bytes"] / 1e-3 / 1e12 * 1e6)
+
+
+def test_the_report_names_the_float32_ceiling_and_merges_keep_it():
+    """RESULTS.md names the float32 ceiling and the rows it serves; a merge takes its median
+    over the runs that measured it and keeps its description."""
+    a, b, c = _fake_result(), _fake_result(), _fake_result()
+    desc = {"method": "cuBLAS float32 matmul 4096^3, TF32 off", "dtype": "float32", "n": 4096}
+    for r, v in ((b, 50.0), (c, 52.0)):
+        r["meta"]["ceilings"] = {**r["meta"]["ceilings"], "compute_fp32_tflops": v,
+                                 "compute_fp32": desc}
+    md = R.results_markdown(b)
+    assert ("float32 compute 50.0 TFLOP/s (cuBLAS float32 matmul 4096^3, TF32 off; the rows "
+            "whose floating-point inputs are all float32)") in md
+    assert "float32 compute" not in R.results_markdown(a)
+    m = _merge_bench().merge([a, b, c])
+    assert m["meta"]["ceilings"]["compute_fp32_tflops"] == pytest.approx(51.0)
+    assert m["meta"]["ceilings"]["compute_fp32"] == desc
+    assert [run["ceilings"]["compute_fp32_tflops"] for run in m["meta"]["runs"]] == [
+        None, 50.0, 52.0]
