@@ -271,6 +271,11 @@ class NormTuning(NamedTuple):
 #:   18.2 / 18.5: so 16-bit rows of 4097-8192 elements are re-read (rms_reread_narrow_*).
 #:   LayerNorm's rows kernel without the hint: [16384, 8192] 136.1 -> 130.3, qwen2.5 fp32
 #:   59.3 -> 57.5, the others within 2 % (the bench's figures before, the sweep's after).
+#: * stream_max_in_bytes 2: the stream kernel on float32 rows of 32768 (H200, side by side,
+#:   2026-12-01, us, table / stream in 32 KiB chunks at 32 warps / the best other stream
+#:   shape): LayerNorm 146.5 / 161.0 / 161.1 (64 or 16 KiB chunks, or 16 warps two
+#:   programs an SM: 162-166), RMSNorm 136.0 / 145.8 / 142.9 (16 warps, two an SM): float32
+#:   rows stay in registers.
 #: * stream: LayerNorm of [2048, 32768] bf16 held one row per SM in registers (32 warps,
 #:   64 registers) ran at 2.82 TB/s; ncu: 57 % of DRAM peak, 32 of 64 warps, the row's
 #:   loads idle while it is reduced and written. The stream kernel, side by side on the
