@@ -37,11 +37,13 @@ plain Python from ``N`` and ``R``, with no autotuning at call time:
   precision) and once from L2 to write; the next row's first chunk is loaded before the
   statistics are reduced, so HBM reads go on through the reductions and the writes.
 * **a looped row** (longer rows with the fused residual add, in 4096-element chunks; and
-  RMSNorm's float32 rows on large grids, in 2048-element chunks at 16 warps, as
+  RMSNorm's rows on large grids, float32 ones of up to 8192 elements in 2048-element
+  chunks and 16-bit ones of 4097 to 8192 in 4096-element chunks, at 16 warps, as
   Inductor's kernels take them): one program per row walks it once for the statistics
   (the sum of squares; for LayerNorm a per-lane Welford mean and sum of squared
   deviations, merged at the end, which stays accurate when the mean is large) and once to
-  write the result, re-reading the row mostly from L2.
+  write the result, re-reading the row mostly from L2. The row length is a compile-time
+  constant of this kernel (one compile per length), so that its chunk loops unroll.
 
 * **coop** (off in :data:`TUNING` until measured): a long row cut into chunks, one
   program a chunk; the chunks exchange partial statistics through a small workspace and
