@@ -254,6 +254,9 @@ class StridedTuning(NamedTuple):
 #: warps (a second sweep): chunks of 4096 75.6, 64-byte strips 77.7, 32-byte 95.9. Still
 #: 0.67x a copy: the programs in flight together cover a band of ~2.7 KB of each 19 KB row
 #: (every row of their strips), where the tile kernels' cover whole rows.
+#: Again with the clean L2 flush (reduction_sweep.py, 2026-12-01), ADE20K bf16: the table
+#: 44.5 us (32-column strips: its 160 x 64 tile would pass tile_elems), 16K-element tiles
+#: (64 columns, 128-byte strips) 54.4, 64 a thread 51.8, 256- and 512-byte strips 54.5-54.9.
 STRIDED = StridedTuning(col_bytes=128, min_programs_per_sm=4, tile_elems=8192,
                         elems_per_thread=128, split_remainder=True, split_long=True,
                         long_coop=True, coop_max_chunks=64, coop_elems_per_thread=128)
