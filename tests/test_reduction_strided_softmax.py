@@ -315,16 +315,17 @@ def test_strided_kernels_build_for_sm90():
         if name != "split-partials":
             assert set(k["st"]) == {"st.global.v4.b32"}, (name, k)
         assert k["in_flight"] >= 4, (name, k)
-    # The cooperating chunks (the table's 2 warps, 128 fp32 a thread): the chunk's 32
-    # vectors a thread in flight together, evicted first; the fallback's vectors; one
-    # acquiring poll of the arrival count; the chunk stored as vectors beside the two
-    # scalar stores of the partials; no spill at up to 255 registers (4 programs an SM).
+    # The cooperating chunks (the table's 2 warps, 128 fp32 a thread): most of the chunk's
+    # 32 vectors a thread in flight together (28 in the Triton 3.9 build; all 32 while the
+    # loads carried evict_first, which measured slower on the H200), with no cache hint;
+    # the fallback's vectors; one acquiring poll of the arrival count; the chunk stored as
+    # vectors beside the two scalar stores of the partials; no spill at up to 255
+    # registers (4 programs an SM).
     for name in ("coop", "coop-log"):
         k = built[name]
-        assert k["local"] == 0 and k["in_flight"] >= 32, (name, k)
-        assert set(k["ld"]) == {"ld.global.L1::evict_first.L2::cache_hint.v4.b32",
-                                "ld.global.v4.b32", "ld.global.gpu.acquire.b32"}, (name, k)
-        assert k["ld"].count("ld.global.L1::evict_first.L2::cache_hint.v4.b32") == 32
+        assert k["local"] == 0 and k["in_flight"] >= 24, (name, k)
+        assert set(k["ld"]) == {"ld.global.v4.b32", "ld.global.gpu.acquire.b32"}, (name, k)
+        assert k["ld"].count("ld.global.v4.b32") >= 32, (name, k)
         assert sorted(k["st"]) == ["st.global.b32"] * 2 + ["st.global.v4.b32"] * 32, (name, k)
     # fp32: 8 of a thread's 10 vectors (128 + 32 rows x 32 columns at 4 warps) in flight
     assert built["ade20k-f32"]["in_flight"] >= 8, built["ade20k-f32"]
