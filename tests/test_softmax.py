@@ -451,8 +451,8 @@ json.dump(out, sys.stdout)
 def test_kernels_build_for_sm90_with_16_byte_accesses():
     """Each kernel compiles for sm_90 (ptxas included) the way the launcher specialises it,
     and every global load and store of a contiguous row is one 16-byte vector; the looped
-    kernels carry their L2 eviction hints, the coop kernel none on its chunk. Compiled in a fresh process: under the
-    interpreter, triton.language is patched."""
+    kernels carry their L2 eviction hints, the coop kernel none on its chunk. Compiled in a
+    fresh process: under the interpreter, triton.language is patched."""
     from sm90_build import run_script
 
     built = run_script(_COMPILE_SCRIPT)
