@@ -48,7 +48,7 @@ def without_hints(name: str):
     return mod
 
 
-def quant_gemm_rows(mod):
+def quant_gemm_rows():
     """The W4A16 decode rows of the workload table (each through w4a16_decode_triton)."""
     for M, Nn, K in ((1, 4096, 4096), (1, 14336, 4096), (4, 4096, 14336), (4, 18944, 3584),
                      (16, 28672, 8192), (1, 57344, 8192)):
@@ -61,7 +61,7 @@ def quant_gemm_rows(mod):
                lambda m: (lambda: m.w4a16_decode_triton(x, p, s, z, 128, out)))
 
 
-def norm_rows(mod):
+def norm_rows():
     for M, n, dt, rms in ((16384, 8192, torch.bfloat16, True),
                           (16384, 8192, torch.bfloat16, False),
                           (2048, 32768, torch.bfloat16, False),
@@ -75,7 +75,7 @@ def norm_rows(mod):
                lambda m: (lambda: m.norm_fwd_triton(x, out, n, 1e-5, rms=rms, weight=w, bias=b)))
 
 
-def softmax_rows(mod):
+def softmax_rows():
     for shape, dim, dt, log in (((1024, 151936), -1, torch.float32, False),
                                 ((4096, 128256), -1, torch.bfloat16, True),
                                 ((1, 4800, 4800), 1, torch.float32, False),
@@ -94,7 +94,7 @@ MODULES = {"quant_gemm": (Q, quant_gemm_rows), "norm": (N, norm_rows),
 def probe(name: str) -> None:
     table, rows = MODULES[name]
     copy = without_hints(name)
-    for label, out, nbytes, make in rows(copy):
+    for label, out, nbytes, make in rows():
         fns = {"table": make(table), "no evict_first": make(copy)}
         fns["table"]()
         want = out.float().clone()

@@ -116,12 +116,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         bar.close()
     meta = result["meta"]
     c = meta["ceilings"]
-    fp32 = (f" ({R._num(c['compute_fp32_tflops'])} in float32)"
-            if c.get("compute_fp32_tflops") and c.get("compute_fp32") != c.get("compute") else "")
+    fp32 = R.float32_ceiling(c)
+    fp32_note = f" ({R._num(fp32)} in float32)" if fp32 is not None else ""
     sys.stdout.write(f"{meta.get('gpu') or meta['device']}: torch {meta['torch']}, Triton "
                      f"{meta.get('triton') or '-'}; timing {meta['timing']}; ceilings "
                      f"{R._num(c['bandwidth_tbps'])} TB/s, {R._num(c['compute_tflops'])} "
-                     f"TFLOP/s{fp32}\n")
+                     f"TFLOP/s{fp32_note}\n")
     sys.stdout.write(R.text_table(result) + "\n")
     for name, why in (meta.get("unavailable_baselines") or {}).items():
         sys.stderr.write(f"opspec bench: baseline {name} not run: {why}\n")

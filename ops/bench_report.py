@@ -33,6 +33,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 __all__ = [
     "MissingMatplotlib",
+    "float32_ceiling",
     "flush_mode",
     "geomean",
     "load_json",
@@ -86,6 +87,16 @@ def flush_mode(meta: Mapping[str, Any]) -> str | None:
     if not meta.get("l2_flush_bytes"):
         return None
     return meta.get("l2_flush_mode") or "dirty"
+
+
+def float32_ceiling(ceilings: Mapping[str, Any]) -> float | None:
+    """The float32 compute ceiling (TFLOP/s) where the run measured one beside the compute
+    ceiling (CUDA); None where it has none (results from before it) or where the compute
+    ceiling is itself the float32 product (the CPU)."""
+    value = ceilings.get("compute_fp32_tflops")
+    if value is None or ceilings.get("compute_fp32") == ceilings.get("compute"):
+        return None
+    return value
 
 
 def geomean(values: Iterable[float | None]) -> float | None:
@@ -232,9 +243,10 @@ def _ceiling_text(meta: Mapping[str, Any]) -> list[str]:
                       if bw.get("bytes_copied") else "") + ")")
     if c.get("compute_tflops") is not None:
         out.append(f"compute {_num(c['compute_tflops'])} TFLOP/s ({cp.get('method', 'matmul')})")
-    c32 = c.get("compute_fp32") or {}
-    if c.get("compute_fp32_tflops") is not None and c32 is not cp and c32 != cp:
-        out.append(f"float32 compute {_num(c['compute_fp32_tflops'])} TFLOP/s "
+    fp32 = float32_ceiling(c)
+    if fp32 is not None:
+        c32 = c.get("compute_fp32") or {}
+        out.append(f"float32 compute {_num(fp32)} TFLOP/s "
                    f"({c32.get('method', 'float32 matmul')}; the rows whose floating-point "
                    "inputs are all float32)")
     if c.get("given"):
