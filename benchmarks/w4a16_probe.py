@@ -12,6 +12,8 @@
     python benchmarks/w4a16_probe.py tc16      # ... at M = 9..16 (two token tiles)
     python benchmarks/w4a16_probe.py tma       # ... with the weight steps brought in by TMA
     python benchmarks/w4a16_probe.py tma16     # the library's TMA kernel at M = 9..16
+    python benchmarks/w4a16_probe.py tmacfg    # ... by warps and stages at M = 1..8
+    python benchmarks/w4a16_probe.py tmablate  # its loop with x or the scales left out
     python benchmarks/w4a16_probe.py launch [FIELD=VALUE ...]   # one 70B gate-up launch, for ncu:
         ncu --clock-control none -k regex:w4a16_tc -s 2 -c 1 python benchmarks/w4a16_probe.py launch
 
@@ -256,10 +258,10 @@ def _ablate_kernel(x_ptr, w_ptr, s_ptr, z_ptr, out_ptr, N, STEPS,
     for i in tl.range(0, n_steps, num_stages=STAGES):
         words = tl.load(w_ptrs + i * 16, eviction_policy="evict_first")
         if DO_X and X_ASM:   # loads Triton does not pipeline: x stays out of shared memory
-            x0 = Q._ld_x4(x_ptrs + i * 64)
-            x1 = Q._ld_x4(x_ptrs + (i * 64 + 4))
-            x2 = Q._ld_x4(x_ptrs + (i * 64 + 8))
-            x3 = Q._ld_x4(x_ptrs + (i * 64 + 12))
+            x0 = Q._ld_x4(x_ptrs + i * 64, one)
+            x1 = Q._ld_x4(x_ptrs + (i * 64 + 4), one)
+            x2 = Q._ld_x4(x_ptrs + (i * 64 + 8), one)
+            x3 = Q._ld_x4(x_ptrs + (i * 64 + 12), one)
         elif DO_X and X_MASK:   # as the kernel: the second row of a lane's pair loads none
             x0 = tl.load(x_ptrs + i * 64, mask=h == 0, other=0)
             x1 = tl.load(x_ptrs + (i * 64 + 4), mask=h == 0, other=0)
@@ -431,7 +433,8 @@ def _tc_tma_kernel(x_ptr, w_desc, s_ptr, z_ptr, out_ptr, M, N, STEPS,
                    W: tl.constexpr, NT: tl.constexpr, STEP_G: tl.constexpr, BIAS: tl.constexpr,
                    STAGES: tl.constexpr, PREP: tl.constexpr, PREP_CONS: tl.constexpr,
                    MAIN: tl.constexpr, MAIN_CONS: tl.constexpr, LD: tl.constexpr,
-                   LD_CONS: tl.constexpr, LDM: tl.constexpr, LDM_CONS: tl.constexpr):
+                   LD_CONS: tl.constexpr, LDM: tl.constexpr, LDM_CONS: tl.constexpr,
+                   DROP_S: tl.constexpr = False, DROP_X: tl.constexpr = False):
     # The tensor-core decode kernel with its W warps along the rows (no K slices: the
     # program's [16 W, 16] word tile is then one [16 W rows, 64 bytes] box of the weight)
     # and the weight steps brought in by TMA, pipelined STAGES deep by Triton's loop
@@ -456,21 +459,29 @@ def _tc_tma_kernel(x_ptr, w_desc, s_ptr, z_ptr, out_ptr, M, N, STEPS,
         words = w_desc.load([pid_n * R, i * 16])
         # x by asm, which the pipeliner leaves out of shared memory (every row's lanes
         # read their token's words; the asm uses the first row's)
-        x0 = Q._ld_x4(x_ptrs + i * 64)
-        x1 = Q._ld_x4(x_ptrs + (i * 64 + 4))
-        x2 = Q._ld_x4(x_ptrs + (i * 64 + 8))
-        x3 = Q._ld_x4(x_ptrs + (i * 64 + 12))
-        s = Q._tc_scale(s_ptrs + i // STEP_G * stride_sg, one, False, False, LD, LD_CONS,
-                        LDM, LDM_CONS)
-        z = Q._tc_scale(z_ptrs + i // STEP_G * stride_zg, one, False, False, LD, LD_CONS,
-                        LDM, LDM_CONS)
+        if DROP_X:   # (ablation) constant x words: the x block's asm leaves the loop too
+            x0 = tl.full((R, 16), 0x3F803F80, tl.int32) + pid_n * 0
+            x1, x2, x3 = x0, x0, x0
+        else:
+            x0 = Q._ld_x4(x_ptrs + i * 64, one)
+            x1 = Q._ld_x4(x_ptrs + (i * 64 + 4), one)
+            x2 = Q._ld_x4(x_ptrs + (i * 64 + 8), one)
+            x3 = Q._ld_x4(x_ptrs + (i * 64 + 12), one)
+        if DROP_S:   # (ablation) constant scales and zero points
+            s = tl.full((R, 16), 0.01, tl.float32) + pid_n * 0.0
+            z = tl.full((R, 16), 8.0, tl.float32) + pid_n * 0.0
+        else:
+            s = Q._tc_scale(s_ptrs + i // STEP_G * stride_sg, one, False, False, LD, LD_CONS,
+                            LDM, LDM_CONS)
+            z = Q._tc_scale(z_ptrs + i // STEP_G * stride_zg, one, False, False, LD, LD_CONS,
+                            LDM, LDM_CONS)
         acc = Q._tc_step(acc, (words, x0, x1, x2, x3, x0, x1, x2, x3, s, z), 0, 0, 0, 0, one,
                          one, tmask, PREP, PREP_CONS, MAIN, MAIN_CONS, NT, False, BIAS)
     optr = out_ptr + pid_k * stride_os + m * stride_om + rows * stride_on
     tl.store(optr, acc.to(out_ptr.dtype.element_ty), mask=tmask & (m < M) & (rows < N))
 
 
-def _tma_call(x, p, s, z, out, W, stages, split=1):
+def _tma_call(x, p, s, z, out, W, stages, split=1, **drop):
     from triton.tools.tensor_descriptor import TensorDescriptor
     M, K = x.shape
     N = p.shape[0]
@@ -485,7 +496,8 @@ def _tma_call(x, p, s, z, out, W, stages, split=1):
         dest, dstrides = Q._split_dest(out, split)
         _tc_tma_kernel[grid](x32, desc, s, z, dest, M, N, K // 128, x32.stride(0), s.stride(0),
                              s.stride(1), z.stride(0), z.stride(1), *dstrides,
-                             W=W, STAGES=stages, **opts, num_warps=W, num_stages=stages)
+                             W=W, STAGES=stages, **opts, **drop, num_warps=W,
+                             num_stages=stages)
         Q._sum_splits(dest, out, split)
     return call
 
@@ -522,6 +534,21 @@ def tma() -> None:
                   f"{ptx.count('bar.sync')} bar.sync")
 
 
+def tmablate() -> None:
+    """The TMA decode loop (every lane reading x, 4 warps, 3 boxes) with its x loads, its
+    scale and zero-point loads, or both replaced by constants (wrong outputs; the time each
+    part costs), M = 1, bfloat16."""
+    for M, N, K in ((1, 57344, 8192), (1, 53248, 16384)):
+        x, p, s, z, out = _operands(M, N, K, torch.bfloat16)
+        line = f"M={M} N={N} K={K}:"
+        for name, drop in (("full", {}), ("no scales", dict(DROP_S=True)),
+                           ("no x", dict(DROP_X=True)),
+                           ("neither", dict(DROP_S=True, DROP_X=True))):
+            t = _median_s(_tma_call(x, p, s, z, out, 4, 3, **drop))
+            line += f" {name} {t * 1e6:.1f};"
+        print(line, flush=True)
+
+
 def tma16() -> None:
     """The library's TMA decode kernel at M = 9..16 (two token tiles), by warps and stages,
     beside the table's launch (the MMA kernel)."""
@@ -535,6 +562,33 @@ def tma16() -> None:
             t = _median_s(lambda: Q.w4a16_decode_triton(x, p, s, z, G, out))
             line += f" table {t * 1e6:.1f};"
             for W, stages in ((4, 3), (4, 4), (2, 4), (8, 3), (2, 6)):
+                cfg = Q.tc_config_for(M, N, K, G, dtype, tma=True)._replace(
+                    block_n=16 * W, num_warps=W, num_stages=stages)
+
+                def call():
+                    Q._launch_tc_tma(x, x32, words, s, z, G, out, cfg, M, N, K)
+                out.fill_(float("nan"))
+                call()
+                err = ((out.float() - ref).norm() / ref.norm()).item()
+                t = _median_s(call)
+                line += f" w{W} s{stages} {t * 1e6:.1f}{'' if err < 1e-2 else ' WRONG'};"
+            print(line, flush=True)
+
+
+def tmacfg() -> None:
+    """The library's TMA decode kernel at M = 1..8 by warps a program and boxes in flight,
+    beside the table's launch, both dtypes."""
+    for dtype in (torch.bfloat16, torch.float16):
+        for M, N, K in ((1, 57344, 8192), (1, 53248, 16384), (4, 57344, 8192),
+                        (8, 57344, 8192), (1, 28672, 8192)):
+            x, p, s, z, out = _operands(M, N, K, dtype)
+            ref = Q.gemm_w4a16_reference(x, p, s, z, G).float()
+            words = Q._word_view(p, K)
+            x32 = x.view(torch.int32)
+            line = f"{str(dtype)[6:]} M={M} N={N} K={K}:"
+            t = _median_s(lambda: Q.w4a16_decode_triton(x, p, s, z, G, out))
+            line += f" table {t * 1e6:.1f};"
+            for W, stages in ((4, 3), (4, 4), (2, 4), (2, 6), (2, 8), (1, 6), (1, 8)):
                 cfg = Q.tc_config_for(M, N, K, G, dtype, tma=True)._replace(
                     block_n=16 * W, num_warps=W, num_stages=stages)
 
@@ -591,5 +645,6 @@ if __name__ == "__main__":
      "gemm": lambda: gemm(), "mma": lambda: mma(sys.argv[2:] == ["splits"]),
      "layouts": lambda: layouts(), "ablate": lambda: ablate(), "regs": lambda: regs(),
      "tc": lambda: tc(), "tc16": lambda: tc16(), "tma": lambda: tma(),
-     "tma16": lambda: tma16(),
+     "tma16": lambda: tma16(), "tmacfg": lambda: tmacfg(),
+     "tmablate": lambda: tmablate(),
      "launch": lambda: launch(sys.argv[2:])}[what]()

@@ -39,9 +39,10 @@ Kernels (plain functions; the dispatch classes are in :mod:`opspec.kernels.quant
   the split-K sum kernel adds up in a fixed order: the program's warps no longer wait for
   its slowest. On sm_90 the largest weights (``DecodeConfig.tma``) take a form of it with
   its warps along the rows only (:func:`_w4a16_tc_tma_kernel`): a step's word tile is
-  then one ``[64 rows, 64 bytes]`` box of the weight, brought in by TMA a few steps ahead
-  through shared memory instead of loaded into registers a step at a time (6-8 % faster
-  on the 70B and 405B rows). Scales and zero points are loaded through a small asm block
+  then one ``[16 x warps rows, 64 bytes]`` box of the weight, brought in by TMA a few
+  steps ahead through shared memory instead of loaded into registers a step at a time
+  (6-8 % faster on the 70B and 405B rows), and x is read only by the lanes whose MMA
+  column holds a token (5-10 % more at M = 1). Scales and zero points are loaded through a small asm block
   so that they take the tile's layout under every Triton version. Under the interpreter
   (no PTX) a portable model of the asm blocks runs in their place;
   tests/test_quant_gemm_warp.py checks the asm text itself against a model of one warp.
@@ -391,7 +392,8 @@ _TC_MIN_STEPS = 8
 # (with b = 1024 the cancellation would cost ~2e-4, near float16's own rounding, to save 2).
 _TC_BIASED = {torch.float16: False, torch.bfloat16: True}
 # DecodeConfig.tma for weights of at least _TC_TMA_MIN_BYTES: _TC_TMA_WARPS warps along the
-# rows (64 rows a program), _TC_TMA_STAGES boxes in flight. H200 (benchmarks/w4a16_probe.py
+# rows (64 rows a program), _TC_TMA_STAGES boxes in flight (at M = 1, _TC_TMA_ONE_TOKEN:
+# see below). H200 (benchmarks/w4a16_probe.py
 # `tma`, 2026-12-01, bfloat16, M = 1, one K split), against the table's planes: 70B gate-up
 # 104.6 us (4 warps, 3 stages; 105.9 at 4 stages, 108.7 at 2 warps) against 111.5, 405B up
 # 201.2 (197.2 at 2 warps and 4 stages) against 213.2. Where N / 64 programs are too few
@@ -400,10 +402,25 @@ _TC_BIASED = {torch.float16: False, torch.bfloat16: True}
 # (2 or 4 planes) did not catch it up on those rows (22.9-35.7) and lost on the large ones
 # (115.6-123.3 on the 70B gate-up). The x words go through an asm load: as a tl.load the
 # pipeliner copied them into shared memory too, for every row of the tile (10x slower).
+# Where it stops (ncu, 70B gate-up bfloat16, 98.9 us): DRAM 56 % busy, L1/TEX 82 %, warps
+# stalled on L1 loads 44 % of the time, 8 programs an SM (62 registers). The loop with its
+# parts replaced by constants (w4a16_probe.py `tmablate`, us): 102.0 in full, 81.9 without
+# the scale and zero-point loads, 76.5 without x, 66.2 without both: a step's x and scale
+# loads, not the weight's boxes, bound it. The x words are since read only by
+# the lanes whose B column holds a token (g < M): 8x fewer requests at M = 1 (H200,
+# `tmacfg`, 2026-12-01: 70B gate-up 101 -> 96.1 us, 405B up 200 -> 187.8, bfloat16).
+# Then, by warps and stages: M = 1 ran best at 2 warps and 4 boxes (bfloat16 91.6 and
+# 178.7 us, float16 92.3 and 180.3, against 96.1 / 187.8 and 93.6 / 181.2 at 4 warps, 3
+# boxes); M = 4 and 8 at 4 warps and 3 boxes (2 warps: 2-6 % slower). Also tried there,
+# not kept: two 64-row boxes a warp sharing the step's x (+0..-5 %, 86 registers), two or
+# four steps an iteration (+20 %), the scales of 2, 4 or 8 steps from one load (shuffled
+# across the quad or selected in registers: -4..+28 %), x's fragments and sums prepared
+# by a first launch (+4 %), register caps of 56-40 (spills, +5..+140 %).
 _TC_TMA = True
 _TC_TMA_MIN_BYTES = 160 << 20
 _TC_TMA_WARPS = 4
 _TC_TMA_STAGES = 3
+_TC_TMA_ONE_TOKEN = (2, 4)     # (warps, stages) at M = 1
 
 
 def _pow2_divisor(n: int, choices: tuple[int, ...]) -> int | None:
@@ -434,8 +451,9 @@ def tc_config_for(M: int, N: int, K: int, group_size: int, dtype: torch.dtype | 
         tma = (_TC_TMA and k_slices is None and planes is None
                and N * (K // 2) >= _TC_TMA_MIN_BYTES)
     if tma:
-        return DecodeConfig(16 * _TC_TMA_WARPS, 128, 1, _TC_TMA_WARPS, _TC_TMA_STAGES, False,
-                            True, 1, biased, False, True)
+        warps, stages = _TC_TMA_ONE_TOKEN if M == 1 else (_TC_TMA_WARPS, _TC_TMA_STAGES)
+        return DecodeConfig(16 * warps, 128, 1, warps, stages, False, True, 1, biased, False,
+                            True)
     steps = max(1, K // 128)
     if k_slices is None:
         k_slices = next((s for s in _TC_SLICES if triton.cdiv(N, 16 * row_warps) * s * row_warps
@@ -1261,13 +1279,19 @@ def _w4a16_tc_kernel(
                  mask=(oj < 2 * NT) & (om < M) & (orows < N))
 
 
+_LD_X4_ASM = tl.constexpr("{ .reg .pred p; setp.ne.b32 p, $8, 0; mov.b32 $0, 0; mov.b32 $1, 0; "
+                           "mov.b32 $2, 0; mov.b32 $3, 0; "
+                           "@p ld.global.v4.b32 {$0, $1, $2, $3}, [$4]; }")
+
+
 @triton.jit
-def _ld_x4(ptrs):
-    # 4 consecutive int32 words a lane (pack 4: the first element's address, 16-byte
-    # aligned), loaded by asm in the tile's own layout: as a tl.load inside the TMA
-    # kernel's loop, Triton's pipeliner copies x through shared memory with the weight.
-    return tl.inline_asm_elementwise("ld.global.v4.b32 {$0, $1, $2, $3}, [$4];",
-                                     "=r,=r,=r,=r,l,l,l,l", [ptrs.to(tl.int64, bitcast=True)],
+def _ld_x4(ptrs, valid):
+    # 4 consecutive int32 words a lane where valid, zeros elsewhere (pack 4: the first
+    # element's address, 16-byte aligned), loaded by asm in the tile's own layout: as a
+    # tl.load inside the TMA kernel's loop, Triton's pipeliner copies x through shared
+    # memory with the weight. A lane left out makes no request.
+    return tl.inline_asm_elementwise(_LD_X4_ASM, "=r,=r,=r,=r,l,l,l,l,r,r,r,r",
+                                     [ptrs.to(tl.int64, bitcast=True), valid.to(tl.int32)],
                                      tl.int32, True, 4)
 
 
@@ -1295,6 +1319,10 @@ def _w4a16_tc_tma_kernel(
     xcol = tl.max_contiguous(tl.multiple_of(16 * t + j, [1, 4]), [1, 4])
     x_ptrs = x_ptr + tok * stride_xm + xcol
     y_ptrs = x_ptr + tok2 * stride_xm + xcol
+    # Only the lanes of a token < M read x (B column g of a token tile is token g, or
+    # g + 8); the others' columns are zeros, and their sums are never stored.
+    xvalid = rows % 8 < M
+    yvalid = rows % 8 + 8 < M
     s_ptrs = s_ptr + rows_c * stride_sn + 0 * col
     z_ptrs = z_ptr + rows_c * stride_zn + 0 * col
     xt_ptrs = xt_ptr + (m % M) * stride_xtm                         # EMULATE only
@@ -1315,16 +1343,16 @@ def _w4a16_tc_tma_kernel(
                 p, xs = _tc_emulate_word(p, xs, word, xt_ptrs, i * 128 + 8 * wi, one, BIAS)
             acc += tl.where(tmask, s * (p - (z - BIAS) * xs), 0.0)
         else:
-            x0 = _ld_x4(x_ptrs + i * 64)
-            x1 = _ld_x4(x_ptrs + (i * 64 + 4))
-            x2 = _ld_x4(x_ptrs + (i * 64 + 8))
-            x3 = _ld_x4(x_ptrs + (i * 64 + 12))
+            x0 = _ld_x4(x_ptrs + i * 64, xvalid)
+            x1 = _ld_x4(x_ptrs + (i * 64 + 4), xvalid)
+            x2 = _ld_x4(x_ptrs + (i * 64 + 8), xvalid)
+            x3 = _ld_x4(x_ptrs + (i * 64 + 12), xvalid)
             y0, y1, y2, y3 = x0, x1, x2, x3
             if NT == 2:
-                y0 = _ld_x4(y_ptrs + i * 64)
-                y1 = _ld_x4(y_ptrs + (i * 64 + 4))
-                y2 = _ld_x4(y_ptrs + (i * 64 + 8))
-                y3 = _ld_x4(y_ptrs + (i * 64 + 12))
+                y0 = _ld_x4(y_ptrs + i * 64, yvalid)
+                y1 = _ld_x4(y_ptrs + (i * 64 + 4), yvalid)
+                y2 = _ld_x4(y_ptrs + (i * 64 + 8), yvalid)
+                y3 = _ld_x4(y_ptrs + (i * 64 + 12), yvalid)
             acc = _tc_step(acc, (words, x0, x1, x2, x3, y0, y1, y2, y3, s, z), 0, 0, 0, 0,
                            one, one, tmask, PREP, PREP_CONS, MAIN, MAIN_CONS, NT, False, BIAS)
     optr = out_ptr + m * stride_om + rows * stride_on

@@ -253,7 +253,8 @@ def test_tc_tma_kernel(shape, dtypes):
     dtype, sdtype = dtypes
     x, p, s, z = _operands(M, N, K, g, dtype, sdtype, seed=M + N + 1)
     cfg = Q.tc_config_for(M, N, K, g, dtype, tma=True)
-    assert cfg.tma and cfg.tc and (cfg.k_slices, cfg.split_k, cfg.block_n) == (1, 1, 64)
+    assert cfg.tma and cfg.tc and (cfg.k_slices, cfg.split_k) == (1, 1)
+    assert cfg.block_n == (32 if M == 1 else 64)
     out = torch.empty(M, N, dtype=dtype)
     with recording() as launches:
         assert w4a16_decode_triton(x, p, s, z, g, out, config=cfg) is out
@@ -402,8 +403,10 @@ def test_config_choice():
     assert decode_config_for(1, 28672, 8192, 128, bf16) == (16, 128, 1, 4, 1, False, True, 4,
                                                             True, True, False)
     # From 160 MiB of weight, the TMA kernel: 64 rows a program (4 warps along the rows, one
-    # K slice), 3 boxes in flight
-    assert decode_config_for(1, 57344, 8192, 128, bf16) == (64, 128, 1, 4, 3, False, True, 1,
+    # K slice), 3 boxes in flight; at M = 1, 32 rows (2 warps) and 4 boxes
+    assert decode_config_for(2, 57344, 8192, 128, bf16) == (64, 128, 1, 4, 3, False, True, 1,
+                                                            True, False, True)
+    assert decode_config_for(1, 57344, 8192, 128, bf16) == (32, 128, 1, 2, 4, False, True, 1,
                                                             True, False, True)
     assert decode_config_for(1, 53248, 16384, 128, f16).tma
     assert decode_config_for(1, 40960, 8192, 128, f16).tma         # 160 MiB
