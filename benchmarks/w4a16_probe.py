@@ -14,6 +14,7 @@
     python benchmarks/w4a16_probe.py tma16     # the library's TMA kernel at M = 9..16
     python benchmarks/w4a16_probe.py tmacfg    # ... by warps and stages at M = 1..8
     python benchmarks/w4a16_probe.py tmablate  # its loop with x or the scales left out
+    python benchmarks/w4a16_probe.py xtokens   # K-sliced kernel: x read by token lanes only
     python benchmarks/w4a16_probe.py launch [FIELD=VALUE ...]   # one 70B gate-up launch, for ncu:
         ncu --clock-control none -k regex:w4a16_tc -s 2 -c 1 python benchmarks/w4a16_probe.py launch
 
@@ -602,6 +603,40 @@ def tmacfg() -> None:
             print(line, flush=True)
 
 
+def xtokens() -> None:
+    """The K-sliced tensor-core kernel with x read in every lane against only in the lanes
+    whose MMA column holds a token (Q._TC_X_TOKENS switched for every M), twice each, both
+    dtypes."""
+    saved = dict(Q._TC_X_TOKENS)
+    try:
+        for dtype in (torch.bfloat16, torch.float16):
+            for M in (1, 2, 3, 4, 6, 8):
+                for N, K in ((14336, 4096), (4096, 14336), (18944, 3584)):
+                    x, p, s, z, out = _operands(M, N, K, dtype)
+                    ref = Q.gemm_w4a16_reference(x, p, s, z, G).float()
+                    cfg = Q.tc_config_for(M, N, K, G, dtype, tma=False)
+                    line = f"{str(dtype)[6:]} M={M} {N}x{K} ({cfg.k_slices} slices):"
+                    times = {False: [], True: []}
+                    for _ in range(2):
+                        for tokens in (False, True):
+                            Q._TC_X_TOKENS.clear()
+                            Q._TC_X_TOKENS.update({dtype: (1, 8)} if tokens else {})
+                            out.fill_(float("nan"))
+                            Q.w4a16_decode_triton(x, p, s, z, G, out, cfg)
+                            err = ((out.float() - ref).norm() / ref.norm()).item()
+                            if err > 1e-2:
+                                line += f" WRONG ({'tokens' if tokens else 'all'});"
+                            times[tokens].append(_median_s(
+                                lambda: Q.w4a16_decode_triton(x, p, s, z, G, out, cfg)))
+                    for tokens, ts in times.items():
+                        line += (f" {'token lanes' if tokens else 'every lane'} "
+                                 f"{' / '.join(f'{t * 1e6:.1f}' for t in ts)};")
+                    print(line, flush=True)
+    finally:
+        Q._TC_X_TOKENS.clear()
+        Q._TC_X_TOKENS.update(saved)
+
+
 def regs() -> None:
     """The table's tensor-core decode launch under register caps (Q._TC_MAXNREG), with the
     registers and spill bytes of each build on this device's Triton and ptxas."""
@@ -646,5 +681,5 @@ if __name__ == "__main__":
      "layouts": lambda: layouts(), "ablate": lambda: ablate(), "regs": lambda: regs(),
      "tc": lambda: tc(), "tc16": lambda: tc16(), "tma": lambda: tma(),
      "tma16": lambda: tma16(), "tmacfg": lambda: tmacfg(),
-     "tmablate": lambda: tmablate(),
+     "tmablate": lambda: tmablate(), "xtokens": lambda: xtokens(),
      "launch": lambda: launch(sys.argv[2:])}[what]()

@@ -337,6 +337,15 @@ _PREFILL_SMALL = PrefillConfig(32, 64, 64, 8, 4, 3)
 # So the bound is each warp's step -- its loads, then its MMAs -- not the requests a step
 # makes, the end of a program (the planes above removed that) or a missing pipeline.
 _TC_MAX_M = 8
+# The K-sliced kernel's x loads, in the lanes whose B column holds a token (g < M) only,
+# for these M by x dtype (the others read a token again, as the note below found best at
+# M = 1). H200 (benchmarks/w4a16_probe.py `xtokens`, 2026-12-01, us, every lane against
+# token lanes), bfloat16:
+# 14336 x 4096 M = 2 22.4 / 20.0, M = 4 22.4 / 20.2, M = 6 22.6 / 21.2, M = 8 22.8 /
+# 23.0; 4096 x 14336 M = 2..6 24.4-24.9 / 23.5-24.4; 18944 x 3584 M = 2..6 22.4-22.7 /
+# 21.5-21.9; M = 1 12.9 / 13.0, 20.2 / 19.7, 53.0 / 55.6. float16 only gained on the first
+# shape (M = 2..6, 4-8 %) and lost 1-6 % on the other two, so it reads x in every lane.
+_TC_X_TOKENS = {torch.bfloat16: (2, 6)}
 # ptxas' register cap for the tensor-core decode kernel (None: its own choice). A cap of 72
 # (the registers ptxas takes uncapped on the device's Triton 3.6) moved the bench's decode
 # rows by -2..+1 % (H200, 2026-12-01: 70B gate-up 109.9 -> 108.5 us, 405B up 212.4 ->
@@ -357,7 +366,8 @@ _TC_MAXNREG: int | None = None
 # 11.8 us) 3.6 warps a scheduler issue once every 5 cycles, stalled on the MMA and load
 # chains of each step, DRAM 16 % busy: few warps and much work a warp, not bytes in flight.
 # Loading x only in the lanes whose token is < M (the others' B columns zero) cost 2-7 %
-# on every M = 1 and M = 4 row (the extra predicates), so every lane loads a token.
+# on every M = 1 and M = 4 row (the extra predicates) when first tried; timed again since
+# (_TC_X_TOKENS above), it pays on bfloat16 at M = 2..6, so only there.
 # Warps of a program: all along K by default (programs of 16 rows x all of K; the slices'
 # sums meet in shared memory once a program, or as planes), so that N / 16 short programs
 # give every SM work without a split-K launch, even for N = 4096, and the last wave's tail
@@ -1206,7 +1216,7 @@ def _w4a16_tc_kernel(
     BIAS: tl.constexpr, USE_INT64: tl.constexpr, PLANES: tl.constexpr,
     EMULATE: tl.constexpr, PREP: tl.constexpr, PREP_CONS: tl.constexpr, MAIN: tl.constexpr,
     MAIN_CONS: tl.constexpr, LD: tl.constexpr, LD_CONS: tl.constexpr, LDM: tl.constexpr,
-    LDM_CONS: tl.constexpr,
+    LDM_CONS: tl.constexpr, X_TOKENS: tl.constexpr = False,
 ):
     # x_ptr: x as int32 words (pairs of x values; stride_xm in words), xt_ptr: x itself
     # (read only when EMULATE); w_ptr: the packed weight as int32 words (stride_wn in words).
@@ -1239,6 +1249,8 @@ def _w4a16_tc_kernel(
     xt_ptrs = xt_ptr + (m % M) * stride_xtm + step0 * 128
     one = ks >= 0
     xone = h == 0
+    if X_TOKENS:
+        xone = xone & (rows % 8 < M)
     acc = tl.zeros((R, 16), dtype=tl.float32)
     for i in range(0, Q):
         cur = _tc_load(w_ptrs, x_ptrs, y_ptrs, s_ptrs, z_ptrs, i * 16, i * 64,
@@ -1674,7 +1686,8 @@ def _launch_tc(x, packed_weight, scales, zeros, group_size, out, cfg, M, N, K,
     args = (x32, x, words, scales, zeros, dest, M, N, steps, per_split,
             x32.stride(0), x.stride(0), words.stride(0), scales.stride(0), scales.stride(1),
             zeros.stride(0), zeros.stride(1), *dstrides)
-    kwargs = dict(WR=wr, KS=ks, USE_INT64=use_int64, PLANES=planes_on,
+    lo, hi = _TC_X_TOKENS.get(x.dtype, (0, -1))
+    kwargs = dict(WR=wr, KS=ks, USE_INT64=use_int64, PLANES=planes_on, X_TOKENS=lo <= M <= hi,
                   **tc_asm_options(x.dtype, scales.dtype, M, group_size, bool(cfg.biased)),
                   num_warps=cfg.num_warps, num_stages=1,
                   **({} if _TC_MAXNREG is None else {"maxnreg": _TC_MAXNREG}))

@@ -202,6 +202,23 @@ def test_tc_kernel(shape, dtypes):
     _close(out, _want(x, p, s, z, g), dtype)
 
 
+@pytest.mark.parametrize("M,dtype,tokens", [(1, BF16, False), (2, BF16, True),
+                                             (6, BF16, True), (7, BF16, False),
+                                             (3, F16, False)])
+def test_tc_x_token_lanes(M, dtype, tokens):
+    """The K-sliced kernel reads x only in the lanes whose MMA column holds a token where
+    the table says so (bfloat16, M = 2..6), and the result is the same either way."""
+    N, K, g = 40, 512, 128
+    x, p, s, z = _operands(M, N, K, g, dtype, seed=M + 5)
+    cfg = Q.tc_config_for(M, N, K, g, dtype, tma=False)
+    out = torch.empty(M, N, dtype=dtype)
+    with recording() as launches:
+        w4a16_decode_triton(x, p, s, z, g, out, config=cfg)
+    [(kernel, _, _, kwargs)] = [l for l in launches if l[0] is Q._w4a16_tc_kernel]
+    assert kwargs["X_TOKENS"] is tokens
+    _close(out, _want(x, p, s, z, g), dtype)
+
+
 def test_tc_strides_split_and_fallback():
     """Strided x (copied to unit stride), a weight row slice, transposed scales and out, a
     K split summed by the second kernel, fractional zero points; a weight whose rows are
