@@ -10,8 +10,10 @@ result. The copy is loaded from a temporary file and never replaces the module. 
 H200 the rows kernel and the packed kernel of the norms and the cooperating softmax
 kernels ran 1-5 % faster without the hint (their loads read data once and keep it in
 registers), and the looped softmax kernel 5 % slower (its hints keep the row in L2 for the
-second pass): kernels/norm.py and kernels/softmax.py quote the figures. Not part of the
-package.
+second pass): kernels/norm.py and kernels/softmax.py quote the figures. The W4A16 decode
+kernels (2026-12-01) ran 1-5 % slower without their hints at M <= 4 (the K-sliced
+tensor-core kernel), within +-1.2 % at M = 12 and 16 (the MMA kernel) and the same at the
+TMA kernel's M = 1 (it has none of its own), so they keep them. Not part of the package.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def without_hints(name: str):
 def quant_gemm_rows():
     """The W4A16 decode rows of the workload table (each through w4a16_decode_triton)."""
     for M, Nn, K in ((1, 4096, 4096), (1, 14336, 4096), (4, 4096, 14336), (4, 18944, 3584),
-                     (16, 28672, 8192), (1, 57344, 8192)):
+                     (16, 28672, 8192), (16, 8192, 28672), (12, 57344, 8192), (1, 57344, 8192)):
         x = torch.randn(M, K, dtype=torch.bfloat16, device="cuda")
         p, s, z = Q.quantize_int4(torch.randn(Nn, K, device="cuda") * 0.02, 128)
         s, z = s.to(torch.bfloat16), z.to(torch.bfloat16)
