@@ -550,11 +550,11 @@ def tmablate() -> None:
         print(line, flush=True)
 
 
-def tma16() -> None:
-    """The library's TMA decode kernel at M = 9..16 (two token tiles), by warps and stages,
-    beside the table's launch (the MMA kernel)."""
+def _tma_configs(rows, configs) -> None:
+    """The library's TMA decode kernel on ``rows`` ((M, N, K)) at each (warps, stages) of
+    ``configs``, beside the table's launch, both dtypes."""
     for dtype in (torch.bfloat16, torch.float16):
-        for M, N, K in ((16, 28672, 8192), (16, 8192, 28672), (12, 57344, 8192)):
+        for M, N, K in rows:
             x, p, s, z, out = _operands(M, N, K, dtype)
             ref = Q.gemm_w4a16_reference(x, p, s, z, G).float()
             words = Q._word_view(p, K)
@@ -562,7 +562,7 @@ def tma16() -> None:
             line = f"{str(dtype)[6:]} M={M} N={N} K={K}:"
             t = _median_s(lambda: Q.w4a16_decode_triton(x, p, s, z, G, out))
             line += f" table {t * 1e6:.1f};"
-            for W, stages in ((4, 3), (4, 4), (2, 4), (8, 3), (2, 6)):
+            for W, stages in configs:
                 cfg = Q.tc_config_for(M, N, K, G, dtype, tma=True)._replace(
                     block_n=16 * W, num_warps=W, num_stages=stages)
 
@@ -574,33 +574,21 @@ def tma16() -> None:
                 t = _median_s(call)
                 line += f" w{W} s{stages} {t * 1e6:.1f}{'' if err < 1e-2 else ' WRONG'};"
             print(line, flush=True)
+
+
+def tma16() -> None:
+    """The library's TMA decode kernel at M = 9..16 (two token tiles), by warps and stages,
+    beside the table's launch (the MMA kernel)."""
+    _tma_configs(((16, 28672, 8192), (16, 8192, 28672), (12, 57344, 8192)),
+                 ((4, 3), (4, 4), (2, 4), (8, 3), (2, 6)))
 
 
 def tmacfg() -> None:
     """The library's TMA decode kernel at M = 1..8 by warps a program and boxes in flight,
-    beside the table's launch, both dtypes."""
-    for dtype in (torch.bfloat16, torch.float16):
-        for M, N, K in ((1, 57344, 8192), (1, 53248, 16384), (4, 57344, 8192),
-                        (8, 57344, 8192), (1, 28672, 8192)):
-            x, p, s, z, out = _operands(M, N, K, dtype)
-            ref = Q.gemm_w4a16_reference(x, p, s, z, G).float()
-            words = Q._word_view(p, K)
-            x32 = x.view(torch.int32)
-            line = f"{str(dtype)[6:]} M={M} N={N} K={K}:"
-            t = _median_s(lambda: Q.w4a16_decode_triton(x, p, s, z, G, out))
-            line += f" table {t * 1e6:.1f};"
-            for W, stages in ((4, 3), (4, 4), (2, 4), (2, 6), (2, 8), (1, 6), (1, 8)):
-                cfg = Q.tc_config_for(M, N, K, G, dtype, tma=True)._replace(
-                    block_n=16 * W, num_warps=W, num_stages=stages)
-
-                def call():
-                    Q._launch_tc_tma(x, x32, words, s, z, G, out, cfg, M, N, K)
-                out.fill_(float("nan"))
-                call()
-                err = ((out.float() - ref).norm() / ref.norm()).item()
-                t = _median_s(call)
-                line += f" w{W} s{stages} {t * 1e6:.1f}{'' if err < 1e-2 else ' WRONG'};"
-            print(line, flush=True)
+    beside the table's launch."""
+    _tma_configs(((1, 57344, 8192), (1, 53248, 16384), (4, 57344, 8192), (8, 57344, 8192),
+                  (1, 28672, 8192)),
+                 ((4, 3), (4, 4), (2, 4), (2, 6), (2, 8), (1, 6), (1, 8)))
 
 
 def xtokens() -> None:
