@@ -425,7 +425,8 @@ _TC_BIASED = {torch.float16: False, torch.bfloat16: True}
 # not kept: two 64-row boxes a warp sharing the step's x (+0..-5 %, 86 registers), two or
 # four steps an iteration (+20 %), the scales of 2, 4 or 8 steps from one load (shuffled
 # across the quad or selected in registers: -4..+28 %), x's fragments and sums prepared
-# by a first launch (+4 %), register caps of 56-40 (spills, +5..+140 %).
+# by a first launch (+4 %), register caps of 56-40 (spills, +5..+140 %), x and the scales
+# through the non-coherent path (ld.global.nc: x -0.5..-1 %, the scales +1..+2 %).
 _TC_TMA = True
 _TC_TMA_MIN_BYTES = 160 << 20
 _TC_TMA_WARPS = 4
