@@ -42,8 +42,9 @@ Kernels (plain functions; the dispatch classes are in :mod:`opspec.kernels.quant
   then one ``[16 x warps rows, 64 bytes]`` box of the weight, brought in by TMA a few
   steps ahead through shared memory instead of loaded into registers a step at a time
   (6-8 % faster on the 70B and 405B rows), and x is read only by the lanes whose MMA
-  column holds a token (5-10 % more at M = 1). Scales and zero points are loaded through a small asm block
-  so that they take the tile's layout under every Triton version. Under the interpreter
+  column holds a token (5-8 % faster at M = 1). Scales and zero points are loaded
+  through a small asm block so that they take the tile's layout under every Triton
+  version. Under the interpreter
   (no PTX) a portable model of the asm blocks runs in their place;
   tests/test_quant_gemm_warp.py checks the asm text itself against a model of one warp.
   Where the TMA kernel does not apply (a device before sm_90, a weight whose base or row
@@ -416,8 +417,8 @@ _TC_BIASED = {torch.float16: False, torch.bfloat16: True}
 # stalled on L1 loads 44 % of the time, 8 programs an SM (62 registers). The loop with its
 # parts replaced by constants (w4a16_probe.py `tmablate`, us): 102.0 in full, 81.9 without
 # the scale and zero-point loads, 76.5 without x, 66.2 without both: a step's x and scale
-# loads, not the weight's boxes, bound it. The x words are since read only by
-# the lanes whose B column holds a token (g < M): 8x fewer requests at M = 1 (H200,
+# loads, not the weight's boxes, bound it. Since then the x words are read only by the
+# lanes whose B column holds a token (g < M): 8x fewer requests at M = 1 (H200,
 # `tmacfg`, 2026-12-01: 70B gate-up 101 -> 96.1 us, 405B up 200 -> 187.8, bfloat16).
 # Then, by warps and stages: M = 1 ran best at 2 warps and 4 boxes (bfloat16 91.6 and
 # 178.7 us, float16 92.3 and 180.3, against 96.1 / 187.8 and 93.6 / 181.2 at 4 warps, 3

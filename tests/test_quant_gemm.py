@@ -214,7 +214,7 @@ def test_tc_x_token_lanes(M, dtype, tokens):
     out = torch.empty(M, N, dtype=dtype)
     with recording() as launches:
         w4a16_decode_triton(x, p, s, z, g, out, config=cfg)
-    [(kernel, _, _, kwargs)] = [l for l in launches if l[0] is Q._w4a16_tc_kernel]
+    [(_, _, _, kwargs)] = [l for l in launches if l[0] is Q._w4a16_tc_kernel]
     assert kwargs["X_TOKENS"] is tokens
     _close(out, _want(x, p, s, z, g), dtype)
 
