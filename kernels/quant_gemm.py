@@ -233,8 +233,8 @@ _DECODE_BLOCK_N = 64
 # The FMA decode kernel (DecodeConfig.gemv) for M <= _GEMV_DEFAULT_MAX_M: no shared memory
 # or MMA waits a step; in the sm_90 build its loop issues 658 instructions a warp for 2 KB
 # of weight at M = 1 (3.1 bytes an instruction: 1 shift, 1 LOP3, 1 FFMA a nibble), 2.2 at
-# M = 2 and 1.4 at M = 4 (its FMAs grow with M). Not yet timed on the H200 against the MMA
-# kernel (1.24 TB/s at M = 1): benchmarks/w4a16_sweep.py does.
+# M = 2 and 1.4 at M = 4 (its FMAs grow with M). Against the MMA kernel on the H200: the
+# sweep below (benchmarks/w4a16_sweep.py).
 _GEMV_DEFAULT_MAX_M = 1
 _GEMV_BLOCK_N = 128                   # weight rows a program (4 a thread at 4 warps)
 _GEMV_BLOCK_K = 128                   # K per step: 16 int32 words of each row
@@ -284,9 +284,9 @@ _TWO_PASS_SCRATCH_BYTES = 256 << 20
 _TWO_PASS_ROW_ALIGN = 256
 _PREFILL_SMALL = PrefillConfig(32, 64, 64, 8, 4, 3)
 # Tensor-core decode kernel (DecodeConfig.tc) for every M <= 16 with 128-wide groups; set
-# _TC_MAX_M = 0 to fall back to the MMA / FMA kernels everywhere. Not yet timed on the H200
-# (benchmarks/w4a16_sweep.py times it); the figures below are from its sm_90 builds under
-# Triton 3.9 and 3.6 (the device's), within 12 % of each other. A lane's step (two weight
+# _TC_MAX_M = 0 to fall back to the MMA / FMA kernels everywhere. The instruction counts
+# first are from its sm_90 builds under Triton 3.9 and 3.6 (the device's), within 12 % of
+# each other; the H200 timings (benchmarks/w4a16_sweep.py, w4a16_probe.py) follow. A lane's step (two weight
 # rows x 128 k) issues 2 16-byte weight loads, 9 instructions a word to dequantize
 # (float16: LOP3s into the bits of 1024.0 and one packed subtract or FMA a pair, exact
 # q - 8; bfloat16: 11, or 7 biased) and 2 MMAs a word and token tile; the x side (4
