@@ -288,8 +288,8 @@ _PREFILL_SMALL = PrefillConfig(32, 64, 64, 8, 4, 3)
 # instruction counts first are from its sm_90 builds under Triton 3.9 and 3.6 (the
 # device's), within 12 % of each other; the H200 timings (benchmarks/w4a16_sweep.py,
 # w4a16_probe.py) follow. A lane's step (two weight rows x 128 k) issues 2 16-byte weight
-# loads, 9 instructions a word to dequantize (float16: LOP3s into the bits of 1024.0 and one packed subtract or FMA a pair, exact
-# q - 8; bfloat16: 11, or 7 biased) and 2 MMAs a word and token tile; the x side (4
+# loads, 9 instructions a word to dequantize (float16: LOP3s into the bits of 1024.0 and
+# one packed subtract or FMA a pair, exact q - 8; bfloat16: 11, or 7 biased) and 2 MMAs a word and token tile; the x side (4
 # 16-byte loads, 16 PRMTs, 8 MMAs with an all-ones A for the zero point's sum of x), the
 # scale loads and 8 float32 FMAs for s * (P - (z - 8) X): 152-170 SASS instructions a step
 # (float16; bfloat16 biased 140-147, exact 172-181) for 64 weights a lane, 6.0-6.7 bytes
