@@ -289,17 +289,18 @@ _PREFILL_SMALL = PrefillConfig(32, 64, 64, 8, 4, 3)
 # device's), within 12 % of each other; the H200 timings (benchmarks/w4a16_sweep.py,
 # w4a16_probe.py) follow. A lane's step (two weight rows x 128 k) issues 2 16-byte weight
 # loads, 9 instructions a word to dequantize (float16: LOP3s into the bits of 1024.0 and
-# one packed subtract or FMA a pair, exact q - 8; bfloat16: 11, or 7 biased) and 2 MMAs a word and token tile; the x side (4
-# 16-byte loads, 16 PRMTs, 8 MMAs with an all-ones A for the zero point's sum of x), the
-# scale loads and 8 float32 FMAs for s * (P - (z - 8) X): 152-170 SASS instructions a step
-# (float16; bfloat16 biased 140-147, exact 172-181) for 64 weights a lane, 6.0-6.7 bytes
-# of weight a warp instruction against 3.1 for the FMA kernel above: about 6 TB/s of issue
-# at 4 warp instructions a clock per SM, so the HBM, not issue, should bound it. No shared
-# memory or barrier in its loop under either Triton (under 3.6 the FMA kernel's loop has 7
-# shared-memory instructions and barriers, and the MMA kernel reads the weight bytewise
-# with ~80 of them: likely why they reach 1.8 and 0.9-1.2 TB/s). Tokens ride in the MMA's 8
-# columns: M <= 8 costs what M = 1 does; M = 9..16 a second token tile (2 more MMAs a word,
-# 205-214 instructions a step, ~145 registers).
+# one packed subtract or FMA a pair, exact q - 8; bfloat16: 11, or 7 biased) and 2 MMAs a
+# word and token tile; the x side (4 16-byte loads, 16 PRMTs, 8 MMAs with an all-ones A
+# for the zero point's sum of x), the scale loads and 8 float32 FMAs for s * (P - (z - 8)
+# X): 152-170 SASS instructions a step (float16; bfloat16 biased 140-147, exact 172-181)
+# for 64 weights a lane, 6.0-6.7 bytes of weight a warp instruction against 3.1 for the
+# FMA kernel above: about 6 TB/s of issue at 4 warp instructions a clock per SM, so the
+# HBM, not issue, should bound it. No shared memory or barrier in its loop under either
+# Triton (under 3.6 the FMA kernel's loop has 7 shared-memory instructions and barriers,
+# and the MMA kernel reads the weight bytewise with ~80 of them: likely why they reach 1.8
+# and 0.9-1.2 TB/s). Tokens ride in the MMA's 8 columns: M <= 8 issues the MMAs M = 1
+# does (its x requests grow with M: see _TC_X_TOKENS and the TMA notes); M = 9..16 a
+# second token tile (2 more MMAs a word, 205-214 instructions a step, ~145 registers).
 # H200 sweep (benchmarks/w4a16_sweep.py, 2026-11-30): M = 1 rows 2.06-2.11 TB/s with no
 # prefetch (70B gate-up 121 us, 405B up 219 us, against 180 / 245 for the FMA kernel;
 # 8B up 31 us against 49), M = 4 35.7 us against the MMA kernel's 40.2; M = 16 lost to
