@@ -416,9 +416,9 @@ _TC_BIASED = {torch.float16: False, torch.bfloat16: True}
 # pipeliner copied them into shared memory too, for every row of the tile (10x slower).
 # Where it stops (ncu, 70B gate-up bfloat16, 98.9 us): DRAM 56 % busy, L1/TEX 82 %, warps
 # stalled on L1 loads 44 % of the time, 8 programs an SM (62 registers). The loop with its
-# parts replaced by constants (w4a16_probe.py `tmablate`, us): 102.0 in full, 81.9 without
-# the scale and zero-point loads, 76.5 without x, 66.2 without both: a step's x and scale
-# loads, not the weight's boxes, bound it. Since then the x words are read only by the
+# parts replaced by constants (w4a16_probe.py `tmablate`, us): 100.6 in full, 81.9 without
+# the scale and zero-point loads, 75.4 without x, 64.3 without both (405B up: 195.9, 158.7,
+# 144.5, 122.6): a step's x and scale loads, not the weight's boxes, bound it. Since then the x words are read only by the
 # lanes whose B column holds a token (g < M): 8x fewer requests at M = 1 (H200,
 # `tmacfg`, 2026-12-01: 70B gate-up 101 -> 96.1 us, 405B up 200 -> 187.8, bfloat16).
 # Then, by warps and stages: M = 1 ran best at 2 warps and 4 boxes (bfloat16 91.6 and
