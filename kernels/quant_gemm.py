@@ -312,6 +312,13 @@ _PREFILL_SMALL = PrefillConfig(32, 64, 64, 8, 4, 3)
 # kernel: about 65 us a call on that host. Timed since as the bench does, device time,
 # the bench run of 2026-11-30 had this kernel at M = 16 still behind: 70B up 112 against
 # 102 us, 70B down 105 against 100.)
+# A lead for M = 9..16 (H200, 2026-12-01, a probe outside the table: the TMA kernel with
+# each warp taking 2 or 4 16-row blocks of its box, the step's x fragments shared by
+# them, tokens 8..15 read by their lanes only; 138-210 registers): 57344 x 8192 at M = 16
+# 138.6 us (4 blocks, 2 warps) against the MMA kernel's 165.6; 28672 x 8192 92.7 (2
+# blocks) against 89.5; 8192 x 28672 270-370 against 87.5 (64-256 programs, no K split).
+# The x side of a second token tile, not its MMAs, is what costs: the same loop with the
+# first tile's x standing in for the second's ran 74.7 us on 28672 x 8192.
 # Where the M = 1 rows stop (ncu, 70B gate-up bfloat16, 2.2 TB/s, 46 % of DRAM): the L1's
 # LSU wavefronts 89 % busy, warps stalled on L1 loads most of the time, 0.39 instructions
 # issued a cycle per scheduler. A step's loads make 56 L1 tag requests a warp: 16 for
