@@ -11,7 +11,7 @@
     python benchmarks/w4a16_probe.py tc        # ... by warps along K and along the rows
     python benchmarks/w4a16_probe.py tc16      # ... at M = 9..16 (two token tiles)
     python benchmarks/w4a16_probe.py tma       # ... with the weight steps brought in by TMA
-    python benchmarks/w4a16_probe.py tma16     # the library's TMA kernel at M = 9..16
+    python benchmarks/w4a16_probe.py tma16     # the library's TMA kernel at M = 9..16 (blocks)
     python benchmarks/w4a16_probe.py tmacfg    # ... by warps and stages at M = 1..8
     python benchmarks/w4a16_probe.py tmablate  # its loop with x or the scales left out
     python benchmarks/w4a16_probe.py xtokens   # K-sliced kernel: x read by token lanes only
@@ -551,8 +551,8 @@ def tmablate() -> None:
 
 
 def _tma_configs(rows, configs) -> None:
-    """The library's TMA decode kernel on ``rows`` ((M, N, K)) at each (warps, stages) of
-    ``configs``, beside the table's launch, both dtypes."""
+    """The library's TMA decode kernel on ``rows`` ((M, N, K)) at each (warps, stages[, row
+    blocks a program]) of ``configs``, beside the table's launch, both dtypes."""
     for dtype in (torch.bfloat16, torch.float16):
         for M, N, K in rows:
             x, p, s, z, out = _operands(M, N, K, dtype)
@@ -562,9 +562,10 @@ def _tma_configs(rows, configs) -> None:
             line = f"{str(dtype)[6:]} M={M} N={N} K={K}:"
             t = _median_s(lambda: Q.w4a16_decode_triton(x, p, s, z, G, out))
             line += f" table {t * 1e6:.1f};"
-            for W, stages in configs:
+            for W, stages, *blocks in configs:
+                rb = blocks[0] if blocks else 1
                 cfg = Q.tc_config_for(M, N, K, G, dtype, tma=True)._replace(
-                    block_n=16 * W, num_warps=W, num_stages=stages)
+                    block_n=16 * W * rb, num_warps=W, num_stages=stages)
 
                 def call():
                     Q._launch_tc_tma(x, x32, words, s, z, G, out, cfg, M, N, K)
@@ -572,15 +573,17 @@ def _tma_configs(rows, configs) -> None:
                 call()
                 err = ((out.float() - ref).norm() / ref.norm()).item()
                 t = _median_s(call)
-                line += f" w{W} s{stages} {t * 1e6:.1f}{'' if err < 1e-2 else ' WRONG'};"
+                line += (f" w{W} s{stages}{f' b{rb}' if rb > 1 else ''} {t * 1e6:.1f}"
+                         f"{'' if err < 1e-2 else ' WRONG'};")
             print(line, flush=True)
 
 
 def tma16() -> None:
-    """The library's TMA decode kernel at M = 9..16 (two token tiles), by warps and stages,
-    beside the table's launch (the MMA kernel)."""
-    _tma_configs(((16, 28672, 8192), (16, 8192, 28672), (12, 57344, 8192)),
-                 ((4, 3), (4, 4), (2, 4), (8, 3), (2, 6)))
+    """The library's TMA decode kernel at M = 9..16 (two token tiles), by warps, stages and
+    row blocks a program, beside the table's launch (the MMA kernel below 160 MiB)."""
+    _tma_configs(((16, 28672, 8192), (16, 8192, 28672), (12, 57344, 8192),
+                  (16, 57344, 8192), (16, 53248, 16384)),
+                 ((4, 3), (2, 4), (2, 4, 2), (2, 4, 4), (1, 4, 4), (4, 3, 2), (2, 6, 4)))
 
 
 def tmacfg() -> None:

@@ -42,10 +42,13 @@ Kernels (plain functions; the dispatch classes are in :mod:`opspec.kernels.quant
   then one ``[16 x warps rows, 64 bytes]`` box of the weight, brought in by TMA a few
   steps ahead through shared memory instead of loaded into registers a step at a time
   (6-8 % faster on the 70B and 405B rows), and x is read only by the lanes whose MMA
-  column holds a token (5-8 % faster at M = 1). Scales and zero points are loaded
-  through a small asm block so that they take the tile's layout under every Triton
-  version. Under the interpreter
-  (no PTX) a portable model of the asm blocks runs in their place;
+  column holds a token (5-8 % faster at M = 1). At M = 9..16 it serves the largest
+  weights too (``_TC_TMA_WIDE``), each warp taking its rows of four such blocks so that a
+  step's x fragments serve all of them (18-21 % faster than the MMA kernel on the 70B
+  gate-up row); there smaller weights take the MMA kernel. Scales and zero points are
+  loaded through a small asm block so that they take the tile's layout under every
+  Triton version. Under the interpreter (no PTX) a portable model of the asm blocks runs
+  in their place;
   tests/test_quant_gemm_warp.py checks the asm text itself against a model of one warp.
   Where the TMA kernel does not apply (a device before sm_90, a weight whose base or row
   stride is not a multiple of 16 bytes) the K-sliced kernel runs. Where the groups are not
@@ -312,7 +315,7 @@ _PREFILL_SMALL = PrefillConfig(32, 64, 64, 8, 4, 3)
 # kernel: about 65 us a call on that host. Timed since as the bench does, device time,
 # the bench run of 2026-11-30 had this kernel at M = 16 still behind: 70B up 112 against
 # 102 us, 70B down 105 against 100.)
-# A lead for M = 9..16 (H200, 2026-12-01, a probe outside the table: the TMA kernel with
+# Then for M = 9..16 (H200, 2026-12-01, a probe before _TC_TMA_WIDE: the TMA kernel with
 # each warp taking 2 or 4 16-row blocks of its box, the step's x fragments shared by
 # them, tokens 8..15 read by their lanes only; 138-210 registers): 57344 x 8192 at M = 16
 # 138.6 us (4 blocks, 2 warps) against the MMA kernel's 165.6; 28672 x 8192 92.7 (2
@@ -441,6 +444,17 @@ _TC_TMA_MIN_BYTES = 160 << 20
 _TC_TMA_WARPS = 4
 _TC_TMA_STAGES = 3
 _TC_TMA_ONE_TOKEN = (2, 4)     # (warps, stages) at M = 1
+# M = 9..16 (two token tiles) on weights of at least _TC_TMA_MIN_BYTES whose N gives at least
+# _TC_TMA_WIDE_MIN_PROGRAMS programs: the TMA kernel with (warps, stages, row blocks a
+# program), each warp taking its rows of every block so that the step's x fragments serve
+# all of them (the tensor-core note's probe: 57344 x 8192 at M = 16 138.6 us against the
+# MMA kernel's 165.6; 1 warp 138.1, 2 blocks 214.4). In the library (w4a16_probe.py
+# `tma16`, H200, 2026-12-01, bfloat16): 57344 x 8192 M = 12 130.2 us, M = 16 136.5 (the
+# MMA kernel 164-166); 53248 x 16384 M = 16 270.1 (1 warp 265.5, 6 stages 269.7). Below
+# the bound (8192 x 28672: 64 programs, 284-366 us against 88.0) and on smaller weights
+# (28672 x 8192: 93.7-111.4 against 89.7) the MMA kernel stays.
+_TC_TMA_WIDE = (2, 4, 4)
+_TC_TMA_WIDE_MIN_PROGRAMS = 2 * _NUM_SMS
 
 
 def _pow2_divisor(n: int, choices: tuple[int, ...]) -> int | None:
@@ -453,8 +467,13 @@ def decode_config_for(M: int, N: int, K: int, group_size: int,
     """The decode kernel's configuration (``M <= 16``; ``dtype``: x's): the tensor-core
     kernel where the groups are whole 128-wide steps, else the MMA or FMA kernel
     (:func:`legacy_decode_config`)."""
-    if M <= _TC_MAX_M and group_size % 128 == 0 and K > 0:
-        return tc_config_for(M, N, K, group_size, dtype)
+    if group_size % 128 == 0 and K > 0:
+        if M <= _TC_MAX_M:
+            return tc_config_for(M, N, K, group_size, dtype)
+        warps, _, blocks = _TC_TMA_WIDE
+        if (_TC_TMA and M <= DECODE_MAX_M and N * (K // 2) >= _TC_TMA_MIN_BYTES
+                and triton.cdiv(N, 16 * warps * blocks) >= _TC_TMA_WIDE_MIN_PROGRAMS):
+            return tc_config_for(M, N, K, group_size, dtype, tma=True)
     return legacy_decode_config(M, N, K, group_size)
 
 
@@ -463,17 +482,21 @@ def tc_config_for(M: int, N: int, K: int, group_size: int, dtype: torch.dtype | 
                   biased: bool | None = None, planes: bool | None = None,
                   tma: bool | None = None) -> DecodeConfig:
     """The tensor-core decode kernel's configuration by the table's rules (the keyword
-    arguments override them; ``tma=True`` gives the TMA kernel's, whose warps and stages
-    are the table's)."""
+    arguments override them; ``tma=True`` gives the TMA kernel's, whose warps, stages and
+    row blocks -- block_n = 16 x warps x blocks -- are the table's)."""
     if biased is None:
         biased = _TC_BIASED.get(dtype, False)
     if tma is None:
         tma = (_TC_TMA and k_slices is None and planes is None
                and N * (K // 2) >= _TC_TMA_MIN_BYTES)
     if tma:
-        warps, stages = _TC_TMA_ONE_TOKEN if M == 1 else (_TC_TMA_WARPS, _TC_TMA_STAGES)
-        return DecodeConfig(16 * warps, 128, 1, warps, stages, False, True, 1, biased, False,
-                            True)
+        if M > _TC_MAX_M:
+            warps, stages, blocks = _TC_TMA_WIDE
+        else:
+            warps, stages = _TC_TMA_ONE_TOKEN if M == 1 else (_TC_TMA_WARPS, _TC_TMA_STAGES)
+            blocks = 1
+        return DecodeConfig(16 * warps * blocks, 128, 1, warps, stages, False, True, 1, biased,
+                            False, True)
     steps = max(1, K // 128)
     if k_slices is None:
         k_slices = next((s for s in _TC_SLICES if triton.cdiv(N, 16 * row_warps) * s * row_warps
@@ -1318,6 +1341,41 @@ def _ld_x4(ptrs, valid):
 
 
 @triton.jit
+def _tma_block(acc, w_desc, row0, i, frags, xs, s_ptrs, z_ptrs, stride_sg, stride_zg, one,
+               tmask, col, xt_ptrs, R: tl.constexpr, NT: tl.constexpr, STEP_G: tl.constexpr,
+               BIAS: tl.constexpr, EMULATE: tl.constexpr, MAIN: tl.constexpr,
+               MAIN_CONS: tl.constexpr, LD: tl.constexpr, LD_CONS: tl.constexpr,
+               LDM: tl.constexpr, LDM_CONS: tl.constexpr):
+    # acc plus step i of one [16 W, 16] row block of the TMA kernel: its box of words (rows
+    # row0.. of the weight), scales and zero points (s_ptrs, z_ptrs: the block's rows), and
+    # the step's x fragments and sums (frags, xs: shared by the program's blocks; under
+    # EMULATE the block sums its own products from xt_ptrs).
+    words = w_desc.load([row0, i * 16])
+    s = _tc_scale(s_ptrs + i // STEP_G * stride_sg, one, False, EMULATE, LD, LD_CONS, LDM,
+                  LDM_CONS)
+    z = _tc_scale(z_ptrs + i // STEP_G * stride_zg, one, False, EMULATE, LD, LD_CONS, LDM,
+                  LDM_CONS)
+    if EMULATE:
+        p = tl.zeros((R, 16), dtype=tl.float32)
+        xe = tl.zeros((R, 16), dtype=tl.float32)
+        for wi in tl.static_range(16):
+            # column wi of the row's words, for every element of the row
+            word = tl.sum(tl.where(col == wi, words, 0), axis=1)[:, None]
+            p, xe = _tc_emulate_word(p, xe, word, xt_ptrs, i * 128 + 8 * wi, one, BIAS)
+        return acc + tl.where(tmask, s * (p - (z - BIAS) * xe), 0.0)
+    else:
+        f0, f1, f2, f3, g0, g1, g2, g3 = frags
+        if NT == 2:
+            p = tl.inline_asm_elementwise(MAIN, MAIN_CONS,
+                                          [words, f0, f1, f2, f3, g0, g1, g2, g3],
+                                          tl.float32, True, 8)
+        else:
+            p = tl.inline_asm_elementwise(MAIN, MAIN_CONS, [words, f0, f1, f2, f3],
+                                          tl.float32, True, 8)
+        return acc + tl.where(tmask, s * (p - (z - BIAS) * xs), 0.0)
+
+
+@triton.jit
 def _w4a16_tc_tma_kernel(
     x_ptr, xt_ptr, w_desc, s_ptr, z_ptr, out_ptr,
     M, N, STEPS,
@@ -1326,17 +1384,19 @@ def _w4a16_tc_tma_kernel(
     STAGES: tl.constexpr, USE_INT64: tl.constexpr, EMULATE: tl.constexpr,
     PREP: tl.constexpr, PREP_CONS: tl.constexpr, MAIN: tl.constexpr,
     MAIN_CONS: tl.constexpr, LD: tl.constexpr, LD_CONS: tl.constexpr, LDM: tl.constexpr,
-    LDM_CONS: tl.constexpr,
+    LDM_CONS: tl.constexpr, RB: tl.constexpr = 1,
 ):
     # _w4a16_tc_kernel with its W warps along the rows only (one K slice): row r = g +
-    # 8 (warp + W h) of the [16 W, 16] tile is then weight row pid_n 16 W + r, so a step's
-    # word tile is one [16 W, 16] box of the [N, K // 8] words, loaded by TMA, STAGES boxes
-    # in flight through shared memory (Triton's loop pipeliner). x is read as int32 words
-    # (16-byte aligned rows), the scales as in _w4a16_tc_kernel; the sums go straight to
-    # out. Rows past N: the box reads zeros, the store is masked.
+    # 8 (warp + W h) of the [16 W, 16] tile is then weight row (RB pid_n + b) 16 W + r of
+    # block b, so a step's word tile is one [16 W, 16] box of the [N, K // 8] words, loaded
+    # by TMA, STAGES steps in flight through shared memory (Triton's loop pipeliner). A
+    # program has RB (1, 2 or 4) such blocks, which share the step's x fragments (loaded
+    # and prepared once a warp). x is read as int32 words (16-byte aligned rows), the
+    # scales as in _w4a16_tc_kernel; the sums go straight to out. Rows past N: the box
+    # reads zeros, the store is masked.
     R: tl.constexpr = 16 * W
     pid_n = tl.program_id(0)
-    h, ks, col, t, j, rows, rows_c, tok, tok2, m, tmask = _tc_tile(pid_n, N, M, W, 1, NT,
+    h, ks, col, t, j, rows, rows_c, tok, tok2, m, tmask = _tc_tile(pid_n * RB, N, M, W, 1, NT,
                                                                    USE_INT64)
     xcol = tl.max_contiguous(tl.multiple_of(16 * t + j, [1, 4]), [1, 4])
     x_ptrs = x_ptr + tok * stride_xm + xcol
@@ -1345,40 +1405,71 @@ def _w4a16_tc_tma_kernel(
     # g + 8); the others' columns are zeros, and their sums are never stored.
     xvalid = rows % 8 < M
     yvalid = rows % 8 + 8 < M
+    rows1 = rows + R
+    rows2 = rows + 2 * R
+    rows3 = rows + 3 * R
     s_ptrs = s_ptr + rows_c * stride_sn + 0 * col
     z_ptrs = z_ptr + rows_c * stride_zn + 0 * col
+    s1_ptrs = s_ptr + rows1 % N * stride_sn + 0 * col
+    z1_ptrs = z_ptr + rows1 % N * stride_zn + 0 * col
+    s2_ptrs = s_ptr + rows2 % N * stride_sn + 0 * col
+    z2_ptrs = z_ptr + rows2 % N * stride_zn + 0 * col
+    s3_ptrs = s_ptr + rows3 % N * stride_sn + 0 * col
+    z3_ptrs = z_ptr + rows3 % N * stride_zn + 0 * col
     xt_ptrs = xt_ptr + (m % M) * stride_xtm                         # EMULATE only
     one = ks >= 0
+    row0 = pid_n * (RB * R)
     acc = tl.zeros((R, 16), dtype=tl.float32)
+    acc1 = tl.zeros((R, 16), dtype=tl.float32)
+    acc2 = tl.zeros((R, 16), dtype=tl.float32)
+    acc3 = tl.zeros((R, 16), dtype=tl.float32)
     for i in tl.range(0, STEPS, num_stages=STAGES):
-        words = w_desc.load([pid_n * R, i * 16])
-        s = _tc_scale(s_ptrs + i // STEP_G * stride_sg, one, False, EMULATE, LD, LD_CONS,
-                      LDM, LDM_CONS)
-        z = _tc_scale(z_ptrs + i // STEP_G * stride_zg, one, False, EMULATE, LD, LD_CONS,
-                      LDM, LDM_CONS)
         if EMULATE:
-            p = tl.zeros((R, 16), dtype=tl.float32)
-            xs = tl.zeros((R, 16), dtype=tl.float32)
-            for wi in tl.static_range(16):
-                # column wi of the row's words, for every element of the row
-                word = tl.sum(tl.where(col == wi, words, 0), axis=1)[:, None]
-                p, xs = _tc_emulate_word(p, xs, word, xt_ptrs, i * 128 + 8 * wi, one, BIAS)
-            acc += tl.where(tmask, s * (p - (z - BIAS) * xs), 0.0)
+            frags = (one, one, one, one, one, one, one, one)
+            xs = acc
         else:
             x0 = _ld_x4(x_ptrs + i * 64, xvalid)
             x1 = _ld_x4(x_ptrs + (i * 64 + 4), xvalid)
             x2 = _ld_x4(x_ptrs + (i * 64 + 8), xvalid)
             x3 = _ld_x4(x_ptrs + (i * 64 + 12), xvalid)
-            y0, y1, y2, y3 = x0, x1, x2, x3
             if NT == 2:
                 y0 = _ld_x4(y_ptrs + i * 64, yvalid)
                 y1 = _ld_x4(y_ptrs + (i * 64 + 4), yvalid)
                 y2 = _ld_x4(y_ptrs + (i * 64 + 8), yvalid)
                 y3 = _ld_x4(y_ptrs + (i * 64 + 12), yvalid)
-            acc = _tc_step(acc, (words, x0, x1, x2, x3, y0, y1, y2, y3, s, z), 0, 0, 0, 0,
-                           one, one, tmask, PREP, PREP_CONS, MAIN, MAIN_CONS, NT, False, BIAS)
-    optr = out_ptr + m * stride_om + rows * stride_on
-    tl.store(optr, acc.to(out_ptr.dtype.element_ty), mask=tmask & (m < M) & (rows < N))
+                f0, f1, f2, f3, g0, g1, g2, g3, xs = tl.inline_asm_elementwise(
+                    PREP, PREP_CONS, [x0, x1, x2, x3, y0, y1, y2, y3],
+                    (tl.int32, tl.int32, tl.int32, tl.int32, tl.int32, tl.int32, tl.int32,
+                     tl.int32, tl.float32), True, 8)
+                frags = (f0, f1, f2, f3, g0, g1, g2, g3)
+            else:
+                f0, f1, f2, f3, xs = tl.inline_asm_elementwise(
+                    PREP, PREP_CONS, [x0, x1, x2, x3],
+                    (tl.int32, tl.int32, tl.int32, tl.int32, tl.float32), True, 8)
+                frags = (f0, f1, f2, f3, f0, f1, f2, f3)
+        acc = _tma_block(acc, w_desc, row0, i, frags, xs, s_ptrs, z_ptrs, stride_sg,
+                         stride_zg, one, tmask, col, xt_ptrs, R, NT, STEP_G, BIAS, EMULATE,
+                         MAIN, MAIN_CONS, LD, LD_CONS, LDM, LDM_CONS)
+        if RB >= 2:
+            acc1 = _tma_block(acc1, w_desc, row0 + R, i, frags, xs, s1_ptrs, z1_ptrs,
+                              stride_sg, stride_zg, one, tmask, col, xt_ptrs, R, NT, STEP_G,
+                              BIAS, EMULATE, MAIN, MAIN_CONS, LD, LD_CONS, LDM, LDM_CONS)
+        if RB >= 4:
+            acc2 = _tma_block(acc2, w_desc, row0 + 2 * R, i, frags, xs, s2_ptrs, z2_ptrs,
+                              stride_sg, stride_zg, one, tmask, col, xt_ptrs, R, NT, STEP_G,
+                              BIAS, EMULATE, MAIN, MAIN_CONS, LD, LD_CONS, LDM, LDM_CONS)
+            acc3 = _tma_block(acc3, w_desc, row0 + 3 * R, i, frags, xs, s3_ptrs, z3_ptrs,
+                              stride_sg, stride_zg, one, tmask, col, xt_ptrs, R, NT, STEP_G,
+                              BIAS, EMULATE, MAIN, MAIN_CONS, LD, LD_CONS, LDM, LDM_CONS)
+    dt = out_ptr.dtype.element_ty
+    ok = tmask & (m < M)
+    optr = out_ptr + m * stride_om
+    tl.store(optr + rows * stride_on, acc.to(dt), mask=ok & (rows < N))
+    if RB >= 2:
+        tl.store(optr + rows1 * stride_on, acc1.to(dt), mask=ok & (rows1 < N))
+    if RB >= 4:
+        tl.store(optr + rows2 * stride_on, acc2.to(dt), mask=ok & (rows2 < N))
+        tl.store(optr + rows3 * stride_on, acc3.to(dt), mask=ok & (rows3 < N))
 
 
 @triton.jit
@@ -1658,14 +1749,19 @@ def _launch_tc(x, packed_weight, scales, zeros, group_size, out, cfg, M, N, K,
     """Run the tensor-core decode kernel if it applies (else False: the caller falls back).
     With ``memo_key``, keep the launch's prepared replay under it where one launch on the
     caller's own tensors did the work."""
-    if M > _TC_MAX_M or group_size % 128 or K % 128 or not tc_supported(x.device):
+    if group_size % 128 or K % 128 or not tc_supported(x.device):
+        return False
+    if M > (DECODE_MAX_M if cfg.tma else _TC_MAX_M):
         return False
     ks = cfg.k_slices
     if ks < 1 or cfg.num_warps % ks or cfg.block_k != 128:
         raise ValueError(f"a tensor-core config needs block_k = 128 and num_warps a multiple "
                          f"of k_slices, got {tuple(cfg)}")
     wr = cfg.num_warps // ks
-    if cfg.block_n != 16 * wr:
+    if cfg.tma and (ks != 1 or cfg.block_n not in (16 * wr, 32 * wr, 64 * wr)):
+        raise ValueError(f"a TMA config has one K slice and block_n = 16 x num_warps x 1, 2 "
+                         f"or 4 row blocks, got {tuple(cfg)}")
+    if not cfg.tma and cfg.block_n != 16 * wr:
         raise ValueError(f"a tensor-core config has block_n = 16 x (num_warps // k_slices) "
                          f"= {16 * wr}, got {cfg.block_n}")
     words = _word_view(packed_weight, K)
@@ -1679,6 +1775,8 @@ def _launch_tc(x, packed_weight, scales, zeros, group_size, out, cfg, M, N, K,
     if cfg.tma:
         if _launch_tc_tma(x, x32, words, scales, zeros, group_size, out, cfg, M, N, K):
             return True
+        if M > _TC_MAX_M:
+            return False      # no TMA here: the MMA kernel, as for the smaller weights
         # no TMA here (the device, or the weight's alignment): the K-sliced kernel
         cfg = tc_config_for(M, N, K, group_size, x.dtype, tma=False)
         ks = cfg.k_slices
@@ -1736,11 +1834,11 @@ def _launch_tc_tma(x, x32, words, scales, zeros, group_size, out, cfg, M, N, K) 
     w = cfg.num_warps
     desc = TensorDescriptor(words, list(words.shape), list(words.stride()), [16 * w, 16])
     use_int64 = max(_extent(x), _extent(scales), _extent(zeros), _extent(out)) > _INT32_LIMIT
-    launch(_w4a16_tc_tma_kernel, (triton.cdiv(N, 16 * w),),
+    launch(_w4a16_tc_tma_kernel, (triton.cdiv(N, cfg.block_n),),
            x32, x, desc, scales, zeros, out, M, N, K // 128,
            x32.stride(0), x.stride(0), scales.stride(0), scales.stride(1), zeros.stride(0),
            zeros.stride(1), out.stride(0), out.stride(1),
-           W=w, STAGES=cfg.num_stages, USE_INT64=use_int64,
+           W=w, STAGES=cfg.num_stages, USE_INT64=use_int64, RB=cfg.block_n // (16 * w),
            **tc_asm_options(x.dtype, scales.dtype, M, group_size, bool(cfg.biased)),
            num_warps=w, num_stages=cfg.num_stages)
     return True

@@ -48,8 +48,9 @@ class GemmW4A16FwdInterface(KernelInterface):
 
 
 class W4A16DecodeTritonKernel(Kernel, GemmW4A16FwdInterface):
-    """Decode (M <= 16): streams the packed weight. With 128-wide groups (the workloads'),
-    the tensor-core kernel (`DecodeConfig.tc`): operand tiles laid out as mma.sync
+    """Decode (M <= 16): streams the packed weight. With 128-wide groups (the workloads')
+    at M <= 8, or at M <= 16 on weights of 160 MiB or more (by TMA, sm_90), the
+    tensor-core kernel (`DecodeConfig.tc`): operand tiles laid out as mma.sync
     fragments, nibbles dequantized by asm into 16-bit pairs, float32 MMAs, scale and zero
     point per group; else the MMA kernel (BLOCK_N rows a program, split-K when N is small)
     or, where the table says so (small M), float32 FMAs on CUDA cores (`DecodeConfig.gemv`)."""
