@@ -427,18 +427,19 @@ _TC_BIASED = {torch.float16: False, torch.bfloat16: True}
 # Where it stops (ncu, 70B gate-up bfloat16, 98.9 us): DRAM 56 % busy, L1/TEX 82 %, warps
 # stalled on L1 loads 44 % of the time, 8 programs an SM (62 registers). The loop with its
 # parts replaced by constants (w4a16_probe.py `tmablate`, us): 100.6 in full, 81.9 without
-# the scale and zero-point loads, 75.4 without x, 64.3 without both (405B up: 195.9, 158.7,
-# 144.5, 122.6): a step's x and scale loads, not the weight's boxes, bound it. Since then the x words are read only by the
-# lanes whose B column holds a token (g < M): 8x fewer requests at M = 1 (H200,
-# `tmacfg`, 2026-12-01: 70B gate-up 101 -> 96.1 us, 405B up 200 -> 187.8, bfloat16).
-# Then, by warps and stages: M = 1 ran best at 2 warps and 4 boxes (bfloat16 91.6 and
-# 178.7 us, float16 92.3 and 180.3, against 96.1 / 187.8 and 93.6 / 181.2 at 4 warps, 3
-# boxes); M = 4 and 8 at 4 warps and 3 boxes (2 warps: 2-6 % slower). Also tried there,
-# not kept: two 64-row boxes a warp sharing the step's x (+0..-5 %, 86 registers), two or
-# four steps an iteration (+20 %), the scales of 2, 4 or 8 steps from one load (shuffled
-# across the quad or selected in registers: -4..+28 %), x's fragments and sums prepared
-# by a first launch (+4 %), register caps of 56-40 (spills, +5..+140 %), x and the scales
-# through the non-coherent path (ld.global.nc: x -0.5..-1 %, the scales +1..+2 %).
+# the scale and zero-point loads, 75.4 without x, 64.3 without both (405B up: 195.9,
+# 158.7, 144.5, 122.6): a step's x and scale loads, not the weight's boxes, bound it.
+# Since then the x words are read only by the lanes whose B column holds a token (g < M):
+# 8x fewer requests at M = 1 (H200, `tmacfg`, 2026-12-01: 70B gate-up 101 -> 96.1 us, 405B
+# up 200 -> 187.8, bfloat16). Then, by warps and stages: M = 1 ran best at 2 warps and 4
+# boxes (bfloat16 91.6 and 178.7 us, float16 92.3 and 180.3, against 96.1 / 187.8 and 93.6
+# / 181.2 at 4 warps, 3 boxes); M = 4 and 8 at 4 warps and 3 boxes (2 warps: 2-6 %
+# slower). Also tried there, not kept: two 64-row boxes a warp sharing the step's x
+# (+0..-5 %, 86 registers), two or four steps an iteration (+20 %), the scales of 2, 4 or
+# 8 steps from one load (shuffled across the quad or selected in registers: -4..+28 %),
+# x's fragments and sums prepared by a first launch (+4 %), register caps of 56-40
+# (spills, +5..+140 %), x and the scales through the non-coherent path (ld.global.nc: x
+# -0.5..-1 %, the scales +1..+2 %).
 _TC_TMA = True
 _TC_TMA_MIN_BYTES = 160 << 20
 _TC_TMA_WARPS = 4
@@ -1341,6 +1342,19 @@ def _ld_x4(ptrs, valid):
 
 
 @triton.jit
+def _tma_emulate(words, col, xt_ptrs, i, one, R: tl.constexpr, BIAS: tl.constexpr):
+    # The TMA kernel's step i for the portable model: each element's sum of (b + q - bias)
+    # x over the step and the sum of x, from the [R, 16] words of its box.
+    p = tl.zeros((R, 16), dtype=tl.float32)
+    xs = tl.zeros((R, 16), dtype=tl.float32)
+    for wi in tl.static_range(16):
+        # column wi of the row's words, for every element of the row
+        word = tl.sum(tl.where(col == wi, words, 0), axis=1)[:, None]
+        p, xs = _tc_emulate_word(p, xs, word, xt_ptrs, i * 128 + 8 * wi, one, BIAS)
+    return p, xs
+
+
+@triton.jit
 def _tma_block(acc, w_desc, row0, i, frags, xs, s_ptrs, z_ptrs, stride_sg, stride_zg, one,
                tmask, col, xt_ptrs, R: tl.constexpr, NT: tl.constexpr, STEP_G: tl.constexpr,
                BIAS: tl.constexpr, EMULATE: tl.constexpr, MAIN: tl.constexpr,
@@ -1356,12 +1370,7 @@ def _tma_block(acc, w_desc, row0, i, frags, xs, s_ptrs, z_ptrs, stride_sg, strid
     z = _tc_scale(z_ptrs + i // STEP_G * stride_zg, one, False, EMULATE, LD, LD_CONS, LDM,
                   LDM_CONS)
     if EMULATE:
-        p = tl.zeros((R, 16), dtype=tl.float32)
-        xe = tl.zeros((R, 16), dtype=tl.float32)
-        for wi in tl.static_range(16):
-            # column wi of the row's words, for every element of the row
-            word = tl.sum(tl.where(col == wi, words, 0), axis=1)[:, None]
-            p, xe = _tc_emulate_word(p, xe, word, xt_ptrs, i * 128 + 8 * wi, one, BIAS)
+        p, xe = _tma_emulate(words, col, xt_ptrs, i, one, R, BIAS)
         return acc + tl.where(tmask, s * (p - (z - BIAS) * xe), 0.0)
     else:
         f0, f1, f2, f3, g0, g1, g2, g3 = frags
@@ -1405,71 +1414,100 @@ def _w4a16_tc_tma_kernel(
     # g + 8); the others' columns are zeros, and their sums are never stored.
     xvalid = rows % 8 < M
     yvalid = rows % 8 + 8 < M
-    rows1 = rows + R
-    rows2 = rows + 2 * R
-    rows3 = rows + 3 * R
     s_ptrs = s_ptr + rows_c * stride_sn + 0 * col
     z_ptrs = z_ptr + rows_c * stride_zn + 0 * col
-    s1_ptrs = s_ptr + rows1 % N * stride_sn + 0 * col
-    z1_ptrs = z_ptr + rows1 % N * stride_zn + 0 * col
-    s2_ptrs = s_ptr + rows2 % N * stride_sn + 0 * col
-    z2_ptrs = z_ptr + rows2 % N * stride_zn + 0 * col
-    s3_ptrs = s_ptr + rows3 % N * stride_sn + 0 * col
-    z3_ptrs = z_ptr + rows3 % N * stride_zn + 0 * col
     xt_ptrs = xt_ptr + (m % M) * stride_xtm                         # EMULATE only
     one = ks >= 0
-    row0 = pid_n * (RB * R)
-    acc = tl.zeros((R, 16), dtype=tl.float32)
-    acc1 = tl.zeros((R, 16), dtype=tl.float32)
-    acc2 = tl.zeros((R, 16), dtype=tl.float32)
-    acc3 = tl.zeros((R, 16), dtype=tl.float32)
-    for i in tl.range(0, STEPS, num_stages=STAGES):
-        if EMULATE:
-            frags = (one, one, one, one, one, one, one, one)
-            xs = acc
-        else:
-            x0 = _ld_x4(x_ptrs + i * 64, xvalid)
-            x1 = _ld_x4(x_ptrs + (i * 64 + 4), xvalid)
-            x2 = _ld_x4(x_ptrs + (i * 64 + 8), xvalid)
-            x3 = _ld_x4(x_ptrs + (i * 64 + 12), xvalid)
-            if NT == 2:
-                y0 = _ld_x4(y_ptrs + i * 64, yvalid)
-                y1 = _ld_x4(y_ptrs + (i * 64 + 4), yvalid)
-                y2 = _ld_x4(y_ptrs + (i * 64 + 8), yvalid)
-                y3 = _ld_x4(y_ptrs + (i * 64 + 12), yvalid)
-                f0, f1, f2, f3, g0, g1, g2, g3, xs = tl.inline_asm_elementwise(
-                    PREP, PREP_CONS, [x0, x1, x2, x3, y0, y1, y2, y3],
-                    (tl.int32, tl.int32, tl.int32, tl.int32, tl.int32, tl.int32, tl.int32,
-                     tl.int32, tl.float32), True, 8)
-                frags = (f0, f1, f2, f3, g0, g1, g2, g3)
-            else:
-                f0, f1, f2, f3, xs = tl.inline_asm_elementwise(
-                    PREP, PREP_CONS, [x0, x1, x2, x3],
-                    (tl.int32, tl.int32, tl.int32, tl.int32, tl.float32), True, 8)
-                frags = (f0, f1, f2, f3, f0, f1, f2, f3)
-        acc = _tma_block(acc, w_desc, row0, i, frags, xs, s_ptrs, z_ptrs, stride_sg,
-                         stride_zg, one, tmask, col, xt_ptrs, R, NT, STEP_G, BIAS, EMULATE,
-                         MAIN, MAIN_CONS, LD, LD_CONS, LDM, LDM_CONS)
-        if RB >= 2:
-            acc1 = _tma_block(acc1, w_desc, row0 + R, i, frags, xs, s1_ptrs, z1_ptrs,
-                              stride_sg, stride_zg, one, tmask, col, xt_ptrs, R, NT, STEP_G,
-                              BIAS, EMULATE, MAIN, MAIN_CONS, LD, LD_CONS, LDM, LDM_CONS)
-        if RB >= 4:
-            acc2 = _tma_block(acc2, w_desc, row0 + 2 * R, i, frags, xs, s2_ptrs, z2_ptrs,
-                              stride_sg, stride_zg, one, tmask, col, xt_ptrs, R, NT, STEP_G,
-                              BIAS, EMULATE, MAIN, MAIN_CONS, LD, LD_CONS, LDM, LDM_CONS)
-            acc3 = _tma_block(acc3, w_desc, row0 + 3 * R, i, frags, xs, s3_ptrs, z3_ptrs,
-                              stride_sg, stride_zg, one, tmask, col, xt_ptrs, R, NT, STEP_G,
-                              BIAS, EMULATE, MAIN, MAIN_CONS, LD, LD_CONS, LDM, LDM_CONS)
     dt = out_ptr.dtype.element_ty
     ok = tmask & (m < M)
     optr = out_ptr + m * stride_om
-    tl.store(optr + rows * stride_on, acc.to(dt), mask=ok & (rows < N))
-    if RB >= 2:
+    acc = tl.zeros((R, 16), dtype=tl.float32)
+    if RB == 1:
+        # one block: its own loop (the row-block loop below, run with one block, ran the
+        # M = 1 rows 3-4 % slower on the H200: 96.3 against 93.4 us on the 70B gate-up)
+        for i in tl.range(0, STEPS, num_stages=STAGES):
+            words = w_desc.load([pid_n * R, i * 16])
+            s = _tc_scale(s_ptrs + i // STEP_G * stride_sg, one, False, EMULATE, LD, LD_CONS,
+                          LDM, LDM_CONS)
+            z = _tc_scale(z_ptrs + i // STEP_G * stride_zg, one, False, EMULATE, LD, LD_CONS,
+                          LDM, LDM_CONS)
+            if EMULATE:
+                p, xs = _tma_emulate(words, col, xt_ptrs, i, one, R, BIAS)
+                acc += tl.where(tmask, s * (p - (z - BIAS) * xs), 0.0)
+            else:
+                x0 = _ld_x4(x_ptrs + i * 64, xvalid)
+                x1 = _ld_x4(x_ptrs + (i * 64 + 4), xvalid)
+                x2 = _ld_x4(x_ptrs + (i * 64 + 8), xvalid)
+                x3 = _ld_x4(x_ptrs + (i * 64 + 12), xvalid)
+                y0, y1, y2, y3 = x0, x1, x2, x3
+                if NT == 2:
+                    y0 = _ld_x4(y_ptrs + i * 64, yvalid)
+                    y1 = _ld_x4(y_ptrs + (i * 64 + 4), yvalid)
+                    y2 = _ld_x4(y_ptrs + (i * 64 + 8), yvalid)
+                    y3 = _ld_x4(y_ptrs + (i * 64 + 12), yvalid)
+                acc = _tc_step(acc, (words, x0, x1, x2, x3, y0, y1, y2, y3, s, z), 0, 0, 0, 0,
+                               one, one, tmask, PREP, PREP_CONS, MAIN, MAIN_CONS, NT, False,
+                               BIAS)
+        tl.store(optr + rows * stride_on, acc.to(dt), mask=ok & (rows < N))
+    else:
+        rows1 = rows + R
+        rows2 = rows + 2 * R
+        rows3 = rows + 3 * R
+        s1_ptrs = s_ptr + rows1 % N * stride_sn + 0 * col
+        z1_ptrs = z_ptr + rows1 % N * stride_zn + 0 * col
+        s2_ptrs = s_ptr + rows2 % N * stride_sn + 0 * col
+        z2_ptrs = z_ptr + rows2 % N * stride_zn + 0 * col
+        s3_ptrs = s_ptr + rows3 % N * stride_sn + 0 * col
+        z3_ptrs = z_ptr + rows3 % N * stride_zn + 0 * col
+        row0 = pid_n * (RB * R)
+        acc1 = tl.zeros((R, 16), dtype=tl.float32)
+        acc2 = tl.zeros((R, 16), dtype=tl.float32)
+        acc3 = tl.zeros((R, 16), dtype=tl.float32)
+        for i in tl.range(0, STEPS, num_stages=STAGES):
+            if EMULATE:
+                frags = (one, one, one, one, one, one, one, one)
+                xs = acc
+            else:
+                # the step's x fragments and sums, once for every block
+                x0 = _ld_x4(x_ptrs + i * 64, xvalid)
+                x1 = _ld_x4(x_ptrs + (i * 64 + 4), xvalid)
+                x2 = _ld_x4(x_ptrs + (i * 64 + 8), xvalid)
+                x3 = _ld_x4(x_ptrs + (i * 64 + 12), xvalid)
+                if NT == 2:
+                    y0 = _ld_x4(y_ptrs + i * 64, yvalid)
+                    y1 = _ld_x4(y_ptrs + (i * 64 + 4), yvalid)
+                    y2 = _ld_x4(y_ptrs + (i * 64 + 8), yvalid)
+                    y3 = _ld_x4(y_ptrs + (i * 64 + 12), yvalid)
+                    f0, f1, f2, f3, g0, g1, g2, g3, xs = tl.inline_asm_elementwise(
+                        PREP, PREP_CONS, [x0, x1, x2, x3, y0, y1, y2, y3],
+                        (tl.int32, tl.int32, tl.int32, tl.int32, tl.int32, tl.int32,
+                         tl.int32, tl.int32, tl.float32), True, 8)
+                    frags = (f0, f1, f2, f3, g0, g1, g2, g3)
+                else:
+                    f0, f1, f2, f3, xs = tl.inline_asm_elementwise(
+                        PREP, PREP_CONS, [x0, x1, x2, x3],
+                        (tl.int32, tl.int32, tl.int32, tl.int32, tl.float32), True, 8)
+                    frags = (f0, f1, f2, f3, f0, f1, f2, f3)
+            acc = _tma_block(acc, w_desc, row0, i, frags, xs, s_ptrs, z_ptrs, stride_sg,
+                             stride_zg, one, tmask, col, xt_ptrs, R, NT, STEP_G, BIAS, EMULATE,
+                             MAIN, MAIN_CONS, LD, LD_CONS, LDM, LDM_CONS)
+            acc1 = _tma_block(acc1, w_desc, row0 + R, i, frags, xs, s1_ptrs, z1_ptrs,
+                              stride_sg, stride_zg, one, tmask, col, xt_ptrs, R, NT, STEP_G,
+                              BIAS, EMULATE, MAIN, MAIN_CONS, LD, LD_CONS, LDM, LDM_CONS)
+            if RB == 4:
+                acc2 = _tma_block(acc2, w_desc, row0 + 2 * R, i, frags, xs, s2_ptrs, z2_ptrs,
+                                  stride_sg, stride_zg, one, tmask, col, xt_ptrs, R, NT,
+                                  STEP_G, BIAS, EMULATE, MAIN, MAIN_CONS, LD, LD_CONS, LDM,
+                                  LDM_CONS)
+                acc3 = _tma_block(acc3, w_desc, row0 + 3 * R, i, frags, xs, s3_ptrs, z3_ptrs,
+                                  stride_sg, stride_zg, one, tmask, col, xt_ptrs, R, NT,
+                                  STEP_G, BIAS, EMULATE, MAIN, MAIN_CONS, LD, LD_CONS, LDM,
+                                  LDM_CONS)
+        tl.store(optr + rows * stride_on, acc.to(dt), mask=ok & (rows < N))
         tl.store(optr + rows1 * stride_on, acc1.to(dt), mask=ok & (rows1 < N))
-    if RB >= 4:
-        tl.store(optr + rows2 * stride_on, acc2.to(dt), mask=ok & (rows2 < N))
-        tl.store(optr + rows3 * stride_on, acc3.to(dt), mask=ok & (rows3 < N))
+        if RB == 4:
+            tl.store(optr + rows2 * stride_on, acc2.to(dt), mask=ok & (rows2 < N))
+            tl.store(optr + rows3 * stride_on, acc3.to(dt), mask=ok & (rows3 < N))
 
 
 @triton.jit
