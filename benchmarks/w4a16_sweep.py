@@ -230,9 +230,14 @@ Q._TC_MAX_M = Q.DECODE_MAX_M
 def table_of(row):
     kind, label, M, N, K, dt, sdt = row
     if kind == "decode":
-        if M > TABLE_TC_MAX_M:
-            return Q.legacy_decode_config(M, N, K, G)
-        return Q.decode_config_for(M, N, K, G, dt)
+        # the table's choice under its own bound (the sweep lifted it above)
+        lifted, Q._TC_MAX_M = Q._TC_MAX_M, TABLE_TC_MAX_M
+        Q.decode_config_for.cache_clear()
+        try:
+            return Q.decode_config_for(M, N, K, G, dt)
+        finally:
+            Q._TC_MAX_M = lifted
+            Q.decode_config_for.cache_clear()
     return Q.prefill_config_for(M, N, K, G)
 
 
@@ -395,7 +400,8 @@ def summarize(results, elapsed: float) -> None:
     tc_wrong = sorted({n for r in dec for n in r["wrong"] if n.startswith(("tc", "TABLE"))})
     if tc_wrong:
         print(f"  !! tensor-core candidates with WRONG output: {tc_wrong}: if the table's are among "
-              f"them, set _TC_MAX_M = 0 (the older kernels everywhere) until fixed")
+              f"them, set _TC_MAX_M = 0 and _TC_TMA_WIDE = None (the older kernels everywhere) "
+              f"until fixed")
     geo = {}
     for r in dec:
         tab = next((e for e in r["entries"] if e["name"].startswith("TABLE") and "ms" in e and e["ok"]), None)

@@ -287,23 +287,24 @@ _TWO_PASS_SCRATCH_BYTES = 256 << 20
 _TWO_PASS_ROW_ALIGN = 256
 _PREFILL_SMALL = PrefillConfig(32, 64, 64, 8, 4, 3)
 # Tensor-core decode kernel (DecodeConfig.tc) for every M <= _TC_MAX_M with 128-wide
-# groups; set _TC_MAX_M = 0 to fall back to the MMA / FMA kernels everywhere. The
-# instruction counts first are from its sm_90 builds under Triton 3.9 and 3.6 (the
-# device's), within 12 % of each other; the H200 timings (benchmarks/w4a16_sweep.py,
-# w4a16_probe.py) follow. A lane's step (two weight rows x 128 k) issues 2 16-byte weight
-# loads, 9 instructions a word to dequantize (float16: LOP3s into the bits of 1024.0 and
-# one packed subtract or FMA a pair, exact q - 8; bfloat16: 11, or 7 biased) and 2 MMAs a
-# word and token tile; the x side (4 16-byte loads, 16 PRMTs, 8 MMAs with an all-ones A
-# for the zero point's sum of x), the scale loads and 8 float32 FMAs for s * (P - (z - 8)
-# X): 152-170 SASS instructions a step (float16; bfloat16 biased 140-147, exact 172-181)
-# for 64 weights a lane, 6.0-6.7 bytes of weight a warp instruction against 3.1 for the
-# FMA kernel above: about 6 TB/s of issue at 4 warp instructions a clock per SM, so the
-# HBM, not issue, should bound it. No shared memory or barrier in its loop under either
-# Triton (under 3.6 the FMA kernel's loop has 7 shared-memory instructions and barriers,
-# and the MMA kernel reads the weight bytewise with ~80 of them: likely why they reach 1.8
-# and 0.9-1.2 TB/s). Tokens ride in the MMA's 8 columns: M <= 8 issues the MMAs M = 1
-# does (its x requests grow with M: see _TC_X_TOKENS and the TMA notes); M = 9..16 a
-# second token tile (2 more MMAs a word, 205-214 instructions a step, ~145 registers).
+# groups; set _TC_MAX_M = 0 and _TC_TMA_WIDE = None to fall back to the MMA / FMA kernels
+# everywhere. The instruction counts first are from its sm_90 builds under Triton 3.9 and
+# 3.6 (the device's), within 12 % of each other; the H200 timings
+# (benchmarks/w4a16_sweep.py, w4a16_probe.py) follow. A lane's step (two weight rows x 128
+# k) issues 2 16-byte weight loads, 9 instructions a word to dequantize (float16: LOP3s
+# into the bits of 1024.0 and one packed subtract or FMA a pair, exact q - 8; bfloat16:
+# 11, or 7 biased) and 2 MMAs a word and token tile; the x side (4 16-byte loads, 16
+# PRMTs, 8 MMAs with an all-ones A for the zero point's sum of x), the scale loads and 8
+# float32 FMAs for s * (P - (z - 8) X): 152-170 SASS instructions a step (float16;
+# bfloat16 biased 140-147, exact 172-181) for 64 weights a lane, 6.0-6.7 bytes of weight a
+# warp instruction against 3.1 for the FMA kernel above: about 6 TB/s of issue at 4 warp
+# instructions a clock per SM, so the HBM, not issue, should bound it. No shared memory or
+# barrier in its loop under either Triton (under 3.6 the FMA kernel's loop has 7
+# shared-memory instructions and barriers, and the MMA kernel reads the weight bytewise
+# with ~80 of them: likely why they reach 1.8 and 0.9-1.2 TB/s). Tokens ride in the MMA's
+# 8 columns: M <= 8 issues the MMAs M = 1 does (its x requests grow with M: see
+# _TC_X_TOKENS and the TMA notes); M = 9..16 a second token tile (2 more MMAs a word,
+# 205-214 instructions a step, ~145 registers).
 # H200 sweep (benchmarks/w4a16_sweep.py, 2026-11-30): M = 1 rows 2.06-2.11 TB/s with no
 # prefetch (70B gate-up 121 us, 405B up 219 us, against 180 / 245 for the FMA kernel;
 # 8B up 31 us against 49), M = 4 35.7 us against the MMA kernel's 40.2; M = 16 lost to
@@ -454,7 +455,7 @@ _TC_TMA_ONE_TOKEN = (2, 4)     # (warps, stages) at M = 1
 # MMA kernel 164-166); 53248 x 16384 M = 16 270.1 (1 warp 265.5, 6 stages 269.7). Below
 # the bound (8192 x 28672: 64 programs, 284-366 us against 88.0) and on smaller weights
 # (28672 x 8192: 93.7-111.4 against 89.7) the MMA kernel stays.
-_TC_TMA_WIDE = (2, 4, 4)
+_TC_TMA_WIDE: tuple[int, int, int] | None = (2, 4, 4)     # None: the MMA kernel at M > 8
 _TC_TMA_WIDE_MIN_PROGRAMS = 2 * _NUM_SMS
 
 
@@ -471,9 +472,10 @@ def decode_config_for(M: int, N: int, K: int, group_size: int,
     if group_size % 128 == 0 and K > 0:
         if M <= _TC_MAX_M:
             return tc_config_for(M, N, K, group_size, dtype)
-        warps, _, blocks = _TC_TMA_WIDE
-        if (_TC_TMA and M <= DECODE_MAX_M and N * (K // 2) >= _TC_TMA_MIN_BYTES
-                and triton.cdiv(N, 16 * warps * blocks) >= _TC_TMA_WIDE_MIN_PROGRAMS):
+        if (_TC_TMA and _TC_TMA_WIDE is not None and 8 < M <= DECODE_MAX_M
+                and N * (K // 2) >= _TC_TMA_MIN_BYTES
+                and triton.cdiv(N, 16 * _TC_TMA_WIDE[0] * _TC_TMA_WIDE[2])
+                >= _TC_TMA_WIDE_MIN_PROGRAMS):
             return tc_config_for(M, N, K, group_size, dtype, tma=True)
     return legacy_decode_config(M, N, K, group_size)
 
@@ -491,7 +493,7 @@ def tc_config_for(M: int, N: int, K: int, group_size: int, dtype: torch.dtype | 
         tma = (_TC_TMA and k_slices is None and planes is None
                and N * (K // 2) >= _TC_TMA_MIN_BYTES)
     if tma:
-        if M > _TC_MAX_M:
+        if M > 8 and _TC_TMA_WIDE is not None:     # two token tiles
             warps, stages, blocks = _TC_TMA_WIDE
         else:
             warps, stages = _TC_TMA_ONE_TOKEN if M == 1 else (_TC_TMA_WARPS, _TC_TMA_STAGES)
