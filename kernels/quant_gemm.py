@@ -1344,6 +1344,23 @@ def _ld_x4(ptrs, valid):
 
 
 @triton.jit
+def _tma_x(x_ptrs, y_ptrs, i, xvalid, yvalid, NT: tl.constexpr):
+    # Step i's x words for the TMA kernel: 4 of the first token tile, and 4 of the second
+    # (NT == 2; else the first's again), each lane reading only where its token is < M.
+    x0 = _ld_x4(x_ptrs + i * 64, xvalid)
+    x1 = _ld_x4(x_ptrs + (i * 64 + 4), xvalid)
+    x2 = _ld_x4(x_ptrs + (i * 64 + 8), xvalid)
+    x3 = _ld_x4(x_ptrs + (i * 64 + 12), xvalid)
+    y0, y1, y2, y3 = x0, x1, x2, x3
+    if NT == 2:
+        y0 = _ld_x4(y_ptrs + i * 64, yvalid)
+        y1 = _ld_x4(y_ptrs + (i * 64 + 4), yvalid)
+        y2 = _ld_x4(y_ptrs + (i * 64 + 8), yvalid)
+        y3 = _ld_x4(y_ptrs + (i * 64 + 12), yvalid)
+    return x0, x1, x2, x3, y0, y1, y2, y3
+
+
+@triton.jit
 def _tma_emulate(words, col, xt_ptrs, i, one, R: tl.constexpr, BIAS: tl.constexpr):
     # The TMA kernel's step i for the portable model: each element's sum of (b + q - bias)
     # x over the step and the sum of x, from the [R, 16] words of its box.
@@ -1437,16 +1454,7 @@ def _w4a16_tc_tma_kernel(
                 p, xs = _tma_emulate(words, col, xt_ptrs, i, one, R, BIAS)
                 acc += tl.where(tmask, s * (p - (z - BIAS) * xs), 0.0)
             else:
-                x0 = _ld_x4(x_ptrs + i * 64, xvalid)
-                x1 = _ld_x4(x_ptrs + (i * 64 + 4), xvalid)
-                x2 = _ld_x4(x_ptrs + (i * 64 + 8), xvalid)
-                x3 = _ld_x4(x_ptrs + (i * 64 + 12), xvalid)
-                y0, y1, y2, y3 = x0, x1, x2, x3
-                if NT == 2:
-                    y0 = _ld_x4(y_ptrs + i * 64, yvalid)
-                    y1 = _ld_x4(y_ptrs + (i * 64 + 4), yvalid)
-                    y2 = _ld_x4(y_ptrs + (i * 64 + 8), yvalid)
-                    y3 = _ld_x4(y_ptrs + (i * 64 + 12), yvalid)
+                x0, x1, x2, x3, y0, y1, y2, y3 = _tma_x(x_ptrs, y_ptrs, i, xvalid, yvalid, NT)
                 acc = _tc_step(acc, (words, x0, x1, x2, x3, y0, y1, y2, y3, s, z), 0, 0, 0, 0,
                                one, one, tmask, PREP, PREP_CONS, MAIN, MAIN_CONS, NT, False,
                                BIAS)
@@ -1471,15 +1479,8 @@ def _w4a16_tc_tma_kernel(
                 xs = acc
             else:
                 # the step's x fragments and sums, once for every block
-                x0 = _ld_x4(x_ptrs + i * 64, xvalid)
-                x1 = _ld_x4(x_ptrs + (i * 64 + 4), xvalid)
-                x2 = _ld_x4(x_ptrs + (i * 64 + 8), xvalid)
-                x3 = _ld_x4(x_ptrs + (i * 64 + 12), xvalid)
+                x0, x1, x2, x3, y0, y1, y2, y3 = _tma_x(x_ptrs, y_ptrs, i, xvalid, yvalid, NT)
                 if NT == 2:
-                    y0 = _ld_x4(y_ptrs + i * 64, yvalid)
-                    y1 = _ld_x4(y_ptrs + (i * 64 + 4), yvalid)
-                    y2 = _ld_x4(y_ptrs + (i * 64 + 8), yvalid)
-                    y3 = _ld_x4(y_ptrs + (i * 64 + 12), yvalid)
                     f0, f1, f2, f3, g0, g1, g2, g3, xs = tl.inline_asm_elementwise(
                         PREP, PREP_CONS, [x0, x1, x2, x3, y0, y1, y2, y3],
                         (tl.int32, tl.int32, tl.int32, tl.int32, tl.int32, tl.int32,
