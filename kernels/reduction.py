@@ -166,9 +166,10 @@ class Tuning(NamedTuple):
 
 #: Rows: the plan measured on the H200 ([2048, 128256] bf16 rows at 4.2 TB/s; one-block rows
 #: of up to 32 KiB beat torch.compile's persistent reduction; whole-tensor reductions of
-#: 537 MB at 4.1 TB/s). The prefetch stays off: on the sm_90 build it raises the split
-#: loop's 8-warp program from 40 to 72 registers a thread, so 3 programs fit an SM instead of
-#: the 4 the split grid is sized for (a partial second wave). The sweep times it anyway.
+#: 537 MB at 4.1 TB/s). The prefetch was off at first: on the sm_90 build it raises the
+#: split loop's 8-warp program from 40 to 72 registers a thread, so 3 programs fit an SM
+#: instead of the 4 the split grid is sized for (a partial second wave); timed since, it
+#: wins anyway (below).
 #: Open: rows of 7168 (DeepSeek-V3's hidden size; a one-block row padded to 8192) trail
 #: torch.compile (mean of [8192, 7168] bf16 -> f32: 37.6 against 31.8 us; sum of
 #: [4096, 7168]: 22.4 / 19.2), whose kernel there loops one row a program in 2048-element
@@ -183,9 +184,16 @@ class Tuning(NamedTuple):
 #: (H200, benchmarks/reduction_sweep.py, 2026-12-01, side by side): amax of [8192, 7168]
 #: bf16 40.9 against 41.9 us, of [32768, 8192] 134.8 / 135.5, of [16, 4096] 6.5 / 7.1; mean
 #: of [32, 1, 128256] bf16 rows 9.2 / 10.3; sum of [128, 4096] fp32 7.1 / 7.6.
+#: prefetch on (H200, benchmarks/tie_probe.py, 2026-12-01, us, two runs of the first row):
+#: amax of [32768, 8192] bf16 123.0 / 125.4 against 125.9 / 128.1 without (torch.compile
+#: 123.7 / 125.2), of [8192, 7168] 32.5 / 33.7 (compile 33.7); sum of [8192, 14336] bf16
+#: 58.1 / 58.2, float32 109.5 / 109.6; mean of [2048, 128256] rows bf16 120.5 / 121.0,
+#: float32 237.0 / 237.3: never slower. Smaller tiles on more programs (4 or 8 KiB, 8 or 16
+#: programs an SM, as torch.compile's 2048 programs of 4 KiB steps) won the amax rows by
+#: as much and lost 1-3 % on the sums.
 ROW = RowTuning(tile_bytes=16384, bytes_per_thread=64, one_block_max_bytes=32768,
                 one_block_min_bytes=8192, split_programs_per_sm=4, split_min_steps=4,
-                prefetch=False, finish_in_place=True)
+                prefetch=True, finish_in_place=True)
 #: Columns: the former kernel (a [32, 256] bf16 tile, 8 warps stacked over R, a 2-D fp32
 #: accumulator of 32 registers a thread, about 8 programs an SM) ran the [16384, 8192] bf16
 #: column sum at 2.6 TB/s, 0.8x eager. Here 4 warps sit side by side over 2 KiB of each row

@@ -17,9 +17,10 @@ output dtype, as torch casts the input before the op. Five kernels:
 ``rows``
     ``inner == 1`` and a row of at most ``max_reg`` (16384) elements: the row stays in
     registers, one read and one write. Short rows are packed ``ROWS`` to a program, up to
-    8192 elements, about 8 per thread at up to 16 warps (16 at 8192); a program may take
-    ``TILES`` consecutive tiles, loading the next while it reduces and writes the current
-    one (the constants: :data:`ROW_TUNING`).
+    8192 elements (2048 for rows of up to 1024), about 32 per thread at up to 16 warps; a
+    program may take ``TILES`` consecutive tiles, loading the next while it reduces and
+    writes the current one; rows that fill their tiles exactly are loaded and stored with
+    no mask (``EVEN``). The constants: :data:`ROW_TUNING`.
 ``coop``
     ``inner == 1``, long 32-bit rows (vocabulary logits) and enough rows to fill the GPU:
     each row is cut into ``C`` chunks of ``BLOCK`` (16384) elements, one program per
@@ -106,7 +107,8 @@ class RowTuning(NamedTuple):
     better variant changes."""
 
     #: rows: short rows are packed into a program until its tile holds ``row_tile``
-    #: elements, while the grid keeps ``row_programs`` programs per SM.
+    #: elements (``row_small_tile`` for rows of at most ``row_small`` elements), while the
+    #: grid keeps ``row_programs`` programs per SM.
     row_tile: int
     row_programs: int
     #: rows: elements per thread the warp count aims at (1 to 16 warps).
@@ -129,6 +131,11 @@ class RowTuning(NamedTuple):
     loop_programs_per_sm: float
     #: coop only for inputs of at least this many bytes an element (else looped).
     coop_min_in_bytes: int = 1
+    #: rows: a row of exactly a power of two elements in whole tiles is loaded and stored
+    #: with no mask (the ``even`` plans).
+    row_even: bool = True
+    row_small: int = 1024
+    row_small_tile: int = 2048
 
 
 #: Why these values:
@@ -185,7 +192,26 @@ class RowTuning(NamedTuple):
 #:   coop's 369 (qwen2.5; bf16 Llama-3 logits 638-1058 against looped's 629). Not kept.
 #:   Coop under a register cap of 64 (4 or 8 programs an SM): chunks of 8192 at 8 warps
 #:   362.7 us and 4096 at 4 warps 365.0 against the table's 367.2 in one run; 1.2 %, within
-#:   what runs differ by, so the table stays until a sweep repeats it.
+#:   what runs differ by, so the table stays until a sweep repeats it. Repeated (H200,
+#:   benchmarks/row_probe.py, 2026-12-01): 8192 at 8 warps capped 360.0 us, 4096 at 4 warps
+#:   capped 359.2 / 354.0 (two runs), table 361.1 / 361.8: still within 2 %.
+#: * Not kept (H200, same day): coop on a persistent grid, pipelined (program p taking
+#:   chunks p, p + P, ...; while it waits for a chunk's row, its next chunk is published
+#:   and the one after loads). Float32 Qwen2.5 logits 398-2807 us against coop's 361
+#:   (chunks of 4096-16384, 4-16 warps, 1-4 programs an SM, registers capped to keep the
+#:   grid resident); bf16 Llama-3 logits 832-2716 against looped's 596. A fixed chunk
+#:   order ties every program to the slowest of the grid, where coop's tickets hand the
+#:   next chunk to whichever program is free. Nor a sleep of 256 ns between the arrival
+#:   polls (coop's polls already build to a plain acquiring load, no atomic): within 1.5 %.
+#: * row_small_tile 2048 (rows of up to 1024 elements two a program, at 2 warps) and
+#:   row_even (H200, benchmarks/tie_probe.py, 2026-12-01, us). [32768, 1024] softmax bf16:
+#:   8 rows a program at 8 warps (the table before) 34.53, unmasked 34.46; 2 at 2 warps
+#:   33.15; 1 at 1 warp 33.26 (masked 33.36; torch.compile's kernel is that one: a row a
+#:   program, 1 warp, no mask); 4 at 4 warps 34.69; 16 at 16 warps 44.70; torch.compile
+#:   34.38. float16 34.48 / 34.14 / 33.07 (compile 33.57); log-softmax bf16 35.33 / 35.10 /
+#:   33.12 (compile 33.78). Unmasked, 8 rows a program: 0.2-1 % faster on all three. Rows
+#:   of 2048 keep 4 a program at 8 warps (bf16 ones ran at 4.16 TB/s; float32 log-softmax
+#:   [65536, 2048]: table 259.4, 1 a program at 2 warps 257.6, eager 258.2: within noise).
 #: * The looped kernel with its row length a compile-time constant (as the norms' re-read
 #:   kernel has it; sm_90 build under Triton 3.9: 4 spilling instructions against 26, 15 %
 #:   fewer SASS lines), side by side on the H200 (2026-12-01, two runs each, us): bf16
@@ -291,31 +317,36 @@ def softmax_reference(x: torch.Tensor, dim: int, out_dtype: torch.dtype | None =
 # -- kernels ---------------------------------------------------------------------------------
 
 @triton.jit
+def _rows_load(x_ptr, rows, cols, n_rows, N, sxr, sxn, EVEN: tl.constexpr):
+    ptrs = x_ptr + rows[:, None] * sxr + cols[None, :] * sxn
+    if EVEN:
+        return tl.load(ptrs)
+    else:
+        return tl.load(ptrs, mask=(rows < n_rows)[:, None] & (cols < N)[None, :],
+                       other=-float("inf"))
+
+
+@triton.jit
 def _rows_kernel(x_ptr, out_ptr, n_rows, N, sxr, sxn, sor, son,
                  ROWS: tl.constexpr, TILES: tl.constexpr, BLOCK_N: tl.constexpr,
-                 LOG: tl.constexpr, USE_INT64: tl.constexpr):
+                 LOG: tl.constexpr, USE_INT64: tl.constexpr, EVEN: tl.constexpr = False):
     # TILES consecutive tiles of ROWS whole rows per program, each in registers; with
     # several, the next tile is loaded (as stored) before the current one is reduced and
-    # written, so that loads stay in flight through the reductions and stores.
+    # written, so that loads stay in flight through the reductions and stores. EVEN: rows
+    # of exactly BLOCK_N elements and whole tiles only, so no access is masked.
     pid = tl.program_id(0)
     rows = pid * (TILES * ROWS) + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
     if USE_INT64:
         rows = rows.to(tl.int64)
         cols = cols.to(tl.int64)
-    cmask = (cols < N)[None, :]
-    mask = (rows < n_rows)[:, None] & cmask
-    x_next = tl.load(x_ptr + rows[:, None] * sxr + cols[None, :] * sxn, mask=mask,
-                     other=-float("inf"))
+    x_next = _rows_load(x_ptr, rows, cols, n_rows, N, sxr, sxn, EVEN)
     for t in tl.static_range(TILES):
         x = x_next
-        cur_mask = mask
         cur = rows
         if t + 1 < TILES:
             rows = rows + ROWS
-            mask = (rows < n_rows)[:, None] & cmask
-            x_next = tl.load(x_ptr + rows[:, None] * sxr + cols[None, :] * sxn, mask=mask,
-                             other=-float("inf"))
+            x_next = _rows_load(x_ptr, rows, cols, n_rows, N, sxr, sxn, EVEN)
         # torch casts the input to the output dtype first (a no-op when they agree).
         x = x.to(out_ptr.dtype.element_ty).to(tl.float32)
         m = tl.max(x, axis=1)
@@ -326,8 +357,12 @@ def _rows_kernel(x_ptr, out_ptr, n_rows, N, sxr, sxn, sor, son,
             y = z - tl.log(s)[:, None]
         else:
             y = e * (1.0 / s)[:, None]
-        tl.store(out_ptr + cur[:, None] * sor + cols[None, :] * son,
-                 y.to(out_ptr.dtype.element_ty), mask=cur_mask)
+        o_ptrs = out_ptr + cur[:, None] * sor + cols[None, :] * son
+        if EVEN:
+            tl.store(o_ptrs, y.to(out_ptr.dtype.element_ty))
+        else:
+            tl.store(o_ptrs, y.to(out_ptr.dtype.element_ty),
+                     mask=(cur < n_rows)[:, None] & (cols < N)[None, :])
 
 
 @triton.jit
@@ -828,7 +863,8 @@ class SoftmaxPlan:
     ``chunks`` the chunks per row (``coop``, ``split``) or column (``strided``);
     ``block_inner`` and ``looped`` the tile width and whether the column is longer than a
     program's registers (``strided``), ``coop`` whether its chunks cooperate in one launch
-    (else two); ``grid`` the number of programs."""
+    (else two); ``even`` that no access needs a mask (``rows``: ``block`` is the row
+    length and the tiles cover the rows exactly); ``grid`` the number of programs."""
 
     kind: str
     block: int
@@ -841,6 +877,7 @@ class SoftmaxPlan:
     looped: bool = False
     tiles: int = 1
     coop: bool = False
+    even: bool = False
 
 
 def _pow2_floor(v: int) -> int:
@@ -867,7 +904,8 @@ def softmax_plan(outer: int, n: int, inner: int, in_bytes: int, *,
             block = triton.next_power_of_2(max(n, 1))
             rows = 1
             # Short rows: several per program, while the grid keeps a few programs per SM.
-            while rows * block < t.row_tile and rows < outer:
+            tile = t.row_small_tile if block <= t.row_small else t.row_tile
+            while rows * block < tile and rows < outer:
                 rows *= 2
             while rows > 1 and triton.cdiv(outer, rows) < t.row_programs * sm:
                 rows //= 2
@@ -876,8 +914,10 @@ def softmax_plan(outer: int, n: int, inner: int, in_bytes: int, *,
             while (tiles < t.row_tiles
                    and triton.cdiv(programs, 2 * tiles) >= t.row_tiles_min_programs * sm):
                 tiles *= 2
+            even = t.row_even and block == n and outer % (rows * tiles) == 0
             return SoftmaxPlan("rows", block, _warps(rows * block, t.row_per_thread),
-                               triton.cdiv(outer, rows * tiles), rows=rows, tiles=tiles)
+                               triton.cdiv(outer, rows * tiles), rows=rows, tiles=tiles,
+                               even=even)
         few_rows = outer < sm or (outer < 4 * sm and outer * n * in_bytes <= _L2_BUDGET)
         if few_rows:
             # Cut rows into chunks so that the grid has about 2 programs per SM.
@@ -1029,12 +1069,16 @@ def softmax_triton(x: torch.Tensor, dim: int, out: torch.Tensor, log: bool = Fal
     sxo, sxn, sxi = x3.stride()
     soo, son, soi = o3.stride()
     log = bool(log)
+    if plan.even and not (plan.kind == "rows" and plan.block == n
+                          and outer % (plan.rows * plan.tiles) == 0):
+        raise ValueError(f"an even plan needs rows of exactly {plan.block} elements in whole "
+                         f"tiles of {plan.rows * plan.tiles} rows; got {outer} rows of {n}")
     if plan.kind == "rows":
         # Replayed with x and out themselves, so only where x3 and o3 view them.
         _PREPARED.launch(key if x3.data_ptr() == x.data_ptr() else None, 2, _rows_kernel,
                          (plan.grid,), x3, o3, outer, n, sxo, sxn, soo, son,
                          ROWS=plan.rows, TILES=plan.tiles, BLOCK_N=plan.block, LOG=log,
-                         USE_INT64=use_int64, num_warps=plan.num_warps)
+                         USE_INT64=use_int64, EVEN=plan.even, num_warps=plan.num_warps)
     elif plan.kind == "looped":
         launch(_looped_kernel, (plan.grid,), x3, o3, outer, n, sxo, sxn, soo, son,
                BLOCK_R=plan.block // plan.vec, VEC=plan.vec, LOG=log,

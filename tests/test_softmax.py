@@ -120,6 +120,26 @@ def test_rows_kernel_packs_short_rows_into_one_program():
 
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_rows_kernel_unmasked_when_even(dtype, log):
+    # Rows of exactly the block, whole tiles: no mask on any load or store (several tiles
+    # a program, strided rows too); a plan that would need one is refused.
+    x = _x((16, 64), dtype, seed=13)
+    for rows, tiles in ((1, 1), (4, 1), (2, 2), (4, 4)):
+        plan = SoftmaxPlan("rows", 64, 1, 16 // (rows * tiles), rows=rows, tiles=tiles, even=True)
+        _close(_run(x, -1, log=log, plan=plan), _expected(x, -1, log=log))
+    v = _x((16, 128), dtype, seed=14)[:, ::2]
+    plan = SoftmaxPlan("rows", 64, 1, 4, rows=4, even=True)
+    _close(_run(v, -1, log=log, plan=plan), _expected(v, -1, log=log))
+    assert _plan(x, -1).even and not _plan(x[:15], -1, sm_count=1).even
+    for bad, plan in ((x[:15], SoftmaxPlan("rows", 64, 1, 4, rows=4, even=True)),
+                      (x[:, :60], SoftmaxPlan("rows", 64, 1, 4, rows=4, even=True)),
+                      (x, SoftmaxPlan("rows", 64, 1, 3, rows=2, tiles=3, even=True))):
+        with pytest.raises(ValueError, match=r"an even plan needs rows of exactly 64 elements"):
+            _run(bad, -1, plan=plan)
+
+
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_rows_kernel_takes_several_tiles(dtype, log):
     # Tiles of 4 rows, 3 a program, the next tile loaded ahead: 37 rows leave the last
     # program with one partial tile and one past the rows (all lanes masked).
@@ -136,7 +156,7 @@ def test_rows_kernel_takes_several_tiles(dtype, log):
                _expected(v, -1, torch.float32, log=log))
     # the tuning's tiles reach the launcher's own plan
     plan = softmax_plan(64, 45, 1, x.element_size(), sm_count=1,
-                        tuning=K.ROW_TUNING._replace(row_tile=128, row_tiles=4,
+                        tuning=K.ROW_TUNING._replace(row_tile=128, row_small=0, row_tiles=4,
                                                row_tiles_min_programs=2))
     assert (plan.rows, plan.tiles, plan.grid) == (2, 4, 8)
     y = _x((64, 45), dtype, seed=7)
@@ -372,20 +392,25 @@ def test_launcher_rejects_bad_arguments():
 # ============================================================================ plans
 
 def test_plans_of_the_workload_shapes():
-    # Attention rows stay in registers, packed to tiles of 8192 elements at 8 warps: 32
-    # elements per thread (ROW_TUNING.row_per_thread).
+    # Attention rows stay in registers, packed to tiles of 8192 elements at 8 warps (rows
+    # of up to 1024: 2048 at 2 warps): 32 elements per thread (ROW_TUNING.row_per_thread),
+    # unmasked where the rows fill the tiles.
     p = softmax_plan(32 * 1024, 1024, 1, 2)
-    assert (p.kind, p.block, p.rows, p.tiles, p.num_warps, p.grid) == (
-        "rows", 1024, 8, 1, 8, 4096)
+    assert (p.kind, p.block, p.rows, p.tiles, p.num_warps, p.grid, p.even) == (
+        "rows", 1024, 2, 1, 2, 16384, True)
     p = softmax_plan(32 * 2048, 2048, 1, 2)
-    assert (p.kind, p.block, p.rows, p.num_warps) == ("rows", 2048, 4, 8)
+    assert (p.kind, p.block, p.rows, p.num_warps, p.even) == ("rows", 2048, 4, 8, True)
     p = softmax_plan(4 * 8192, 8192, 1, 2)
     assert (p.kind, p.block, p.rows, p.num_warps) == ("rows", 8192, 1, 8)
+    # masked: a row shorter than its block, or a last tile of fewer rows
+    assert not softmax_plan(4096, 1000, 1, 2).even
+    assert not softmax_plan(4095, 2048, 1, 2).even
+    assert not softmax_plan(4096, 2048, 1, 2, tuning=K.ROW_TUNING._replace(row_even=False)).even
     # Fewer rows a program while the grid would hold under 4 programs per SM; two tiles a
     # program where the tuning asks and the grid keeps 8 programs per SM once divided.
     p = softmax_plan(1024, 1024, 1, 2)
     assert (p.rows, p.grid, p.num_warps) == (1, 1024, 1)
-    two = K.ROW_TUNING._replace(row_tiles=2)
+    two = K.ROW_TUNING._replace(row_tiles=2, row_small=512)
     p = softmax_plan(32 * 1024, 1024, 1, 2, tuning=two)
     assert (p.rows, p.tiles, p.grid) == (8, 2, 2048)
     p = softmax_plan(8 * 1024, 1024, 1, 2, tuning=two)

@@ -1,0 +1,112 @@
+"""Side-by-side timings of bench rows where opspec trails torch.compile by a few percent,
+with launch variants of the kernels those rows take, on a CUDA device.
+
+    python benchmarks/tie_probe.py [CASE ...]
+
+Cases: ``softmax-1k-bf16``, ``softmax-1k-fp16``, ``logsoftmax-1k-bf16`` (the [32, 1024,
+1024] attention-score rows) and ``logsoftmax-2k-fp32`` ([32, 2048, 2048]): the softmax
+``rows`` kernel's rows a program, warps and unmasked ``even`` form; ``amax-tensor-bf16``
+(the [32768, 8192] whole-tensor amax), ``amax-dsv3tensor-bf16`` ([8192, 7168]),
+``sum-full-bf16`` / ``-fp32`` ([8192, 14336], every axis) and ``mean-logits-bf16`` /
+``-fp32`` ([2048, 128256] rows): the row reduction's tile, bytes a thread and split
+programs per SM. Each case runs beside
+torch eager and torch.compile of the same call and a device-to-device copy of the same
+bytes; every variant's output is compared with torch's. Timing as ``opspec bench``
+(sweep_pool.bench: L2 flushed before each sample). Not part of the package.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from opspec.kernels import reduction as RK
+from opspec.kernels import softmax as SK
+
+from sweep_pool import bench  # beside this script
+
+CASES = ["softmax-1k-bf16", "softmax-1k-fp16", "logsoftmax-1k-bf16", "logsoftmax-2k-fp32",
+         "amax-tensor-bf16", "amax-dsv3tensor-bf16", "sum-full-bf16", "sum-full-fp32",
+         "mean-logits-bf16", "mean-logits-fp32"]
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def _softmax_case(name, dt):
+    log = name.startswith("log")
+    n = 2048 if "-2k-" in name else 1024
+    x = torch.randn(32 * n, n, device="cuda", dtype=dt) * 3
+    out = torch.empty_like(x)
+    fn = torch.log_softmax if log else torch.softmax
+    fns = {"opspec": lambda: SK.softmax_triton(x, -1, out, log=log),
+           "eager": lambda: fn(x, -1),
+           "compile": torch.compile(lambda v: fn(v, -1), fullgraph=True, dynamic=False)}
+    fns["compile"] = (lambda f=fns["compile"]: f(x))
+    M, N = x.shape
+    # (rows a program, warps, even)
+    variants = ((8, 8, False), (8, 8, True), (1, 1, True), (2, 2, True), (4, 4, True),
+                (2, 1, True), (4, 2, True), (16, 16, True), (1, 1, False))
+    if n == 2048:
+        variants = ((4, 8, False), (4, 8, True), (1, 2, True), (2, 4, True), (1, 4, True),
+                    (2, 2, True), (8, 16, True))
+    for rows, warps, even in variants:
+        plan = SK.SoftmaxPlan("rows", N, warps, M // rows, rows=rows, even=even)
+        fns[f"rows{rows}/{warps}w{'/even' if even else ''}"] = (
+            lambda plan=plan: SK.softmax_triton(x, -1, out, log=log, plan=plan))
+    ref = fn(x.float(), -1).to(dt)
+    return 2 * x.numel() * x.element_size(), fns, ref, out
+
+
+#: Reduction cases: (reduction, shape, dim (None: every axis)).
+_REDUCTIONS = {
+    "amax-tensor": ("amax", (32768, 8192), None),
+    "amax-dsv3tensor": ("amax", (8192, 7168), None),
+    "sum-full": ("sum", (8192, 14336), None),
+    "mean-logits": ("mean", (2048, 128256), -1),
+}
+
+
+def _reduction_case(name, dt):
+    what, shape, dim = _REDUCTIONS[name.rsplit("-", 1)[0]]
+    x = torch.randn(shape, device="cuda", dtype=dt)
+    axes = tuple(range(x.dim())) if dim is None else (dim % x.dim(),)
+    fn = getattr(torch, what)
+    call = (lambda v: fn(v)) if dim is None else (lambda v: fn(v, dim))
+    ref = call(x.float()).to(dt)
+    out = torch.empty(ref.shape, device="cuda", dtype=dt)
+    fns = {"opspec": lambda: RK.reduction_triton(x, out, axes, what), "eager": lambda: call(x)}
+    comp = torch.compile(call, fullgraph=True, dynamic=False)
+    fns["compile"] = lambda: comp(x)
+    W = RK.ROW
+    # (tile bytes, bytes a thread, split programs per SM, prefetch)
+    for tb, bpt, ps, pf in ((8192, 32, 16, False), (4096, 16, 8, False), (4096, 16, 16, False),
+                            (8192, 32, 8, False), (16384, 64, 4, True), (8192, 16, 8, False)):
+        tun = RK.Tuning(W._replace(tile_bytes=tb, bytes_per_thread=bpt,
+                                   split_programs_per_sm=ps, prefetch=pf), RK.COL)
+        fns[f"tile{tb // 1024}K/{bpt}B/{ps}ps{'/pf' if pf else ''}"] = (
+            lambda tun=tun: RK.reduction_triton(x, out, axes, what, tuning=tun))
+    return x.numel() * x.element_size() + out.numel() * out.element_size(), fns, ref, out
+
+
+def main(argv):
+    names = argv or CASES
+    for name in names:
+        dt = _DTYPES[name.rsplit("-", 1)[1]]
+        case = _softmax_case if "softmax" in name else _reduction_case
+        nbytes, fns, ref, out = case(name, dt)
+        src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
+        dst = torch.empty_like(src)
+        copy_ms = bench(lambda: dst.copy_(src), False)
+        print(f"{name}: copy {nbytes / copy_ms / 1e9:.2f} TB/s", flush=True)
+        for v, fn in fns.items():
+            out.zero_()
+            ms = bench(fn, False)
+            got = fn() if v in ("eager", "compile") else out
+            err = (got.float() - ref.float()).abs().max().item()
+            print(f"  {v:22s} {ms * 1e3:8.2f} us  {nbytes / ms / 1e9:.2f} TB/s  "
+                  f"({ms / copy_ms:.3f}x copy time)  max error {err:.3g}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
