@@ -9,7 +9,8 @@ Cases: ``softmax-1k-bf16``, ``softmax-1k-fp16``, ``logsoftmax-1k-bf16`` (the [32
 (the [32768, 8192] whole-tensor amax), ``amax-dsv3tensor-bf16`` ([8192, 7168]),
 ``sum-full-bf16`` / ``-fp32`` ([8192, 14336], every axis) and ``mean-logits-bf16`` /
 ``-fp32`` ([2048, 128256] rows): the row reduction's tile, bytes a thread and split
-programs per SM. Each case runs beside
+programs per SM; ``rmsnorm-kva-bf16`` (DeepSeek-V3's [16384, 512] kv-a RMSNorm): the
+norms' register kernel's rows a program and warps. Each case runs beside
 torch eager and torch.compile of the same call and a device-to-device copy of the same
 bytes; every variant's output is compared with torch's. Timing as ``opspec bench``
 (sweep_pool.bench: L2 flushed before each sample). Not part of the package.
@@ -20,7 +21,9 @@ from __future__ import annotations
 import sys
 
 import torch
+import torch.nn.functional as F
 
+from opspec.kernels import norm as NK
 from opspec.kernels import reduction as RK
 from opspec.kernels import softmax as SK
 
@@ -28,7 +31,7 @@ from sweep_pool import bench  # beside this script
 
 CASES = ["softmax-1k-bf16", "softmax-1k-fp16", "logsoftmax-1k-bf16", "logsoftmax-2k-fp32",
          "amax-tensor-bf16", "amax-dsv3tensor-bf16", "sum-full-bf16", "sum-full-fp32",
-         "mean-logits-bf16", "mean-logits-fp32"]
+         "mean-logits-bf16", "mean-logits-fp32", "rmsnorm-kva-bf16"]
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -88,11 +91,31 @@ def _reduction_case(name, dt):
     return x.numel() * x.element_size() + out.numel() * out.element_size(), fns, ref, out
 
 
+def _rmsnorm_case(name, dt):
+    # DeepSeek-V3's kv-a norm: [16384, 512] rows held in registers, rows a program and warps
+    x = torch.randn(16384, 512, device="cuda", dtype=dt)
+    w = torch.randn(512, device="cuda", dtype=dt)
+    out = torch.empty_like(x)
+    fns = {"opspec": lambda: NK.norm_fwd_triton(x, out, 512, 1e-6, rms=True, weight=w),
+           "eager": lambda: F.rms_norm(x, (512,), w, 1e-6)}
+    comp = torch.compile(lambda v: F.rms_norm(v, (512,), w, 1e-6), fullgraph=True,
+                         dynamic=False)
+    fns["compile"] = lambda: comp(x)
+    for rows, warps in ((8, 8), (1, 1), (2, 1), (2, 2), (4, 2), (4, 4), (8, 4), (16, 8)):
+        cfg = NK.NormConfig(False, rows, 1, 512, warps)
+        fns[f"rows{rows}/{warps}w"] = (
+            lambda cfg=cfg: NK.norm_fwd_triton(x, out, 512, 1e-6, rms=True, weight=w,
+                                               config=cfg))
+    ref = F.rms_norm(x.float(), (512,), w.float(), 1e-6).to(dt)
+    return 2 * x.numel() * x.element_size() + w.numel() * w.element_size(), fns, ref, out
+
+
 def main(argv):
     names = argv or CASES
     for name in names:
         dt = _DTYPES[name.rsplit("-", 1)[1]]
-        case = _softmax_case if "softmax" in name else _reduction_case
+        case = (_softmax_case if "softmax" in name else _rmsnorm_case if "rmsnorm" in name
+                else _reduction_case)
         nbytes, fns, ref, out = case(name, dt)
         src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
         dst = torch.empty_like(src)

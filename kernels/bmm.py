@@ -295,6 +295,11 @@ _TMA_BIG = BmmConfig(128, 256, 64, 16, 8, 3)
 # N <= 128 (attention PV, N = head dim): 128x128 tiles with 128-wide K steps (64 KB a
 # stage), 1.00x cuBLAS in the H200 sweep (benchmarks/bmm_sweep.py) against 0.955x for the
 # 256x128x64 tile stood on end that this table had.
+# Not kept (H200, benchmarks/bmm_sweep.py, 2026-12-01): two programs an SM on the score
+# rows (K = 128), each a 128x128x64 tile at 4 warps with 2-3 stages and the store split in
+# two, so that one program's epilogue runs beside the other's products: 705 and 352 us on
+# llama3-8b-attn-qk and -qk-s4k against cuBLAS's 654 and 339 (do_bench timing, no L2 flush;
+# the table's tile 739 and 369 there, where `opspec bench` times it even with cuBLAS).
 _TMA_TALL = BmmConfig(128, 128, 128, 8, 8, 3)
 _TMA_128 = BmmConfig(128, 128, 64, 8, 4, 5)     # too few big tiles to fill the last wave
 # M <= 16 (decode attention scores): bound by reading mat2. 16-row tiles (the smallest
