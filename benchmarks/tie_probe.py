@@ -10,7 +10,9 @@ Cases: ``softmax-1k-bf16``, ``softmax-1k-fp16``, ``logsoftmax-1k-bf16`` (the [32
 ``sum-full-bf16`` / ``-fp32`` ([8192, 14336], every axis) and ``mean-logits-bf16`` /
 ``-fp32`` ([2048, 128256] rows): the row reduction's tile, bytes a thread and split
 programs per SM; ``rmsnorm-kva-bf16`` (DeepSeek-V3's [16384, 512] kv-a RMSNorm): the
-norms' register kernel's rows a program and warps. Each case runs beside
+norms' register kernel's rows a program and warps; ``moe-qwen3gateup-bf16`` (the MoE grouped
+GEMM's Qwen3-30B gate-up row, tight packing): the segments tiles by pointer loads or
+through TMA descriptors, tiles and stages. Each case runs beside
 torch eager and torch.compile of the same call and a device-to-device copy of the same
 bytes; every variant's output is compared with torch's. Timing as ``opspec bench``
 (sweep_pool.bench: L2 flushed before each sample). Not part of the package.
@@ -31,7 +33,7 @@ from sweep_pool import bench  # beside this script
 
 CASES = ["softmax-1k-bf16", "softmax-1k-fp16", "logsoftmax-1k-bf16", "logsoftmax-2k-fp32",
          "amax-tensor-bf16", "amax-dsv3tensor-bf16", "sum-full-bf16", "sum-full-fp32",
-         "mean-logits-bf16", "mean-logits-fp32", "rmsnorm-kva-bf16"]
+         "mean-logits-bf16", "mean-logits-fp32", "rmsnorm-kva-bf16", "moe-qwen3gateup-bf16"]
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -110,12 +112,38 @@ def _rmsnorm_case(name, dt):
     return 2 * x.numel() * x.element_size() + w.numel() * w.element_size(), fns, ref, out
 
 
+def _moe_case(name, dt):
+    # Qwen3-30B's gate-up GEMM (tight packing with expert ends, silu_and_mul): the segments
+    # tiles with pointer loads (the table before) or through TMA descriptors
+    from opspec.kernels import moe as MK
+    from opspec.ops import MoeGroupedGemmFwdOp
+    from opspec.ops.bench_baselines import BASELINES
+    from opspec.ops.workloads import cases
+    case = next(c for c in cases(MoeGroupedGemmFwdOp) if c.id == "qwen3-30b-gate-up-bfloat16")
+    op = case.construct(MoeGroupedGemmFwdOp)
+    x, w, meta = case.inputs(torch.device("cuda"))
+    eager = BASELINES["MoeGroupedGemmFwdOp"]["eager"](op)
+    comp = torch.compile(eager, fullgraph=True, dynamic=False)
+    ref = eager(x, w, meta)
+    out = torch.empty_like(ref)
+    call = lambda **kw: lambda: MK.moe_grouped_gemm_triton(  # noqa: E731
+        x, w, meta, out, "contiguous", "physical_psum", 1, "silu_and_mul", **kw)
+    fns = {"opspec": call(), "eager": lambda: eager(x, w, meta),
+           "compile": lambda: comp(x, w, meta), "segments pointer": call(tma=False)}
+    C = MK.MoeConfig
+    for cfg in (C(128, 128, 64, 8, 8, 4), C(128, 128, 64, 8, 8, 3), C(64, 256, 64, 8, 8, 3),
+                C(128, 128, 64, 8, 8, 2), C(64, 128, 64, 8, 4, 4), C(128, 128, 128, 8, 8, 2)):
+        fns[f"segments tma {tuple(cfg[:6])}"] = call(config=cfg, tma=True)
+    op(x, w, meta)
+    return op.eval_roofline()[1], fns, ref, out
+
+
 def main(argv):
     names = argv or CASES
     for name in names:
         dt = _DTYPES[name.rsplit("-", 1)[1]]
         case = (_softmax_case if "softmax" in name else _rmsnorm_case if "rmsnorm" in name
-                else _reduction_case)
+                else _moe_case if name.startswith("moe") else _reduction_case)
         nbytes, fns, ref, out = case(name, dt)
         src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
         dst = torch.empty_like(src)

@@ -39,8 +39,10 @@ Plain functions; the dispatch classes are in ``moe_impl.py``.
   store.
 
   - on Hopper (compute capability >= 9.0, fp16/bf16, operands TMA can describe) the same
-    tiles through TMA tensor descriptors: every masked call, and contiguous calls whose
-    tiles each hold one expert (aligned packing); the pointer kernels serve the rest.
+    tiles through TMA tensor descriptors: every masked call, contiguous calls whose tiles
+    each hold one expert (aligned packing), and the tight packing with ``physical_psum``
+    ends (its tiles from each expert's first row: x's box starts at any row, the rows
+    stored by masked pointer stores); the pointer kernels serve the rest.
   - on Hopper, contiguous, a configuration with ``kernel='span'`` (selectable; the table
     leaves it off, see ``_SPAN_SILU``): 128-row TMA tiles that may hold several experts,
     one K loop per expert present, each expert's rows kept by the store;
@@ -106,6 +108,14 @@ _PREFILL_SILU = MoeConfig(128, 128, 64, 8, 8, 4)  # two accumulators: 2 x 128 we
 # The segments kernel (pointer loads, tight packing with expert ends) keeps 3 stages: the
 # sweep timed 4 only on the TMA kernels.
 _SEGMENTS_STAGES = 3
+#: Tight packing with expert ends on the TMA path (Hopper, float16/bfloat16): the segments
+#: tiles with x and w read through descriptors (``_moe_segments_tma_kernel``), 4 stages as
+#: the prefill tiles. H200 (benchmarks/tie_probe.py, 2026-12-01, us), Qwen3-30B's gate-up
+#: (M 32768, 128 experts, silu_and_mul): pointer loads 402.3, TMA 128 x 128 x 64 at 4
+#: stages 361.6, 3 stages 375.2, 2 stages 526.4, 64 x 256 x 64 at 3 390.4, 64 x 128 at 4
+#: warps 445.5; torch.compile 372.8, eager (torch._grouped_mm) 592.6. In the bench that
+#: followed: 396.5 -> 360.7 us (compile 371.2).
+_SEGMENTS_TMA = True
 _MID = MoeConfig(64, 256, 64, 8, 8, 3)  # alignment 16..64: 64-row tiles, 2 warpgroups on N
 # 64 x 256 tiles with silu_and_mul too: mixtral-gate-up-prefill (alignment 64) ran 1946 us
 # with 64 x 128 (0.96x eager), 1386 with 64 x 256 (1.34x eager), and 1700 (1.13x) with
@@ -160,9 +170,10 @@ def moe_config_for(kind: str, alignment: int, max_m: int, N_out: int, K: int,
         cfg = _FP32
     elif kind == "masked":
         cfg = _MASKED_SILU if silu else _MASKED
-    elif segments:  # the segments kernel (pointer loads) whatever the prefill entry's kernel
-        cfg = (_PREFILL_SILU if silu else _PREFILL)._replace(kernel="tile",
-                                                             num_stages=_SEGMENTS_STAGES)
+    elif segments:  # the segments kernels whatever the prefill entry's kernel
+        cfg = (_PREFILL_SILU if silu else _PREFILL)._replace(kernel="tile")
+        if not (tma and _SEGMENTS_TMA):  # pointer loads: 3 stages
+            cfg = cfg._replace(num_stages=_SEGMENTS_STAGES)
     elif alignment >= 128:
         cfg = _PREFILL_SILU if silu else _PREFILL
     elif alignment >= _MIN_BLOCK:
@@ -388,23 +399,12 @@ def _moe_contiguous_kernel(
 
 
 @triton.jit
-def _moe_segments_kernel(
-    x_ptr, w_ptr, meta_ptr, y_ptr,
-    M, N_OUT, K, E,
-    stride_xm, stride_xk, stride_we, stride_wn, stride_wk, stride_ym, stride_yn,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    BLOCK_E: tl.constexpr, SILU: tl.constexpr, EVEN_K: tl.constexpr, USE_INT64: tl.constexpr,
-    INPUT_PRECISION: tl.constexpr,
-):
-    # Tight packing with physical_psum ends: tiles start at each expert's first row (not
-    # at multiples of BLOCK_M), so that no tile spans two experts. Tile i of the call is
-    # tile t of expert e, found from the experts' tile counts on the device; tiles after
-    # the last expert's zero the rows past the last end. N fastest: consecutive programs
-    # share one tile of x.
-    pid = tl.program_id(0)
-    num_pid_n = tl.cdiv(N_OUT, BLOCK_N)
-    tile = pid // num_pid_n
-    pid_n = pid % num_pid_n
+def _segment_tile(meta_ptr, tile, M, E, BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr):
+    # Tile `tile` of a tight packing with physical_psum ends, tiles starting at each
+    # expert's first row: (expert, first row, end of its rows, live). Tile i of the call is
+    # tile t of expert e, found from the experts' tile counts. A live tile holds rows
+    # [row0, min(row0 + BLOCK_M, end)) of expert e; the tiles after the last expert's
+    # (live False) cover the rows past the last end, which are zeroed.
     offs_e = tl.arange(0, BLOCK_E)
     e_ok = offs_e < E
     ends = tl.load(meta_ptr + offs_e, mask=e_ok, other=0)
@@ -419,10 +419,28 @@ def _moe_segments_kernel(
     end = tl.sum(tl.where(is_e, ends, 0), axis=0)
     last_end = tl.max(tl.where(e_ok, ends, 0), axis=0)
     live = tile < total
-    # A live tile: rows [row0, min(row0 + BLOCK_M, end)) of expert e. Else a tail tile:
-    # rows past the last end, zeroed.
     row0 = tl.where(live, start + (tile - first) * BLOCK_M, last_end + (tile - total) * BLOCK_M)
     row_end = tl.where(live, end, M)
+    return e, row0, row_end, live
+
+
+@triton.jit
+def _moe_segments_kernel(
+    x_ptr, w_ptr, meta_ptr, y_ptr,
+    M, N_OUT, K, E,
+    stride_xm, stride_xk, stride_we, stride_wn, stride_wk, stride_ym, stride_yn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_E: tl.constexpr, SILU: tl.constexpr, EVEN_K: tl.constexpr, USE_INT64: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+):
+    # Tight packing with physical_psum ends: tiles start at each expert's first row (not
+    # at multiples of BLOCK_M), so that no tile spans two experts (see _segment_tile).
+    # N fastest: consecutive programs share one tile of x.
+    pid = tl.program_id(0)
+    num_pid_n = tl.cdiv(N_OUT, BLOCK_N)
+    tile = pid // num_pid_n
+    pid_n = pid % num_pid_n
+    e, row0, row_end, live = _segment_tile(meta_ptr, tile, M, E, BLOCK_M, BLOCK_E)
     offs_m = row0 + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
@@ -565,6 +583,45 @@ def _moe_masked_tma_kernel(
     y_desc.store([e, off_m, off_n], res.reshape(1, BLOCK_M, BLOCK_N).to(y_desc.dtype))
 
 
+@triton.jit
+def _moe_segments_tma_kernel(
+    x_desc, w_desc, meta_ptr, y_ptr, stride_ym, M, N_OUT, K, E,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_E: tl.constexpr, SILU: tl.constexpr, STAGES: tl.constexpr, USE_INT64: tl.constexpr,
+):
+    # The segments kernel's tiles (each starting at its expert's first row, _segment_tile)
+    # with x and w read through descriptors: x's box starts at any row, the rows past the
+    # expert's end (the next expert's, or zeros past M) are read and not kept. The rows are
+    # stored by masked pointer stores: a descriptor store would write the whole box over
+    # the next expert's rows.
+    pid = tl.program_id(0)
+    num_pid_n = tl.cdiv(N_OUT, BLOCK_N)
+    tile = pid // num_pid_n
+    off_n = (pid % num_pid_n) * BLOCK_N
+    e, row0, row_end, live = _segment_tile(meta_ptr, tile, M, E, BLOCK_M, BLOCK_E)
+    e_w = tl.minimum(e, E - 1)
+    # A tail tile (rows past the last end) runs no K step and stores zeros.
+    k_tiles = tl.where(live, tl.cdiv(K, BLOCK_K), 0)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in tl.range(0, k_tiles, num_stages=STAGES):
+        off_k = k * BLOCK_K
+        a = x_desc.load([row0, off_k])
+        b = w_desc.load([e_w, off_n, off_k]).reshape(BLOCK_N, BLOCK_K)
+        acc = tl.dot(a, b.T, acc)
+        if SILU:
+            bu = w_desc.load([e_w, N_OUT + off_n, off_k]).reshape(BLOCK_N, BLOCK_K)
+            acc_up = tl.dot(a, bu.T, acc_up)
+    res = _epilogue(acc, acc_up, SILU)
+    offs_m = row0 + tl.arange(0, BLOCK_M)
+    offs_n = off_n + tl.arange(0, BLOCK_N)
+    rows_ok = (offs_m < row_end) & (offs_m < M)
+    if USE_INT64:
+        offs_m = offs_m.to(tl.int64)
+    tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :],
+             res.to(y_ptr.dtype.element_ty), mask=rows_ok[:, None] & (offs_n[None, :] < N_OUT))
+
+
 # The span kernel: contiguous layouts whose tiles may hold rows of several experts (BLOCK_M
 # above the alignment, or tight packing), so that alignment-64 calls get 128-row tiles. A
 # tile runs one K loop per expert present in it (the experts between its lowest and
@@ -666,7 +723,8 @@ def _capability(device: torch.device) -> tuple[int, int]:
     return torch.cuda.get_device_capability(device)
 
 
-def _launch_tma(x, w, metadata, out, kind, metadata_kind, alignment, silu, cfg) -> None:
+def _launch_tma(x, w, metadata, out, kind, metadata_kind, alignment, silu, cfg,
+                segments=False) -> None:
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     E, N, K = w.shape
@@ -686,6 +744,13 @@ def _launch_tma(x, w, metadata, out, kind, metadata_kind, alignment, silu, cfg) 
     x_desc = TensorDescriptor.from_tensor(x, [bm, bk])
     y_desc = TensorDescriptor.from_tensor(out, [bm, bn])
     tiles = triton.cdiv(M, bm) * triton.cdiv(n_out, bn)
+    if segments:
+        # at most one partial tile per expert, plus one for the rows past the last end
+        grid = ((triton.cdiv(M, bm) + E + 1) * triton.cdiv(n_out, bn),)
+        launch(_moe_segments_tma_kernel, grid, x_desc, w_desc, metadata, out, out.stride(0),
+               M, n_out, K, E, BLOCK_E=triton.next_power_of_2(E),
+               USE_INT64=_extent(out) > _INT32_LIMIT, **opts)
+        return
     if cfg.kernel in _SPAN_KERNELS:
         persistent = cfg.kernel == "span_persistent"
         grid = (min(tiles, sm_count(x.device)) if persistent else tiles,)
@@ -735,15 +800,18 @@ def moe_grouped_gemm_triton(x: torch.Tensor, w: torch.Tensor, metadata: torch.Te
                                    tma=eligible, rows_per_expert=x.shape[0] / max(E, 1))
     one_expert = kind == "masked" or (alignment >= cfg.block_m and alignment % cfg.block_m == 0)
     span = kind == "contiguous" and cfg.kernel in _SPAN_KERNELS
+    # tight packing with expert ends: tiles from each expert's first row (TMA loads too)
+    seg_tiles = segments and not one_expert and not span
     if tma is None:
-        tma = (one_expert or span) and eligible
+        tma = (one_expert or span or (seg_tiles and _SEGMENTS_TMA)) and eligible
     if tma:
-        if not ((one_expert or span) and x.dtype != torch.float32 and _descriptor_ok(x)
-                and _descriptor_ok(w) and _descriptor_ok(out)):
+        if not ((one_expert or span or seg_tiles) and x.dtype != torch.float32
+                and _descriptor_ok(x) and _descriptor_ok(w) and _descriptor_ok(out)):
             raise ValueError("the TMA kernels need float16/bfloat16, unit inner strides, "
                              "16-byte aligned strides and bases, and tiles of one expert "
                              "(or a span configuration)")
-        _launch_tma(x, w, metadata, out, kind, metadata_kind, alignment, silu, cfg)
+        _launch_tma(x, w, metadata, out, kind, metadata_kind, alignment, silu, cfg,
+                    segments=seg_tiles)
         return out
     use_int64 = max(_extent(x), _extent(w), _extent(out)) > _INT32_LIMIT
     precision = "tf32x3" if x.dtype == torch.float32 else "tf32"

@@ -201,8 +201,10 @@ def test_config_table():
     # tiles at 3 stages, the alignment-128 TMA tiles take 4
     mid = moe_config_for("contiguous", 64, 0, 14336, 4096, bf, True, tma=True)
     assert (mid.kernel, mid[:3]) == ("tile", (64, 256, 64))
-    seg = moe_config_for("contiguous", 1, 0, 768, 2048, bf, True, True, tma=True)
+    seg = moe_config_for("contiguous", 1, 0, 768, 2048, bf, True, True)
     assert (seg.kernel, seg.num_stages) == ("tile", 3)
+    seg = moe_config_for("contiguous", 1, 0, 768, 2048, bf, True, True, tma=True)
+    assert (seg.kernel, seg.block_m, seg.num_stages) == ("tile", 128, 4)
     big = moe_config_for("contiguous", 128, 0, 2048, 7168, bf, True, tma=True)
     assert (big.block_m, big.num_stages) == (128, 4)
 
@@ -489,6 +491,35 @@ def test_tma_kernels_match_reference(activation):
     got = moe_grouped_gemm_triton(xm, w, cnt, torch.full_like(want, 7.0), "masked",
                                   activation=activation, config=cfg, tma=True)
     torch.testing.assert_close(got, want, **TOL[torch.float16])
+
+
+@needs_triton
+@pytest.mark.parametrize("activation", ["none", "silu_and_mul"])
+def test_segments_tma_kernel_matches_reference(activation):
+    # Tight packing with expert ends (the segments tiles, x and w through descriptors):
+    # segments of 10, 0 (an empty expert), 23 and 1 rows over 16-row tiles, rows past the
+    # last end zeroed; N_OUT and K not multiples of the tiles; x and out row-strided views.
+    import opspec.kernels.moe as moe_mod
+    K, N, E = 40, 48, 4
+    x = _t(70, K + 8, dtype=torch.float16, seed=21)[:, 8:]
+    w = _t(E, N, K, dtype=torch.float16, seed=22)
+    meta = _i32(10, 10, 33, 34)
+    cfg = MoeConfig(16, 16, 16, 2, 4, 2)
+    want = moe_grouped_gemm_reference(x, w, meta, "contiguous", "physical_psum", 1, activation)
+    out_base = torch.full((70, want.shape[1] + 8), 7.0, dtype=torch.float16, device=DEVICE)
+    out = out_base[:, 8:]
+    launched = []
+    real_launch = moe_mod.launch
+    moe_mod.launch = lambda kernel, grid, *a, **kw: (launched.append(kernel),
+                                                     real_launch(kernel, grid, *a, **kw))[1]
+    try:
+        got = moe_grouped_gemm_triton(x, w, meta, out, "contiguous", "physical_psum", 1,
+                                      activation, config=cfg, tma=True)
+    finally:
+        moe_mod.launch = real_launch
+    assert launched == [moe_mod._moe_segments_tma_kernel] and got is out
+    torch.testing.assert_close(got, want, **TOL[torch.float16])
+    assert (out[34:] == 0).all() and (out_base[:, :8] == 7).all()
 
 
 # Span kernel: TMA tiles that may hold rows of several experts (the table's choice for
