@@ -26,7 +26,7 @@ import triton
 from opspec.kernels import norm as NK
 from opspec.kernels import softmax as SK
 
-from sweep_pool import bench  # beside this script
+from sweep_pool import time_beside_copy  # beside this script
 
 CASES = ["softmax-vocab-bf16", "logsoftmax-vocab-bf16", "softmax-vocab-fp32",
          "layernorm-32k-bf16", "layernorm-32k-fp32", "layernorm-8192x7168-bf16",
@@ -142,16 +142,7 @@ def main(argv):
         return 0
     for name in names:
         nbytes, fns, ref, out = _case(name)
-        src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
-        dst = torch.empty_like(src)
-        copy_ms = bench(lambda: dst.copy_(src), False)
-        print(f"{name}: copy {nbytes / copy_ms / 1e9:.2f} TB/s", flush=True)
-        for v, fn in fns.items():
-            out.zero_()
-            ms = bench(fn, False)
-            err = (out.float() - ref.float()).abs().max().item()
-            print(f"  {v:22s} {ms * 1e3:8.1f} us  {nbytes / ms / 1e9:.2f} TB/s  "
-                  f"({ms / copy_ms:.3f}x copy time)  max error {err:.3g}", flush=True)
+        time_beside_copy(name, nbytes, fns, ref, out)
     return 0
 
 

@@ -2,7 +2,8 @@
 compile-ahead step (:func:`run_ahead`: compile every candidate in worker processes before
 the timings, so that the timing loop finds Triton's and Inductor's caches warm), and the
 row loop of the launch-table sweeps (:func:`sweep_rows`, with :func:`bench` and
-:func:`compile_fn`). Not part of the package; imported by the scripts beside it."""
+:func:`compile_fn`), and the side-by-side timing of the probes (:func:`time_beside_copy`).
+Not part of the package; imported by the scripts beside it."""
 
 from __future__ import annotations
 
@@ -85,6 +86,26 @@ def bench(fn, smoke: bool, samples: int = 30) -> float:
     for _ in range(3):
         fn()
     return statistics.median(_TIMER.samples(fn, samples)) * 1e3
+
+
+def time_beside_copy(name: str, nbytes: int, fns: dict, ref, out, returning=()) -> None:
+    """Time each callable of `fns` (name -> call) as :func:`bench` does, beside a
+    device-to-device copy of the same `nbytes` (half read, half written), and print per call
+    its us, TB/s, time over the copy's and max error against `ref`: of `out` (which the call
+    writes; zeroed first), or of the call's own result for the names in `returning`."""
+    import torch
+
+    src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    copy_ms = bench(lambda: dst.copy_(src), False)
+    print(f"{name}: copy {nbytes / copy_ms / 1e9:.2f} TB/s", flush=True)
+    for v, fn in fns.items():
+        out.zero_()
+        ms = bench(fn, False)
+        got = fn() if v in returning else out
+        err = (got.float() - ref.float()).abs().max().item()
+        print(f"  {v:22s} {ms * 1e3:8.2f} us  {nbytes / ms / 1e9:.2f} TB/s  "
+              f"({ms / copy_ms:.3f}x copy time)  max error {err:.3g}", flush=True)
 
 
 def compile_fn(f, smoke: bool):

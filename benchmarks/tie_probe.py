@@ -29,7 +29,7 @@ from opspec.kernels import norm as NK
 from opspec.kernels import reduction as RK
 from opspec.kernels import softmax as SK
 
-from sweep_pool import bench  # beside this script
+from sweep_pool import time_beside_copy  # beside this script
 
 CASES = ["softmax-1k-bf16", "softmax-1k-fp16", "logsoftmax-1k-bf16", "logsoftmax-2k-fp32",
          "amax-tensor-bf16", "amax-dsv3tensor-bf16", "sum-full-bf16", "sum-full-fp32",
@@ -145,17 +145,7 @@ def main(argv):
         case = (_softmax_case if "softmax" in name else _rmsnorm_case if "rmsnorm" in name
                 else _moe_case if name.startswith("moe") else _reduction_case)
         nbytes, fns, ref, out = case(name, dt)
-        src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
-        dst = torch.empty_like(src)
-        copy_ms = bench(lambda: dst.copy_(src), False)
-        print(f"{name}: copy {nbytes / copy_ms / 1e9:.2f} TB/s", flush=True)
-        for v, fn in fns.items():
-            out.zero_()
-            ms = bench(fn, False)
-            got = fn() if v in ("eager", "compile") else out
-            err = (got.float() - ref.float()).abs().max().item()
-            print(f"  {v:22s} {ms * 1e3:8.2f} us  {nbytes / ms / 1e9:.2f} TB/s  "
-                  f"({ms / copy_ms:.3f}x copy time)  max error {err:.3g}", flush=True)
+        time_beside_copy(name, nbytes, fns, ref, out, returning=("eager", "compile"))
     return 0
 
 

@@ -522,6 +522,25 @@ def _moe_masked_kernel(
 
 
 @triton.jit
+def _tma_expert_dot(x_desc, w_desc, off_m, e, off_n, N_OUT, k_tiles,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                    SILU: tl.constexpr, STAGES: tl.constexpr):
+    # x rows [off_m, off_m + BLOCK_M) times expert e's w rows from off_n, over k_tiles K
+    # blocks through the descriptors; with SILU also times the up rows (N_OUT further on).
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in tl.range(0, k_tiles, num_stages=STAGES):
+        off_k = k * BLOCK_K
+        a = x_desc.load([off_m, off_k])
+        b = w_desc.load([e, off_n, off_k]).reshape(BLOCK_N, BLOCK_K)
+        acc = tl.dot(a, b.T, acc)
+        if SILU:
+            bu = w_desc.load([e, N_OUT + off_n, off_k]).reshape(BLOCK_N, BLOCK_K)
+            acc_up = tl.dot(a, bu.T, acc_up)
+    return acc, acc_up
+
+
+@triton.jit
 def _moe_contiguous_tma_kernel(
     x_desc, w_desc, meta_ptr, y_desc, M, N_OUT, K, E, ALIGN,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -540,16 +559,8 @@ def _moe_contiguous_tma_kernel(
     e = tl.maximum(e_hi, 0)
     # A tile of padding rows only runs no K step and stores zeros.
     k_tiles = tl.where(e_hi >= 0, tl.cdiv(K, BLOCK_K), 0)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in tl.range(0, k_tiles, num_stages=STAGES):
-        off_k = k * BLOCK_K
-        a = x_desc.load([off_m, off_k])
-        b = w_desc.load([e, off_n, off_k]).reshape(BLOCK_N, BLOCK_K)
-        acc = tl.dot(a, b.T, acc)
-        if SILU:
-            bu = w_desc.load([e, N_OUT + off_n, off_k]).reshape(BLOCK_N, BLOCK_K)
-            acc_up = tl.dot(a, bu.T, acc_up)
+    acc, acc_up = _tma_expert_dot(x_desc, w_desc, off_m, e, off_n, N_OUT, k_tiles,
+                                  BLOCK_M, BLOCK_N, BLOCK_K, SILU, STAGES)
     res = tl.where((ids >= 0)[:, None], _epilogue(acc, acc_up, SILU), 0.0)
     y_desc.store([off_m, off_n], res.to(y_desc.dtype))
 
@@ -602,16 +613,8 @@ def _moe_segments_tma_kernel(
     e_w = tl.minimum(e, E - 1)
     # A tail tile (rows past the last end) runs no K step and stores zeros.
     k_tiles = tl.where(live, tl.cdiv(K, BLOCK_K), 0)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in tl.range(0, k_tiles, num_stages=STAGES):
-        off_k = k * BLOCK_K
-        a = x_desc.load([row0, off_k])
-        b = w_desc.load([e_w, off_n, off_k]).reshape(BLOCK_N, BLOCK_K)
-        acc = tl.dot(a, b.T, acc)
-        if SILU:
-            bu = w_desc.load([e_w, N_OUT + off_n, off_k]).reshape(BLOCK_N, BLOCK_K)
-            acc_up = tl.dot(a, bu.T, acc_up)
+    acc, acc_up = _tma_expert_dot(x_desc, w_desc, row0, e_w, off_n, N_OUT, k_tiles,
+                                  BLOCK_M, BLOCK_N, BLOCK_K, SILU, STAGES)
     res = _epilogue(acc, acc_up, SILU)
     offs_m = row0 + tl.arange(0, BLOCK_M)
     offs_n = off_n + tl.arange(0, BLOCK_N)
@@ -658,16 +661,9 @@ def _span_tile(x_desc, w_desc, meta_ptr, y_desc, y_ptr, stride_ym, tile, M, N_OU
         e = e_first + i
         mine = ids == e
         live = (e >= 0) & (tl.max(mine.to(tl.int32), axis=0) > 0)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k in tl.range(0, tl.where(live, k_tiles, 0), num_stages=STAGES):
-            off_k = k * BLOCK_K
-            a = x_desc.load([off_m, off_k])
-            b = w_desc.load([e, off_n, off_k]).reshape(BLOCK_N, BLOCK_K)
-            acc = tl.dot(a, b.T, acc)
-            if SILU:
-                bu = w_desc.load([e, N_OUT + off_n, off_k]).reshape(BLOCK_N, BLOCK_K)
-                acc_up = tl.dot(a, bu.T, acc_up)
+        acc, acc_up = _tma_expert_dot(x_desc, w_desc, off_m, e, off_n, N_OUT,
+                                      tl.where(live, k_tiles, 0), BLOCK_M, BLOCK_N, BLOCK_K,
+                                      SILU, STAGES)
         res = tl.where(mine[:, None], _epilogue(acc, acc_up, SILU), 0.0).to(y_ptr.dtype.element_ty)
         if TMA_STORE and n_experts == 1:
             # one expert: rows of no expert are 0 in res; the descriptor clips M and N

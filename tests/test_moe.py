@@ -674,6 +674,13 @@ out["segments"] = ptx(K._moe_segments_kernel, dict(
     dict(stride_xk=1, stride_wk=1, stride_yn=1, BLOCK_M=c.block_m, BLOCK_N=c.block_n,
          BLOCK_K=c.block_k, BLOCK_E=128, SILU=True, EVEN_K=True, USE_INT64=False,
          INPUT_PRECISION="tf32"), c)
+c = K.moe_config_for("contiguous", 1, 0, 768, 2048, bf, True, True, tma=True)
+out["segments-tma"] = ptx(K._moe_segments_tma_kernel, dict(
+    x_desc=f"tensordesc<bf16[{c.block_m},{c.block_k}]>",
+    w_desc=f"tensordesc<bf16[1,{c.block_n},{c.block_k}]>", meta_ptr="*i32", y_ptr="*bf16",
+    stride_ym="i32", M="i32", N_OUT="i32", K="i32", E="i32"),
+    dict(BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k, BLOCK_E=128, SILU=True,
+         STAGES=c.num_stages, USE_INT64=False), c)
 m = K.moe_config_for("masked", 1, 128, 2048, 7168, bf, True)
 out["masked"] = ptx(K._moe_masked_kernel, dict(
     x_ptr="*bf16", w_ptr="*bf16", meta_ptr="*i32", y_ptr="*bf16", MAX_M="i32",
@@ -702,7 +709,7 @@ def test_sm90_build_uses_wgmma_and_no_local_memory():
     built = json.loads(res.stdout)
     for name, k in built.items():
         assert k["wgmma"] and k["local"] == 0, (name, k)
-    for name in ("contiguous-tma", "span", "span_persistent"):
+    for name in ("contiguous-tma", "span", "span_persistent", "segments-tma"):
         assert built[name]["bulk"], (name, built[name])
     for name in ("contiguous-tight", "segments", "masked"):
         assert built[name]["cp_async"], (name, built[name])
