@@ -350,6 +350,9 @@ _PREFILL_SMALL = PrefillConfig(32, 64, 64, 8, 4, 3)
 # So the bound is each warp's step -- its loads, then its MMAs -- not the requests a step
 # makes, the end of a program (the planes above removed that) or a missing pipeline.
 _TC_MAX_M = 8
+#: Tokens one MMA token tile holds (the n of m16n8k16: lane group g is token g); M above it
+#: takes two tiles.
+_TC_TILE_TOKENS = 8
 # The K-sliced kernel's x loads, in the lanes whose B column holds a token (g < M) only,
 # for these M by x dtype (the others read a token again, as the note below found best at
 # M = 1). H200 (benchmarks/w4a16_probe.py `xtokens`, 2026-12-01, us, every lane against
@@ -472,7 +475,7 @@ def decode_config_for(M: int, N: int, K: int, group_size: int,
     if group_size % 128 == 0 and K > 0:
         if M <= _TC_MAX_M:
             return tc_config_for(M, N, K, group_size, dtype)
-        if (_TC_TMA and _TC_TMA_WIDE is not None and 8 < M <= DECODE_MAX_M
+        if (_TC_TMA and _TC_TMA_WIDE is not None and _TC_TILE_TOKENS < M <= DECODE_MAX_M
                 and N * (K // 2) >= _TC_TMA_MIN_BYTES
                 and triton.cdiv(N, 16 * _TC_TMA_WIDE[0] * _TC_TMA_WIDE[2])
                 >= _TC_TMA_WIDE_MIN_PROGRAMS):
@@ -493,7 +496,7 @@ def tc_config_for(M: int, N: int, K: int, group_size: int, dtype: torch.dtype | 
         tma = (_TC_TMA and k_slices is None and planes is None
                and N * (K // 2) >= _TC_TMA_MIN_BYTES)
     if tma:
-        if M > 8 and _TC_TMA_WIDE is not None:     # two token tiles
+        if M > _TC_TILE_TOKENS and _TC_TMA_WIDE is not None:     # two token tiles
             warps, stages, blocks = _TC_TMA_WIDE
         else:
             warps, stages = _TC_TMA_ONE_TOKEN if M == 1 else (_TC_TMA_WARPS, _TC_TMA_STAGES)
@@ -1775,7 +1778,7 @@ def tc_asm_options(x_dtype: torch.dtype, scales_dtype: torch.dtype, M: int, grou
     token tiles, steps a group, the dequantization's bias, the asm blocks (or, under the
     interpreter, their portable model)."""
     bf16 = x_dtype == torch.bfloat16
-    nt = 1 if M <= 8 else 2
+    nt = 1 if M <= _TC_TILE_TOKENS else 2
     (prep, prep_cons), (main, main_cons) = _TC_ASM[(bf16, nt, biased)]
     skind = str(scales_dtype).removeprefix("torch.")
     (ld, ld_cons), (ldm, ldm_cons) = _TC_SCALE_ASM[(skind, False)], _TC_SCALE_ASM[(skind, True)]
