@@ -212,7 +212,8 @@ class KindChecker:
     def _check_compare(self, op: str, a: Expr, ak: K.Kind, b: Expr, bk: K.Kind,
                        scope: Scope) -> None:
         if op in ("in", "not in"):
-            if isinstance(bk, K.ValueK):
+            # an opaque value may hold a sequence (checked when evaluated); a float never does
+            if isinstance(bk, K.ValueK) and bk != K.FLOAT:
                 return
             if not isinstance(bk, K.SeqK):
                 raise _err(f"`{print_expr(b)}` has kind {bk}, expected a sequence after `{op}`", b)

@@ -647,6 +647,33 @@ def test_a_float_divisor_is_not_asked_about_its_sign(tmp_path, let):
     assert checks(report) <= REFUSALS
 
 
+@pytest.mark.parametrize("rule", ["(present(x) not in 0.5)", "flag in 2.5", "N in 1.5"])
+def test_membership_in_a_float_is_refused(tmp_path, rule):
+    """Seed 11012779 of a 3 x 10^4 fuzz run: the rule `(present(y_alias) not in 0.5)` passed
+    the kind check (a float is an opaque value, which let any membership through) and the
+    constant folder's `a not in 0.5` raised TypeError: the prover crashed. A float after
+    `in` / `not in` is now a kind error naming the rule."""
+    report = prove_text(tmp_path, spec(BASE + f'shape_rules: ["{rule}"]\n'))
+    (d,) = [d for d in report.all_diagnostics if d.is_error]
+    assert d.check == "kind" and d.path == "signature.shape_rules.0", d.render()
+    assert "has kind float, expected a sequence after" in d.message
+    assert not [d for d in report.all_diagnostics if "crashed" in d.message]
+
+
+def test_the_folder_leaves_membership_in_a_non_sequence_to_the_encoder():
+    # Behind the kind check: constants fold where the right side is a sequence, and a
+    # membership in anything else stays a comparison (the encoder says it cannot decide it).
+    from opspec.schema.expr import Compare, Const
+    from opspec.schema.parse import parse_expr
+    from opspec.solver.fold import Folder
+
+    fold = Folder(spec=None, combo={}).expr
+    assert fold(parse_expr("1 in (1, 2)")) == Const(True, fold(parse_expr("1 in (1, 2)")).col)
+    assert fold(parse_expr("3 not in (1, 2)")).value is True
+    kept = fold(parse_expr("1 not in 0.5"))
+    assert isinstance(kept, Compare) and kept.ops == ("not in",)
+
+
 def test_a_literal_dtype_beside_an_unsolvable_index_is_refuted(tmp_path):
     """A literal dtype (`dtype: int64`) reached the encoder as a bare name it did not know:
     the question whether `H` in `[T, H * d]` is determined was left undecided (`unknown`,
