@@ -223,6 +223,9 @@ class KindChecker:
             else:
                 self._check_compare("==", a, ak, b, bk.elem, scope)
             return
+        if op in ("<", "<=", ">", ">=") and K.FLOAT in (ak, bk) and (
+                isinstance(ak, K.SeqK) or isinstance(bk, K.SeqK)):
+            raise _err(f"`{print_expr(a)} {op} {print_expr(b)}` compares {ak} with {bk}", a)
         if isinstance(ak, K.ValueK) or isinstance(bk, K.ValueK):
             return
         if op in ("<", "<=", ">", ">="):

@@ -660,6 +660,16 @@ def test_membership_in_a_float_is_refused(tmp_path, rule):
     assert not [d for d in report.all_diagnostics if "crashed" in d.message]
 
 
+@pytest.mark.parametrize("rule", ["0.5 < (1, 2)", "(N, N) >= 2.5"])
+def test_ordering_a_float_against_a_sequence_is_refused(tmp_path, rule):
+    # Found beside the seed above: such a rule passed the kind check (a float is opaque)
+    # and ended as a workload row that "does not evaluate"; it is a kind error.
+    report = prove_text(tmp_path, spec(BASE + f'shape_rules: ["{rule}"]\n'))
+    (d,) = [d for d in report.all_diagnostics if d.is_error]
+    assert d.check == "kind" and d.path == "signature.shape_rules.0", d.render()
+    assert "compares float with Seq" in d.message or "with float" in d.message
+
+
 def test_the_folder_leaves_membership_in_a_non_sequence_to_the_encoder():
     # Behind the kind check: constants fold where the right side is a sequence, and a
     # membership in anything else stays a comparison (the encoder says it cannot decide it).
