@@ -278,7 +278,7 @@ class KindChecker:
 
     def _Subscript(self, e: Subscript, scope: Scope) -> K.Kind:
         k = self.infer(e.value, scope)
-        if isinstance(k, K.ValueK):
+        if isinstance(k, K.ValueK) and k != K.FLOAT:
             return k
         if not isinstance(k, K.SeqK):
             raise _err(f"{_p(e.value)} has kind {k}, expected a sequence to subscript", e.value)
@@ -363,7 +363,7 @@ class KindChecker:
         if len(e.args) == 1 and isinstance(e.args[0], GenExp) and e.func in ("all", "sum", "max", "min"):
             g = e.args[0]
             it = self.infer(g.iter, scope)
-            if not isinstance(it, (K.SeqK, K.ValueK)):
+            if not isinstance(it, (K.SeqK, K.ValueK)) or it == K.FLOAT:
                 raise _err(f"{_p(g.iter)} has kind {it}, expected a sequence", g.iter)
             elem = it.elem if isinstance(it, K.SeqK) else K.VALUE
             ek = self.infer(g.elt, scope.bind(g.var, elem))

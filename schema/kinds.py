@@ -165,6 +165,8 @@ def unwrap_maybe(k: Kind) -> Kind:
 
 def assignable(actual: Kind, expected: Kind) -> bool:
     """Whether a value of kind `actual` may be used where `expected` is required."""
+    if actual == FLOAT and isinstance(expected, SeqK):
+        return False  # opaque, but a float is never a sequence
     if isinstance(expected, ValueK) or isinstance(actual, ValueK):
         return True
     if actual == expected:

@@ -670,6 +670,19 @@ def test_ordering_a_float_against_a_sequence_is_refused(tmp_path, rule):
     assert "compares float with Seq" in d.message or "with float" in d.message
 
 
+@pytest.mark.parametrize("rule, where", [
+    ("len(0.5) == 1", "argument 1 of len"), ("sum(0.5) == 1", "argument 1 of sum"),
+    ("min(0.5) == 1", "argument 1 of min"), ("all(x > 0 for x in 0.5)", "expected a sequence"),
+    ("(0.5)[0] == 1", "expected a sequence to subscript")])
+def test_a_float_where_a_sequence_is_needed_is_refused(tmp_path, rule, where):
+    # A float is opaque to the kinds, but never a sequence: these ended as workload rows
+    # that "do not evaluate"; now each is a kind error naming the rule and the argument.
+    report = prove_text(tmp_path, spec(BASE + f'shape_rules: ["{rule}"]\n'))
+    (d,) = [d for d in report.all_diagnostics if d.is_error]
+    assert d.check == "kind" and d.path == "signature.shape_rules.0", d.render()
+    assert "`0.5` has kind float" in d.message and where in d.message
+
+
 def test_the_folder_leaves_membership_in_a_non_sequence_to_the_encoder():
     # Behind the kind check: constants fold where the right side is a sequence, and a
     # membership in anything else stays a comparison (the encoder says it cannot decide it).
