@@ -223,8 +223,9 @@ class KindChecker:
             else:
                 self._check_compare("==", a, ak, b, bk.elem, scope)
             return
-        if op in ("<", "<=", ">", ">=") and K.FLOAT in (ak, bk) and (
-                isinstance(ak, K.SeqK) or isinstance(bk, K.SeqK)):
+        if op in ("<", "<=", ">", ">=") and K.FLOAT in (ak, bk) and not all(
+                isinstance(k, (K.IntK, K.BoolK, K.ValueK, K.UnionK, K.MaybeK)) for k in (ak, bk)):
+            # a float orders against numbers only (opaque values are left to the evaluator)
             raise _err(f"`{print_expr(a)} {op} {print_expr(b)}` compares {ak} with {bk}", a)
         if isinstance(ak, K.ValueK) or isinstance(bk, K.ValueK):
             return
@@ -285,10 +286,15 @@ class KindChecker:
         if isinstance(e.index, Slice):
             for part in (e.index.lower, e.index.upper, e.index.step):
                 if part is not None:
-                    self.expect(part, scope, K.INT)
+                    self._expect_index(part, scope)
             return K.SeqK(k.elem)
-        self.expect(e.index, scope, K.INT)
+        self._expect_index(e.index, scope)
         return k.elem
+
+    def _expect_index(self, e: Expr, scope: Scope) -> None:
+        # an index is an Int; an opaque value may be one, a float never is
+        if self.expect(e, scope, K.INT) == K.FLOAT:
+            raise _err(f"{_p(e)} has kind float, expected Int (an index)", e)
 
     def _Attr(self, e: Attr, scope: Scope) -> K.Kind:
         if e.attr == "value":

@@ -164,7 +164,11 @@ class Folder:
             if (isinstance(left, Const) and all(isinstance(c, Const) for c in comps)
                     and all(op not in ("in", "not in") or isinstance(c.value, _CONTAINERS)
                             for op, c in zip(e.ops, comps))):
-                return Const(_compare_consts(left.value, e.ops, [c.value for c in comps]), e.col)
+                try:
+                    return Const(_compare_consts(left.value, e.ops, [c.value for c in comps]),
+                                 e.col)
+                except TypeError:  # constants that do not compare: left to the encoder
+                    pass
             if len(e.ops) == 1 and e.ops[0] in ("in", "not in") and isinstance(left, Const) \
                     and isinstance(comps[0], TupleExpr) and all(isinstance(x, Const) for x in comps[0].elts):
                 hit = left.value in [x.value for x in comps[0].elts]

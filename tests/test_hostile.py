@@ -660,20 +660,25 @@ def test_membership_in_a_float_is_refused(tmp_path, rule):
     assert not [d for d in report.all_diagnostics if "crashed" in d.message]
 
 
-@pytest.mark.parametrize("rule", ["0.5 < (1, 2)", "(N, N) >= 2.5"])
-def test_ordering_a_float_against_a_sequence_is_refused(tmp_path, rule):
+@pytest.mark.parametrize("rule, kinds", [
+    ("0.5 < (1, 2)", "float with Seq[Dim; 2]"), ("(N, N) >= 2.5", "Seq[Dim; 2] with float"),
+    ("'a' < 0.5", "'a' with float"), ("T < 0.5", "DType[float16] with float")])
+def test_ordering_a_float_against_a_non_number_is_refused(tmp_path, rule, kinds):
     # Found beside the seed above: such a rule passed the kind check (a float is opaque)
-    # and ended as a workload row that "does not evaluate"; it is a kind error.
+    # and ended as a workload row that "does not evaluate", or, for a string, crashed the
+    # constant folder (`'a' < 0.5`: TypeError); it is a kind error.
     report = prove_text(tmp_path, spec(BASE + f'shape_rules: ["{rule}"]\n'))
     (d,) = [d for d in report.all_diagnostics if d.is_error]
     assert d.check == "kind" and d.path == "signature.shape_rules.0", d.render()
-    assert "compares float with Seq" in d.message or "with float" in d.message
+    assert d.message.endswith(f"compares {kinds}"), d.message
 
 
 @pytest.mark.parametrize("rule, where", [
     ("len(0.5) == 1", "argument 1 of len"), ("sum(0.5) == 1", "argument 1 of sum"),
     ("min(0.5) == 1", "argument 1 of min"), ("all(x > 0 for x in 0.5)", "expected a sequence"),
-    ("(0.5)[0] == 1", "expected a sequence to subscript")])
+    ("(0.5)[0] == 1", "expected a sequence to subscript"),
+    ("(N, N)[0.5] == 1", "expected Int (an index)"),
+    ("(N, N)[0:0.5] == (N,)", "expected Int (an index)")])
 def test_a_float_where_a_sequence_is_needed_is_refused(tmp_path, rule, where):
     # A float is opaque to the kinds, but never a sequence: these ended as workload rows
     # that "do not evaluate"; now each is a kind error naming the rule and the argument.
@@ -695,6 +700,8 @@ def test_the_folder_leaves_membership_in_a_non_sequence_to_the_encoder():
     assert fold(parse_expr("3 not in (1, 2)")).value is True
     kept = fold(parse_expr("1 not in 0.5"))
     assert isinstance(kept, Compare) and kept.ops == ("not in",)
+    kept = fold(parse_expr("'a' < 0.5"))          # constants that do not compare
+    assert isinstance(kept, Compare) and kept.ops == ("<",)
 
 
 def test_a_literal_dtype_beside_an_unsolvable_index_is_refuted(tmp_path):
