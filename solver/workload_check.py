@@ -133,7 +133,21 @@ def _show(v: Any) -> str:
         return "[" + ", ".join(_show(x) for x in v) + "]"
     if isinstance(v, dict):
         return "{" + ", ".join(f"{k}: {_show(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, str) and _reads_as_scalar(v):
+        return repr(v)  # a quoted '4' in the row: shown quoted, not as the number
     return str(v)
+
+
+def _reads_as_scalar(text: str) -> bool:
+    """Whether YAML would read `text`, unquoted, as something other than a string."""
+    if text.strip().lower() in ("true", "false", "yes", "no", "on", "off", "null", "~", "",
+                                ".nan", ".inf", "-.inf", "+.inf"):
+        return True
+    try:
+        float(text.replace("_", ""))
+    except ValueError:
+        return False
+    return True
 
 
 def _plain(v: Any) -> Any:

@@ -289,6 +289,27 @@ def test_parameter_values_of_the_wrong_kind(tmp_path):
     assert len(p.diags()) == 4
 
 
+def test_a_quoted_number_is_shown_quoted(tmp_path):
+    # `M: '4'` is the string 4: shown bare, the message read "= 4: 4 is not an int".
+    p = prove(tmp_path, spec("""
+        forall: {M: Dim}
+        params:
+          flag: {type: bool, default: false}
+        inputs:
+          x: {dtype: float32, shape: "[M]"}
+        outputs:
+          y: {dtype: float32, shape: "[M]"}
+        """, """
+        - {M: '4', label: a}
+        - {M: 4, flag: 'true', label: b}
+        - {M: abc, label: c}
+        """))
+    expect(p, "workloads.0.M", contains=("index `M` (Dim) = '4'", "'4' is not an int"),
+           alone=False)
+    expect(p, "workloads.1.flag", contains=("'true' is not a bool",), alone=False)
+    expect(p, "workloads.2.M", contains=("= abc: abc is not an int",), alone=False)
+
+
 # ----------------------------------------------------------------------------- some
 
 OPTIONAL = """
