@@ -805,7 +805,8 @@ def moe_grouped_gemm_triton(x: torch.Tensor, w: torch.Tensor, metadata: torch.Te
                 and _descriptor_ok(x) and _descriptor_ok(w) and _descriptor_ok(out)):
             raise ValueError("the TMA kernels need float16/bfloat16, unit inner strides, "
                              "16-byte aligned strides and bases, and tiles of one expert "
-                             "(or a span configuration)")
+                             "(aligned packing, or tight packing with physical_psum ends) "
+                             "or a span configuration")
         _launch_tma(x, w, metadata, out, kind, metadata_kind, alignment, silu, cfg,
                     segments=seg_tiles)
         return out
