@@ -212,8 +212,7 @@ class KindChecker:
     def _check_compare(self, op: str, a: Expr, ak: K.Kind, b: Expr, bk: K.Kind,
                        scope: Scope) -> None:
         if op in ("in", "not in"):
-            # an opaque value may hold a sequence (checked when evaluated); a float never does
-            if isinstance(bk, K.ValueK) and bk != K.FLOAT:
+            if K.may_be_sequence(bk):
                 return
             if not isinstance(bk, K.SeqK):
                 raise _err(f"`{print_expr(b)}` has kind {bk}, expected a sequence after `{op}`", b)
@@ -279,7 +278,7 @@ class KindChecker:
 
     def _Subscript(self, e: Subscript, scope: Scope) -> K.Kind:
         k = self.infer(e.value, scope)
-        if isinstance(k, K.ValueK) and k != K.FLOAT:
+        if K.may_be_sequence(k):
             return k
         if not isinstance(k, K.SeqK):
             raise _err(f"{_p(e.value)} has kind {k}, expected a sequence to subscript", e.value)
@@ -369,7 +368,7 @@ class KindChecker:
         if len(e.args) == 1 and isinstance(e.args[0], GenExp) and e.func in ("all", "sum", "max", "min"):
             g = e.args[0]
             it = self.infer(g.iter, scope)
-            if not isinstance(it, (K.SeqK, K.ValueK)) or it == K.FLOAT:
+            if not (isinstance(it, K.SeqK) or K.may_be_sequence(it)):
                 raise _err(f"{_p(g.iter)} has kind {it}, expected a sequence", g.iter)
             elem = it.elem if isinstance(it, K.SeqK) else K.VALUE
             ek = self.infer(g.elt, scope.bind(g.var, elem))

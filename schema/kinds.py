@@ -163,10 +163,16 @@ def unwrap_maybe(k: Kind) -> Kind:
     return k.inner if isinstance(k, MaybeK) else k
 
 
+def may_be_sequence(k: Kind) -> bool:
+    """Whether `k` is an opaque kind whose values may be sequences (checked when evaluated):
+    any but a float, which never is."""
+    return isinstance(k, ValueK) and k != FLOAT
+
+
 def assignable(actual: Kind, expected: Kind) -> bool:
     """Whether a value of kind `actual` may be used where `expected` is required."""
-    if actual == FLOAT and isinstance(expected, SeqK):
-        return False  # opaque, but a float is never a sequence
+    if isinstance(expected, SeqK) and isinstance(actual, ValueK):
+        return may_be_sequence(actual)
     if isinstance(expected, ValueK) or isinstance(actual, ValueK):
         return True
     if actual == expected:

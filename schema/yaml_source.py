@@ -137,7 +137,8 @@ _MERGE = object()  # the pending "key" of a `<<` merge entry
 _SKIP = object()   # the pending "key" of a duplicate entry, whose value is dropped
 
 
-def _resolve_plain(text: str) -> Any:
+def resolve_plain(text: str) -> Any:
+    """The value of the plain (unquoted) scalar `text` under the YAML 1.2 core schema."""
     if _NULL.match(text):
         return None
     if text in _BOOL:
@@ -326,14 +327,14 @@ class _Composer:
         plain = e.implicit[0] if e.implicit else False
         if tag is None or tag == "!":
             # `!` is the non-specific tag: the scalar is a string.
-            return _resolve_plain(text) if plain and tag is None else text
+            return resolve_plain(text) if plain and tag is None else text
         if not tag.startswith(_STD):
             raise self.fail(f"unsupported YAML tag `{_show_tag(tag)}`; spec files use no "
                             "tags", e.start_mark)
         kind = tag[len(_STD):]
         if kind == "str":
             return text
-        resolved = _resolve_plain(text)
+        resolved = resolve_plain(text)
         want = {"null": type(None), "bool": bool, "int": int, "float": (float, int)}.get(kind)
         if want is None:
             raise self.fail(f"unsupported YAML tag `!!{kind}`; spec files use no tags "

@@ -161,14 +161,12 @@ class Folder:
         if isinstance(e, Compare):
             left = f(e.left, s)
             comps = tuple(f(c, s) for c in e.comparators)
-            if (isinstance(left, Const) and all(isinstance(c, Const) for c in comps)
-                    and all(op not in ("in", "not in") or isinstance(c.value, _CONTAINERS)
-                            for op, c in zip(e.ops, comps))):
+            if isinstance(left, Const) and all(isinstance(c, Const) for c in comps):
                 try:
                     return Const(_compare_consts(left.value, e.ops, [c.value for c in comps]),
                                  e.col)
-                except TypeError:  # constants that do not compare: left to the encoder
-                    pass
+                except TypeError:  # constants that do not compare (`1 in 0.5`, `'a' < 0.5`):
+                    pass           # left to the encoder, which says it cannot decide them
             if len(e.ops) == 1 and e.ops[0] in ("in", "not in") and isinstance(left, Const) \
                     and isinstance(comps[0], TupleExpr) and all(isinstance(x, Const) for x in comps[0].elts):
                 hit = left.value in [x.value for x in comps[0].elts]
@@ -310,11 +308,6 @@ def _binop(op: str, a: int, b: int) -> int | None:
     if b == 0:
         return None
     return a // b if op == "//" else a % b
-
-
-#: Constants a membership test may be folded on (anything else is left to the encoder,
-#: which says it cannot decide it, rather than raise here).
-_CONTAINERS = (tuple, list, set, frozenset, range)
 
 
 def _compare_consts(left: Any, ops: tuple[str, ...], rights: list[Any]) -> bool:

@@ -75,6 +75,7 @@ from opspec.schema.parse import parse_expr
 from opspec.schema.primitives import PRIMITIVES, WORKLOAD_SEED
 from opspec.schema.printer import print_expr
 from opspec.schema.values import ADTValue, is_int, to_tuple
+from opspec.schema.yaml_source import resolve_plain
 from opspec.solver import plan as P
 from opspec.solver.fold import Folder
 from opspec.solver.order import linear
@@ -133,21 +134,9 @@ def _show(v: Any) -> str:
         return "[" + ", ".join(_show(x) for x in v) + "]"
     if isinstance(v, dict):
         return "{" + ", ".join(f"{k}: {_show(x)}" for k, x in v.items()) + "}"
-    if isinstance(v, str) and _reads_as_scalar(v):
+    if isinstance(v, str) and not isinstance(resolve_plain(v), str):
         return repr(v)  # a quoted '4' in the row: shown quoted, not as the number
     return str(v)
-
-
-def _reads_as_scalar(text: str) -> bool:
-    """Whether YAML would read `text`, unquoted, as something other than a string."""
-    if text.strip().lower() in ("true", "false", "yes", "no", "on", "off", "null", "~", "",
-                                ".nan", ".inf", "-.inf", "+.inf"):
-        return True
-    try:
-        float(text.replace("_", ""))
-    except ValueError:
-        return False
-    return True
 
 
 def _plain(v: Any) -> Any:
