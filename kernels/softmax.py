@@ -880,6 +880,12 @@ class SoftmaxPlan:
     even: bool = False
 
 
+def _fills_tiles(outer: int, n: int, block: int, tile_rows: int) -> bool:
+    """Whether `outer` rows of `n` elements fill whole tiles of `tile_rows` rows of `block`
+    elements exactly (the ``rows`` kernel's unmasked form)."""
+    return block == n and outer % tile_rows == 0
+
+
 def _pow2_floor(v: int) -> int:
     return 1 << (max(1, v).bit_length() - 1)
 
@@ -914,7 +920,7 @@ def softmax_plan(outer: int, n: int, inner: int, in_bytes: int, *,
             while (tiles < t.row_tiles
                    and triton.cdiv(programs, 2 * tiles) >= t.row_tiles_min_programs * sm):
                 tiles *= 2
-            even = t.row_even and block == n and outer % (rows * tiles) == 0
+            even = t.row_even and _fills_tiles(outer, n, block, rows * tiles)
             return SoftmaxPlan("rows", block, _warps(rows * block, t.row_per_thread),
                                triton.cdiv(outer, rows * tiles), rows=rows, tiles=tiles,
                                even=even)
@@ -1069,8 +1075,8 @@ def softmax_triton(x: torch.Tensor, dim: int, out: torch.Tensor, log: bool = Fal
     sxo, sxn, sxi = x3.stride()
     soo, son, soi = o3.stride()
     log = bool(log)
-    if plan.even and not (plan.kind == "rows" and plan.block == n
-                          and outer % (plan.rows * plan.tiles) == 0):
+    if plan.even and not (plan.kind == "rows"
+                          and _fills_tiles(outer, n, plan.block, plan.rows * plan.tiles)):
         raise ValueError(f"an even plan needs rows of exactly {plan.block} elements in whole "
                          f"tiles of {plan.rows * plan.tiles} rows; got {outer} rows of {n}")
     if plan.kind == "rows":

@@ -493,9 +493,23 @@ def test_tma_kernels_match_reference(activation):
     torch.testing.assert_close(got, want, **TOL[torch.float16])
 
 
+def _record_launches(monkeypatch) -> list:
+    """The kernels opspec.kernels.moe launches from now on, in order (each still runs)."""
+    import opspec.kernels.moe as moe_mod
+
+    launched, real_launch = [], moe_mod.launch
+
+    def spy(kernel, grid, *args, **kwargs):
+        launched.append(kernel)
+        return real_launch(kernel, grid, *args, **kwargs)
+
+    monkeypatch.setattr(moe_mod, "launch", spy)
+    return launched
+
+
 @needs_triton
 @pytest.mark.parametrize("activation", ["none", "silu_and_mul"])
-def test_segments_tma_kernel_matches_reference(activation):
+def test_segments_tma_kernel_matches_reference(activation, monkeypatch):
     # Tight packing with expert ends (the segments tiles, x and w through descriptors):
     # segments of 10, 0 (an empty expert), 23 and 1 rows over 16-row tiles, rows past the
     # last end zeroed; N_OUT and K not multiples of the tiles; x and out row-strided views.
@@ -508,15 +522,9 @@ def test_segments_tma_kernel_matches_reference(activation):
     want = moe_grouped_gemm_reference(x, w, meta, "contiguous", "physical_psum", 1, activation)
     out_base = torch.full((70, want.shape[1] + 8), 7.0, dtype=torch.float16, device=DEVICE)
     out = out_base[:, 8:]
-    launched = []
-    real_launch = moe_mod.launch
-    moe_mod.launch = lambda kernel, grid, *a, **kw: (launched.append(kernel),
-                                                     real_launch(kernel, grid, *a, **kw))[1]
-    try:
-        got = moe_grouped_gemm_triton(x, w, meta, out, "contiguous", "physical_psum", 1,
-                                      activation, config=cfg, tma=True)
-    finally:
-        moe_mod.launch = real_launch
+    launched = _record_launches(monkeypatch)
+    got = moe_grouped_gemm_triton(x, w, meta, out, "contiguous", "physical_psum", 1,
+                                  activation, config=cfg, tma=True)
     assert launched == [moe_mod._moe_segments_tma_kernel] and got is out
     torch.testing.assert_close(got, want, **TOL[torch.float16])
     assert (out[34:] == 0).all() and (out_base[:, :8] == 7).all()
@@ -576,19 +584,9 @@ def test_span_kernel_table_choice_strided_views_and_fallbacks(monkeypatch):
     cfg = moe_config_for("contiguous", 64, 0, N // 2, K, torch.float16, True, tma=True,
                          rows_per_expert=512 / E)
     assert cfg.kernel == "span" and cfg.block_m == 128
-    launched = []
-    real_launch = moe_mod.launch
-
-    def spy(kernel, grid, *args, **kwargs):
-        launched.append(kernel)
-        return real_launch(kernel, grid, *args, **kwargs)
-
-    moe_mod.launch = spy
-    try:
-        got = moe_grouped_gemm_triton(x, w, ids, out, "contiguous", "per_row", 64,
-                                      "silu_and_mul", tma=True)
-    finally:
-        moe_mod.launch = real_launch
+    launched = _record_launches(monkeypatch)
+    got = moe_grouped_gemm_triton(x, w, ids, out, "contiguous", "per_row", 64,
+                                  "silu_and_mul", tma=True)
     assert launched == [moe_mod._moe_span_tma_kernel]
     assert got is out
     torch.testing.assert_close(got, want, **TOL[torch.float16])
