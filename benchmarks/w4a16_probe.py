@@ -12,6 +12,8 @@
     python benchmarks/w4a16_probe.py tc16      # ... at M = 9..16 (two token tiles)
     python benchmarks/w4a16_probe.py tma       # ... with the weight steps brought in by TMA
     python benchmarks/w4a16_probe.py tma16     # the library's TMA kernel at M = 9..16 (blocks)
+    python benchmarks/w4a16_probe.py tmasplit  # ... with K split over programs (planes)
+    python benchmarks/w4a16_probe.py wide      # the table at M = 9..16 against the MMA kernel
     python benchmarks/w4a16_probe.py tmacfg    # ... by warps and stages at M = 1..8
     python benchmarks/w4a16_probe.py tmablate  # its loop with x or the scales left out
     python benchmarks/w4a16_probe.py xtokens   # K-sliced kernel: x read by token lanes only
@@ -562,10 +564,11 @@ def _tma_configs(rows, configs) -> None:
             line = f"{str(dtype)[6:]} M={M} N={N} K={K}:"
             t = _median_s(lambda: Q.w4a16_decode_triton(x, p, s, z, G, out))
             line += f" table {t * 1e6:.1f};"
-            for W, stages, *blocks in configs:
-                rb = blocks[0] if blocks else 1
+            for W, stages, *more in configs:
+                rb = more[0] if more else 1
+                split = more[1] if len(more) > 1 else 1
                 cfg = Q.tc_config_for(M, N, K, G, dtype, tma=True)._replace(
-                    block_n=16 * W * rb, num_warps=W, num_stages=stages)
+                    block_n=16 * W * rb, num_warps=W, num_stages=stages, split_k=split)
 
                 def call():
                     Q._launch_tc_tma(x, x32, words, s, z, G, out, cfg, M, N, K)
@@ -573,7 +576,8 @@ def _tma_configs(rows, configs) -> None:
                 call()
                 err = ((out.float() - ref).norm() / ref.norm()).item()
                 t = _median_s(call)
-                line += (f" w{W} s{stages}{f' b{rb}' if rb > 1 else ''} {t * 1e6:.1f}"
+                line += (f" w{W} s{stages}{f' b{rb}' if rb > 1 else ''}"
+                         f"{f' k{split}' if split > 1 else ''} {t * 1e6:.1f}"
                          f"{'' if err < 1e-2 else ' WRONG'};")
             print(line, flush=True)
 
@@ -584,6 +588,42 @@ def tma16() -> None:
     _tma_configs(((16, 28672, 8192), (16, 8192, 28672), (12, 57344, 8192),
                   (16, 57344, 8192), (16, 53248, 16384)),
                  ((4, 3), (2, 4), (2, 4, 2), (2, 4, 4), (1, 4, 4), (4, 3, 2), (2, 6, 4)))
+
+
+def tmasplit() -> None:
+    """The library's TMA decode kernel at M = 9..16 with K split over programs (planes
+    summed by the second kernel), by warps, stages, row blocks and splits, beside the
+    table's launch."""
+    _tma_configs(((16, 28672, 8192), (16, 8192, 28672), (16, 57344, 8192), (12, 28672, 8192),
+                  (16, 14336, 4096), (16, 4096, 14336)),
+                 ((2, 4, 4, 1), (2, 4, 4, 2), (2, 4, 4, 3), (2, 4, 4, 4), (2, 4, 4, 7),
+                  (2, 4, 2, 2), (2, 4, 2, 4), (4, 3, 2, 2), (1, 4, 4, 4)))
+
+
+def wide() -> None:
+    """The table's launch at M = 9..16 beside the MMA kernel (legacy_decode_config) and the
+    TMA kernel with one split fewer and one more than the table's, both dtypes."""
+    for dtype in (torch.bfloat16, torch.float16):
+        for M, N, K in ((16, 28672, 8192), (16, 8192, 28672), (12, 28672, 8192),
+                        (16, 14336, 4096), (16, 18944, 3584), (10, 57344, 8192),
+                        (16, 4096, 14336)):
+            x, p, s, z, out = _operands(M, N, K, dtype)
+            ref = Q.gemm_w4a16_reference(x, p, s, z, G).float()
+            cfg = Q.decode_config_for(M, N, K, G, dtype)
+            cands = {"table": cfg, "mma": Q.legacy_decode_config(M, N, K, G)}
+            if cfg.tma:
+                for d in (-1, 1):
+                    if cfg.split_k + d >= 1:
+                        cands[f"k{cfg.split_k + d}"] = cfg._replace(split_k=cfg.split_k + d)
+            line = f"{str(dtype)[6:]} M={M} N={N} K={K} (table: tma {cfg.tma} k{cfg.split_k}):"
+            for name, c in cands.items():
+                def call(c=c):
+                    Q.w4a16_decode_triton(x, p, s, z, G, out, c)
+                out.fill_(float("nan"))
+                call()
+                err = ((out.float() - ref).norm() / ref.norm()).item()
+                line += f" {name} {_median_s(call) * 1e6:.1f}{'' if err < 1e-2 else ' WRONG'};"
+            print(line, flush=True)
 
 
 def tmacfg() -> None:
@@ -671,6 +711,6 @@ if __name__ == "__main__":
      "gemm": lambda: gemm(), "mma": lambda: mma(sys.argv[2:] == ["splits"]),
      "layouts": lambda: layouts(), "ablate": lambda: ablate(), "regs": lambda: regs(),
      "tc": lambda: tc(), "tc16": lambda: tc16(), "tma": lambda: tma(),
-     "tma16": lambda: tma16(), "tmacfg": lambda: tmacfg(),
+     "tma16": lambda: tma16(), "tmasplit": lambda: tmasplit(), "wide": lambda: wide(), "tmacfg": lambda: tmacfg(),
      "tmablate": lambda: tmablate(), "xtokens": lambda: xtokens(),
      "launch": lambda: launch(sys.argv[2:])}[what]()

@@ -45,7 +45,10 @@ Kernels (plain functions; the dispatch classes are in :mod:`opspec.kernels.quant
   column holds a token (5-8 % faster at M = 1). At M = 9..16 it serves the largest
   weights too (``_TC_TMA_WIDE``), each warp taking its rows of four such blocks so that a
   step's x fragments serve all of them (18-21 % faster than the MMA kernel on the 70B
-  gate-up row); there smaller weights take the MMA kernel. Scales and zero points are
+  gate-up row), and every weight whose N gives enough programs: K is split over programs
+  until about one wave runs (each split storing a float32 plane that the split-K sum
+  kernel adds up), 6-19 % faster than the MMA kernel on the 70B up and down and 8B up
+  rows; there narrower weights take the MMA kernel. Scales and zero points are
   loaded through a small asm block so that they take the tile's layout under every
   Triton version. Under the interpreter (no PTX) a portable model of the asm blocks runs
   in their place;
@@ -458,8 +461,29 @@ _TC_TMA_ONE_TOKEN = (2, 4)     # (warps, stages) at M = 1
 # MMA kernel 164-166); 53248 x 16384 M = 16 270.1 (1 warp 265.5, 6 stages 269.7). Below
 # the bound (8192 x 28672: 64 programs, 284-366 us against 88.0) and on smaller weights
 # (28672 x 8192: 93.7-111.4 against 89.7) the MMA kernel stays.
+# Tried for M = 9..16 and not kept (H200, 2026-12-01, bfloat16): x held still. Warp i of a
+# program kept one step's x fragments and sums (prepared once) and the program walked
+# blocks of 16 weight rows; each block's K-slice sums met in shared memory (tl.sum over
+# the warps), and each program's K range went to a float32 plane. It ran 2.2-4x slower
+# than this table. 28672 x 8192 at M = 16 took 198-376 us against 90.7, and M = 1 rows
+# were 4-7x slower. The loop held 10 barriers and 24 shuffles a block for the cross-warp
+# sum. ncu (4 warps, 3 stages): L1/shared 90 % busy, 6-7-way bank conflicts on the
+# reduction's shared stores and loads, DRAM 16 % busy. At 2 warps (little to sum, 32
+# planes) it still took 198 us, at 94-114 registers a thread.
 _TC_TMA_WIDE: tuple[int, int, int] | None = (2, 4, 4)     # None: the MMA kernel at M > 8
-_TC_TMA_WIDE_MIN_PROGRAMS = 2 * _NUM_SMS
+# ... where N gives at least _TC_TMA_WIDE_MIN_PROGRAMS such programs, K split over programs
+# (float32 planes, summed by the second kernel) up to _TC_TMA_WIDE_PROGRAMS programs in all
+# (about one wave: 4 resident an SM at 2 warps), each split keeping _TC_TMA_WIDE_MIN_STEPS
+# steps. H200 (w4a16_probe.py `tmasplit`, 2026-12-01, us, bfloat16 / float16, splits
+# against the table then, which had the MMA kernel on the first three): 28672 x 8192 at
+# M = 16 2 splits (448 programs) 82.4 / 80.2 against 90.0 / 88.4 (3 splits, 672 programs
+# and a second wave: 106.9 / 98.1), M = 12 80.0 / 77.2 against 90.5 / 88.4; 8192 x 28672
+# 7 splits 84.4 / 80.0 against 87.8 / 87.3; 14336 x 4096 4 splits 28.3 / 28.6 against 32.2
+# / 30.4; 57344 x 8192 unsplit still best (141.9 against 159.1 at 2). 4096 x 14336 (32
+# programs; 7 splits 40.3 against the MMA kernel's 28.9) keeps the MMA kernel.
+_TC_TMA_WIDE_MIN_PROGRAMS = 64
+_TC_TMA_WIDE_PROGRAMS = 4 * _NUM_SMS
+_TC_TMA_WIDE_MIN_STEPS = 8
 
 
 def _pow2_divisor(n: int, choices: tuple[int, ...]) -> int | None:
@@ -476,7 +500,6 @@ def decode_config_for(M: int, N: int, K: int, group_size: int,
         if M <= _TC_MAX_M:
             return tc_config_for(M, N, K, group_size, dtype)
         if (_TC_TMA and _TC_TMA_WIDE is not None and _TC_TILE_TOKENS < M <= DECODE_MAX_M
-                and N * (K // 2) >= _TC_TMA_MIN_BYTES
                 and triton.cdiv(N, 16 * _TC_TMA_WIDE[0] * _TC_TMA_WIDE[2])
                 >= _TC_TMA_WIDE_MIN_PROGRAMS):
             return tc_config_for(M, N, K, group_size, dtype, tma=True)
@@ -496,13 +519,17 @@ def tc_config_for(M: int, N: int, K: int, group_size: int, dtype: torch.dtype | 
         tma = (_TC_TMA and k_slices is None and planes is None
                and N * (K // 2) >= _TC_TMA_MIN_BYTES)
     if tma:
+        split = 1
         if M > _TC_TILE_TOKENS and _TC_TMA_WIDE is not None:     # two token tiles
             warps, stages, blocks = _TC_TMA_WIDE
+            programs = triton.cdiv(N, 16 * warps * blocks)
+            split = max(1, min(_TC_TMA_WIDE_PROGRAMS // programs,
+                               (K // 128) // _TC_TMA_WIDE_MIN_STEPS))
         else:
             warps, stages = _TC_TMA_ONE_TOKEN if M == 1 else (_TC_TMA_WARPS, _TC_TMA_STAGES)
             blocks = 1
-        return DecodeConfig(16 * warps * blocks, 128, 1, warps, stages, False, True, 1, biased,
-                            False, True)
+        return DecodeConfig(16 * warps * blocks, 128, split, warps, stages, False, True, 1,
+                            biased, False, True)
     steps = max(1, K // 128)
     if k_slices is None:
         k_slices = next((s for s in _TC_SLICES if triton.cdiv(N, 16 * row_warps) * s * row_warps
@@ -1409,8 +1436,9 @@ def _tma_block(acc, w_desc, row0, i, frags, xs, s_ptrs, z_ptrs, stride_sg, strid
 @triton.jit
 def _w4a16_tc_tma_kernel(
     x_ptr, xt_ptr, w_desc, s_ptr, z_ptr, out_ptr,
-    M, N, STEPS,
-    stride_xm, stride_xtm, stride_sn, stride_sg, stride_zn, stride_zg, stride_om, stride_on,
+    M, N, STEPS, STEPS_PER_SPLIT,
+    stride_xm, stride_xtm, stride_sn, stride_sg, stride_zn, stride_zg, stride_os, stride_om,
+    stride_on,
     W: tl.constexpr, NT: tl.constexpr, STEP_G: tl.constexpr, BIAS: tl.constexpr,
     STAGES: tl.constexpr, USE_INT64: tl.constexpr, EMULATE: tl.constexpr,
     PREP: tl.constexpr, PREP_CONS: tl.constexpr, MAIN: tl.constexpr,
@@ -1424,9 +1452,14 @@ def _w4a16_tc_tma_kernel(
     # program has RB (1, 2 or 4) such blocks, which share the step's x fragments (loaded
     # and prepared once a warp). x is read as int32 words (16-byte aligned rows), the
     # scales as in _w4a16_tc_kernel; the sums go straight to out. Rows past N: the box
-    # reads zeros, the store is masked.
+    # reads zeros, the store is masked. Program (pid_n, pid_k) takes steps [pid_k
+    # STEPS_PER_SPLIT, +STEPS_PER_SPLIT) and stores plane pid_k of out (float32 [splits, M,
+    # N] where K is split, else out itself: stride_os 0).
     R: tl.constexpr = 16 * W
     pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    s_begin = pid_k * STEPS_PER_SPLIT
+    s_end = tl.minimum(STEPS, s_begin + STEPS_PER_SPLIT)
     h, ks, col, t, j, rows, rows_c, tok, tok2, m, tmask = _tc_tile(pid_n * RB, N, M, W, 1, NT,
                                                                    USE_INT64)
     xcol = tl.max_contiguous(tl.multiple_of(16 * t + j, [1, 4]), [1, 4])
@@ -1442,12 +1475,12 @@ def _w4a16_tc_tma_kernel(
     one = ks >= 0
     dt = out_ptr.dtype.element_ty
     ok = tmask & (m < M)
-    optr = out_ptr + m * stride_om
+    optr = out_ptr + pid_k * stride_os + m * stride_om
     acc = tl.zeros((R, 16), dtype=tl.float32)
     if RB == 1:
         # one block: its own loop (the row-block loop below, run with one block, ran the
         # M = 1 rows 3-4 % slower on the H200: 96.3 against 93.4 us on the 70B gate-up)
-        for i in tl.range(0, STEPS, num_stages=STAGES):
+        for i in tl.range(s_begin, s_end, num_stages=STAGES):
             words = w_desc.load([pid_n * R, i * 16])
             s = _tc_scale(s_ptrs + i // STEP_G * stride_sg, one, False, EMULATE, LD, LD_CONS,
                           LDM, LDM_CONS)
@@ -1476,7 +1509,7 @@ def _w4a16_tc_tma_kernel(
         acc1 = tl.zeros((R, 16), dtype=tl.float32)
         acc2 = tl.zeros((R, 16), dtype=tl.float32)
         acc3 = tl.zeros((R, 16), dtype=tl.float32)
-        for i in tl.range(0, STEPS, num_stages=STAGES):
+        for i in tl.range(s_begin, s_end, num_stages=STAGES):
             if EMULATE:
                 frags = (one, one, one, one, one, one, one, one)
                 xs = acc
@@ -1877,14 +1910,20 @@ def _launch_tc_tma(x, x32, words, scales, zeros, group_size, out, cfg, M, N, K) 
         x32 = x.view(torch.int32)
     w = cfg.num_warps
     desc = TensorDescriptor(words, list(words.shape), list(words.stride()), [16 * w, 16])
-    use_int64 = max(_extent(x), _extent(scales), _extent(zeros), _extent(out)) > _INT32_LIMIT
-    launch(_w4a16_tc_tma_kernel, (triton.cdiv(N, cfg.block_n),),
-           x32, x, desc, scales, zeros, out, M, N, K // 128,
+    steps = K // 128
+    per_split = triton.cdiv(steps, max(1, min(cfg.split_k, steps)))
+    split = triton.cdiv(steps, per_split)
+    use_int64 = max(_extent(x), _extent(scales), _extent(zeros), _extent(out),
+                    split * M * N) > _INT32_LIMIT
+    dest, dstrides = _split_dest(out, split)
+    launch(_w4a16_tc_tma_kernel, (triton.cdiv(N, cfg.block_n), split),
+           x32, x, desc, scales, zeros, dest, M, N, steps, per_split,
            x32.stride(0), x.stride(0), scales.stride(0), scales.stride(1), zeros.stride(0),
-           zeros.stride(1), out.stride(0), out.stride(1),
+           zeros.stride(1), *dstrides,
            W=w, STAGES=cfg.num_stages, USE_INT64=use_int64, RB=cfg.block_n // (16 * w),
            **tc_asm_options(x.dtype, scales.dtype, M, group_size, bool(cfg.biased)),
            num_warps=w, num_stages=cfg.num_stages)
+    _sum_splits(dest, out, split)
     return True
 
 

@@ -294,7 +294,31 @@ def test_tc_tma_row_blocks(shape):
     with recording() as launches:
         w4a16_decode_triton(x, p, s, z, g, out, config=cfg)
     [(_, grid, _, kwargs)] = launches
-    assert kwargs["RB"] == blocks and grid == (triton.cdiv(N, cfg.block_n),)
+    assert kwargs["RB"] == blocks and grid == (triton.cdiv(N, cfg.block_n), 1)
+    _close(out, _want(x, p, s, z, g), BF16)
+
+
+@pytest.mark.parametrize("shape", [(16, 130, 1280, 128, 4, 3), (9, 64, 768, 256, 2, 2),
+                                   (1, 100, 512, 128, 1, 4), (12, 96, 1024, 128, 4, 8)],
+                         ids=str)
+def test_tc_tma_k_split(shape):
+    """The TMA kernel with K split over programs (the table's choice at M = 9..16 where N
+    gives few programs): each split stores a float32 plane that the second kernel adds up;
+    a last split shorter than the others (10 steps in 3 splits), two steps a group, N tails,
+    one and two token tiles, 1, 2 or 4 row blocks."""
+    M, N, K, g, blocks, split = shape
+    x, p, s, z = _operands(M, N, K, g, BF16, F32, seed=M + N + 3)
+    cfg = Q.tc_config_for(M, N, K, g, BF16, tma=True)
+    cfg = cfg._replace(block_n=16 * cfg.num_warps * blocks, split_k=split)
+    out = torch.empty(M, N, dtype=BF16)
+    with recording() as launches:
+        w4a16_decode_triton(x, p, s, z, g, out, config=cfg)
+    (kernel, grid, args, _), (summer, _, sum_args, _) = launches
+    assert kernel is Q._w4a16_tc_tma_kernel and summer is Q._split_sum_kernel
+    steps = K // 128
+    assert grid == (triton.cdiv(N, cfg.block_n), triton.cdiv(steps, triton.cdiv(steps, split)))
+    assert args[5].dtype == torch.float32 and args[5].shape == (grid[1], M, N)
+    assert sum_args[1] is out
     _close(out, _want(x, p, s, z, g), BF16)
 
 
@@ -447,13 +471,19 @@ def test_config_choice():
     assert decode_config_for(1, 53248, 16384, 128, f16).tma
     assert decode_config_for(1, 40960, 8192, 128, f16).tma         # 160 MiB
     assert not decode_config_for(1, 40896, 8192, 128, f16).tma     # 160 MiB less 64 rows
-    # M = 9..16: the TMA kernel with 4 row blocks of 2 warps a program, from 160 MiB of
-    # weight and 264 programs; else the MMA kernel
+    # M = 9..16: the TMA kernel with 4 row blocks of 2 warps a program where N gives 64
+    # programs or more, K split until the grid holds at most 4 x 132 programs (each split
+    # keeping 8 steps); else the MMA kernel
     assert decode_config_for(16, 57344, 8192, 128, f16) == (128, 128, 1, 2, 4, False, True, 1,
                                                             False, False, True)
     assert decode_config_for(9, 53248, 16384, 128, bf16).tma
-    assert not decode_config_for(16, 28672, 8192, 128, f16).tc     # 112 MiB
-    assert not decode_config_for(16, 8192, 65536, 128, f16).tc     # 256 MiB, 64 programs
+    assert decode_config_for(16, 28672, 8192, 128, f16) == (128, 128, 2, 2, 4, False, True, 1,
+                                                            False, False, True)   # 224 x 2
+    assert decode_config_for(16, 8192, 28672, 128, f16).split_k == 8              # 64 x 8
+    assert decode_config_for(12, 14336, 4096, 128, bf16).split_k == 4             # 8 steps each
+    assert decode_config_for(16, 8192, 65536, 128, f16).split_k == 8              # 64 programs
+    assert decode_config_for(16, 8192, 1024, 128, f16).split_k == 1               # 8 steps
+    assert not decode_config_for(16, 8064, 8192, 128, f16).tc      # 63 programs
     assert not decode_config_for(16, 57344, 8192, 64, f16).tc      # 64-wide groups
     assert Q.tc_config_for(1, 57344, 8192, 128, f16, k_slices=4).k_slices == 4   # not tma
     assert decode_config_for(1, 4096, 4096, 128, f16) == (16, 128, 1, 4, 1, False, True, 4,
@@ -462,7 +492,7 @@ def test_config_choice():
     assert not decode_config_for(1, 16384, 8064, 128, f16).planes   # 63 MiB
     assert not decode_config_for(1, 4096, 128, 128).planes          # one slice: nothing to add
     assert decode_config_for(8, 8192, 28672, 128, f16).k_slices == 8
-    assert not decode_config_for(16, 8192, 28672, 128, f16).tc   # M > 8: the MMA kernel
+    assert not decode_config_for(16, 4096, 28672, 128, f16).tc   # 32 programs: the MMA kernel
     assert decode_config_for(4, 18944, 3584, 128, bf16).k_slices == 2   # 28 steps: 14 a slice
     assert decode_config_for(4, 4096, 14336, 128, bf16).k_slices == 8   # 112 steps: 14 a slice
     assert decode_config_for(1, 4096, 2048, 128).k_slices == 2     # 16 steps: 8 a slice
@@ -717,8 +747,9 @@ for dt, sdt, biased, m in (("bf16", "bf16", True, 1), ("fp16", "fp32", False, 1)
     ptrs = dict(x_ptr="*i32", xt_ptr="*" + dt,
                 w_desc=f"tensordesc<i32[{16 * cfg.num_warps}, 16]>",
                 s_ptr="*" + sdt, z_ptr="*" + sdt, out_ptr="*" + dt)
-    ints = dict(M=m, N=57344, STEPS=64, stride_xm=4096, stride_xtm=8192, stride_sn=64,
-                stride_sg=1, stride_zn=64, stride_zg=1, stride_om=57344, stride_on=1)
+    ints = dict(M=m, N=57344, STEPS=64, STEPS_PER_SPLIT=64, stride_xm=4096, stride_xtm=8192,
+                stride_sn=64, stride_sg=1, stride_zn=64, stride_zg=1, stride_os=0,
+                stride_om=57344, stride_on=1)
     k = sm90.build(Q._w4a16_tc_tma_kernel, dict(ints, **ptrs),
                    dict(W=cfg.num_warps, STAGES=cfg.num_stages, USE_INT64=False,
                         RB=cfg.block_n // (16 * cfg.num_warps), **asm),
