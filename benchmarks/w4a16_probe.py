@@ -14,6 +14,7 @@
     python benchmarks/w4a16_probe.py tma16     # the library's TMA kernel at M = 9..16 (blocks)
     python benchmarks/w4a16_probe.py tmasplit  # ... with K split over programs (planes)
     python benchmarks/w4a16_probe.py wide      # the table at M = 9..16 against the MMA kernel
+    python benchmarks/w4a16_probe.py tmasmall  # the TMA kernel, K split, at M = 1..8, < 160 MiB
     python benchmarks/w4a16_probe.py tmacfg    # ... by warps and stages at M = 1..8
     python benchmarks/w4a16_probe.py tmablate  # its loop with x or the scales left out
     python benchmarks/w4a16_probe.py xtokens   # K-sliced kernel: x read by token lanes only
@@ -600,6 +601,15 @@ def tmasplit() -> None:
                   (2, 4, 2, 2), (2, 4, 2, 4), (4, 3, 2, 2), (1, 4, 4, 4)))
 
 
+def tmasmall() -> None:
+    """The library's TMA decode kernel at M = 1..8 on weights under 160 MiB with K split over
+    programs, beside the table's launch (the K-sliced kernel there)."""
+    _tma_configs(((1, 4096, 4096), (1, 14336, 4096), (4, 4096, 14336), (4, 18944, 3584),
+                  (1, 28672, 8192), (8, 28672, 8192)),
+                 ((4, 3, 1, 2), (4, 3, 1, 4), (4, 3, 1, 8), (2, 4, 1, 2), (2, 4, 1, 4),
+                  (2, 4, 1, 8), (1, 4, 1, 4), (1, 4, 1, 8)))
+
+
 def wide() -> None:
     """The table's launch at M = 9..16 beside the MMA kernel (legacy_decode_config) and the
     TMA kernel with one split fewer and one more than the table's, both dtypes."""
@@ -711,6 +721,6 @@ if __name__ == "__main__":
      "gemm": lambda: gemm(), "mma": lambda: mma(sys.argv[2:] == ["splits"]),
      "layouts": lambda: layouts(), "ablate": lambda: ablate(), "regs": lambda: regs(),
      "tc": lambda: tc(), "tc16": lambda: tc16(), "tma": lambda: tma(),
-     "tma16": lambda: tma16(), "tmasplit": lambda: tmasplit(), "wide": lambda: wide(), "tmacfg": lambda: tmacfg(),
+     "tma16": lambda: tma16(), "tmasplit": lambda: tmasplit(), "wide": lambda: wide(), "tmasmall": lambda: tmasmall(), "tmacfg": lambda: tmacfg(),
      "tmablate": lambda: tmablate(), "xtokens": lambda: xtokens(),
      "launch": lambda: launch(sys.argv[2:])}[what]()

@@ -481,6 +481,10 @@ _TC_TMA_WIDE: tuple[int, int, int] | None = (2, 4, 4)     # None: the MMA kernel
 # 7 splits 84.4 / 80.0 against 87.8 / 87.3; 14336 x 4096 4 splits 28.3 / 28.6 against 32.2
 # / 30.4; 57344 x 8192 unsplit still best (141.9 against 159.1 at 2). 4096 x 14336 (32
 # programs; 7 splits 40.3 against the MMA kernel's 28.9) keeps the MMA kernel.
+# At M = 1..8 below _TC_TMA_MIN_BYTES the same split did not pay (`tmasmall`, same day, us,
+# bfloat16, best split against the K-sliced table): 4096 x 4096 12.8 / 13.0, 14336 x 4096
+# 21.3 / 20.2, M = 4 4096 x 14336 23.2 / 23.9 and 18944 x 3584 24.3 / 21.8, 28672 x 8192
+# 52.7 / 54.0 and at M = 8 72.9 / 75.6 (float16 76.1 / 69.1).
 _TC_TMA_WIDE_MIN_PROGRAMS = 64
 _TC_TMA_WIDE_PROGRAMS = 4 * _NUM_SMS
 _TC_TMA_WIDE_MIN_STEPS = 8
