@@ -14,6 +14,7 @@
     python benchmarks/w4a16_probe.py tma16     # the library's TMA kernel at M = 9..16 (blocks)
     python benchmarks/w4a16_probe.py tmasplit  # ... with K split over programs (planes)
     python benchmarks/w4a16_probe.py wide      # the table at M = 9..16 against the MMA kernel
+    python benchmarks/w4a16_probe.py widecap   # ... under register caps of the TMA kernel
     python benchmarks/w4a16_probe.py tmasmall  # the TMA kernel, K split, at M = 1..8, < 160 MiB
     python benchmarks/w4a16_probe.py tmacfg    # ... by warps and stages at M = 1..8
     python benchmarks/w4a16_probe.py tmablate  # its loop with x or the scales left out
@@ -636,6 +637,33 @@ def wide() -> None:
             print(line, flush=True)
 
 
+def widecap() -> None:
+    """The table's launch at M = 16 under register caps of the TMA kernel
+    (Q._TC_TMA_MAXNREG), at the table's K split and twice it (a capped build fits more
+    programs an SM), both dtypes."""
+    for dtype in (torch.bfloat16, torch.float16):
+        for M, N, K in ((16, 28672, 8192), (16, 8192, 28672), (16, 57344, 8192),
+                        (16, 14336, 4096)):
+            x, p, s, z, out = _operands(M, N, K, dtype)
+            ref = Q.gemm_w4a16_reference(x, p, s, z, G).float()
+            cfg = Q.decode_config_for(M, N, K, G, dtype)
+            line = f"{str(dtype)[6:]} M={M} N={N} K={K} (k{cfg.split_k}):"
+            for cap in (None, 168, 128):
+                for mult in (1, 2):
+                    Q._TC_TMA_MAXNREG = cap
+                    c = cfg._replace(split_k=cfg.split_k * mult)
+
+                    def call(c=c):
+                        Q.w4a16_decode_triton(x, p, s, z, G, out, c)
+                    out.fill_(float("nan"))
+                    call()
+                    err = ((out.float() - ref).norm() / ref.norm()).item()
+                    line += (f" cap {cap} k{c.split_k} {_median_s(call) * 1e6:.1f}"
+                             f"{'' if err < 1e-2 else ' WRONG'};")
+            Q._TC_TMA_MAXNREG = None
+            print(line, flush=True)
+
+
 def tmacfg() -> None:
     """The library's TMA decode kernel at M = 1..8 by warps a program and boxes in flight,
     beside the table's launch."""
@@ -721,6 +749,6 @@ if __name__ == "__main__":
      "gemm": lambda: gemm(), "mma": lambda: mma(sys.argv[2:] == ["splits"]),
      "layouts": lambda: layouts(), "ablate": lambda: ablate(), "regs": lambda: regs(),
      "tc": lambda: tc(), "tc16": lambda: tc16(), "tma": lambda: tma(),
-     "tma16": lambda: tma16(), "tmasplit": lambda: tmasplit(), "wide": lambda: wide(), "tmasmall": lambda: tmasmall(), "tmacfg": lambda: tmacfg(),
+     "tma16": lambda: tma16(), "tmasplit": lambda: tmasplit(), "wide": lambda: wide(), "widecap": lambda: widecap(), "tmasmall": lambda: tmasmall(), "tmacfg": lambda: tmacfg(),
      "tmablate": lambda: tmablate(), "xtokens": lambda: xtokens(),
      "launch": lambda: launch(sys.argv[2:])}[what]()

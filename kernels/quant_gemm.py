@@ -486,6 +486,12 @@ _TC_TMA_WIDE: tuple[int, int, int] | None = (2, 4, 4)     # None: the MMA kernel
 # 21.3 / 20.2, M = 4 4096 x 14336 23.2 / 23.9 and 18944 x 3584 24.3 / 21.8, 28672 x 8192
 # 52.7 / 54.0 and at M = 8 72.9 / 75.6 (float16 76.1 / 69.1).
 _TC_TMA_WIDE_MIN_PROGRAMS = 64
+# ptxas' register cap for the TMA kernel (None: its own choice; 174 registers a thread in
+# the M = 9..16 build under Triton 3.9, so 5 two-warp programs an SM). Caps of 168 and
+# 128, at the table's split and twice it, were 1-110 % slower on every M = 16 row
+# (`widecap`, H200, 2026-12-01: 28672 x 8192 bfloat16 83.6 us uncapped, 87.6 at 168,
+# 126.4-129.9 at 128).
+_TC_TMA_MAXNREG: int | None = None
 _TC_TMA_WIDE_PROGRAMS = 4 * _NUM_SMS
 _TC_TMA_WIDE_MIN_STEPS = 8
 
@@ -1926,7 +1932,8 @@ def _launch_tc_tma(x, x32, words, scales, zeros, group_size, out, cfg, M, N, K) 
            zeros.stride(1), *dstrides,
            W=w, STAGES=cfg.num_stages, USE_INT64=use_int64, RB=cfg.block_n // (16 * w),
            **tc_asm_options(x.dtype, scales.dtype, M, group_size, bool(cfg.biased)),
-           num_warps=w, num_stages=cfg.num_stages)
+           num_warps=w, num_stages=cfg.num_stages,
+           **({} if _TC_TMA_MAXNREG is None else {"maxnreg": _TC_TMA_MAXNREG}))
     _sum_splits(dest, out, split)
     return True
 
