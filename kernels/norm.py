@@ -301,6 +301,10 @@ class NormTuning(NamedTuple):
 #:   write in step). On shorter rows it lost to the register kernel (8192 to 4544
 #:   elements, LayerNorm and RMSNorm: 1-32 % slower, best on falcon's 4544 at 64 a thread,
 #:   one row a program, 29.8 against 31.2 us in one run and behind in the other).
+#:   Sums that mask no word where the row fills the four parts exactly (830 -> 781 SASS
+#:   instructions in the loop of the [2048, 32768] LayerNorm build) ran 71.38 against
+#:   71.62 us (H200, row_probe.py, 2026-12-01, side by side; a second run of both was
+#:   disturbed): within noise, not kept.
 TUNING = NormTuning(ln_stats="twopass", shift_limit=16.0, min_tile=4096, programs_per_sm=4,
                     per_thread_large=32, per_thread_mid=16, per_thread_small=8,
                     coop_min_block=0, coop_block=8192, coop_warps=8,
