@@ -181,9 +181,11 @@ class DecodeConfig(NamedTuple):
     # warps wait for its slowest.
     planes: bool = False
     # The tensor-core kernel with its weight steps brought in by TMA (sm_90+;
-    # :func:`_w4a16_tc_tma_kernel`): k_slices 1 and split_k 1, so that a program's
-    # [16 * num_warps rows, 64 bytes] word tile is one box of the weight, num_stages boxes
-    # in flight through shared memory (Triton's loop pipeliner), none in registers.
+    # :func:`_w4a16_tc_tma_kernel`): k_slices 1, so that a program's [16 * num_warps rows,
+    # 64 bytes] word tile is one box of the weight, num_stages boxes in flight through
+    # shared memory (Triton's loop pipeliner), none in registers; block_n // (16 *
+    # num_warps) row blocks a program; split_k programs along K, each storing a float32
+    # plane of partial sums that the split-K sum kernel adds up.
     tma: bool = False
 
 
@@ -522,7 +524,8 @@ def tc_config_for(M: int, N: int, K: int, group_size: int, dtype: torch.dtype | 
                   tma: bool | None = None) -> DecodeConfig:
     """The tensor-core decode kernel's configuration by the table's rules (the keyword
     arguments override them; ``tma=True`` gives the TMA kernel's, whose warps, stages and
-    row blocks -- block_n = 16 x warps x blocks -- are the table's)."""
+    row blocks -- block_n = 16 x warps x blocks -- and, at M = 9..16, K split are the
+    table's)."""
     if biased is None:
         biased = _TC_BIASED.get(dtype, False)
     if tma is None:
