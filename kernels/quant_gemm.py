@@ -468,7 +468,7 @@ _TC_TMA_ONE_TOKEN = (2, 4)     # (warps, stages) at M = 1
 # blocks of 16 weight rows; each block's K-slice sums met in shared memory (tl.sum over
 # the warps), and each program's K range went to a float32 plane. It ran 2.2-4x slower
 # than this table. 28672 x 8192 at M = 16 took 198-376 us against 90.7, and M = 1 rows
-# were 4-7x slower. The loop held 10 barriers and 24 shuffles a block for the cross-warp
+# were 1.7-7.7x slower. The loop held 10 barriers and 24 shuffles a block for the cross-warp
 # sum. ncu (4 warps, 3 stages): L1/shared 90 % busy, 6-7-way bank conflicts on the
 # reduction's shared stores and loads, DRAM 16 % busy. At 2 warps (little to sum, 32
 # planes) it still took 198 us, at 94-114 registers a thread.
