@@ -349,6 +349,25 @@ def test_tc_tma_strides_and_fallback():
     _close(out, _want(x, p, s, z, g), F16)
 
 
+def test_tc_tma_two_tiles_fall_back_to_the_mma_kernel():
+    """At M = 9..16 a weight the TMA kernel cannot read (rows 260 bytes apart) takes the MMA
+    kernel, not the K-sliced one (which holds one token tile), split config or not."""
+    M, N, K, g = 12, 40, 512, 128
+    x, p, s, z = _operands(M, N, K, g, BF16, seed=23)
+    wide = torch.zeros(N, K // 2 + 4, dtype=torch.uint8)
+    wide[:, :K // 2] = p
+    pw = wide[:, :K // 2]
+    for split in (1, 2):
+        cfg = Q.tc_config_for(M, N, K, g, BF16, tma=True)._replace(split_k=split)
+        out = torch.empty(M, N, dtype=BF16)
+        with recording() as launches:
+            w4a16_decode_triton(x, pw, s, z, g, out, config=cfg)
+        kernels = [k for k, *_ in launches]
+        assert Q._w4a16_decode_kernel in kernels, kernels
+        assert Q._w4a16_tc_tma_kernel not in kernels and Q._w4a16_tc_kernel not in kernels
+        _close(out, _want(x, p, s, z, g), BF16)
+
+
 def test_tc_planes_by_the_table(monkeypatch):
     """The table's planes (here for any weight size) through the launcher's own choice of
     configuration, the path that keeps a replay of both launches where one can be kept."""
