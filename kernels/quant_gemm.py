@@ -466,16 +466,17 @@ _TC_TMA_ONE_TOKEN = (2, 4)     # (warps, stages) at M = 1
 # Tried for M = 9..16 and not kept (H200, 2026-12-01, bfloat16): x held still. Warp i of a
 # program kept one step's x fragments and sums (prepared once) and the program walked
 # blocks of 16 weight rows; each block's K-slice sums met in shared memory (tl.sum over
-# the warps), and each program's K range went to a float32 plane. It ran 2.2-4x slower
-# than this table. 28672 x 8192 at M = 16 took 198-376 us against 90.7, and M = 1 rows
-# were 1.7-7.7x slower. The loop held 10 barriers and 24 shuffles a block for the cross-warp
+# the warps), and each program's K range went to a float32 plane. At M = 16 it ran
+# 2.2-5.5x slower than this table (28672 x 8192: 198-376 us against 90.7), M = 1 rows
+# 1.7-7.7x. The loop held 10 barriers and 24 shuffles a block for the cross-warp
 # sum. ncu (4 warps, 3 stages): L1/shared 90 % busy, 6-7-way bank conflicts on the
 # reduction's shared stores and loads, DRAM 16 % busy. At 2 warps (little to sum, 32
 # planes) it still took 198 us, at 94-114 registers a thread.
 _TC_TMA_WIDE: tuple[int, int, int] | None = (2, 4, 4)     # None: the MMA kernel at M > 8
 # ... where N gives at least _TC_TMA_WIDE_MIN_PROGRAMS such programs, K split over programs
 # (float32 planes, summed by the second kernel) up to _TC_TMA_WIDE_PROGRAMS programs in all
-# (about one wave: 4 resident an SM at 2 warps), each split keeping _TC_TMA_WIDE_MIN_STEPS
+# (within one wave: 5 two-warp programs fit an SM at the 174 registers of the Triton 3.9
+# build), each split keeping _TC_TMA_WIDE_MIN_STEPS
 # steps. H200 (w4a16_probe.py `tmasplit`, 2026-12-01, us, bfloat16 / float16, splits
 # against the table then, which had the MMA kernel on the first three): 28672 x 8192 at
 # M = 16 2 splits (448 programs) 82.4 / 80.2 against 90.0 / 88.4 (3 splits, 672 programs
@@ -488,14 +489,14 @@ _TC_TMA_WIDE: tuple[int, int, int] | None = (2, 4, 4)     # None: the MMA kernel
 # 21.3 / 20.2, M = 4 4096 x 14336 23.2 / 23.9 and 18944 x 3584 24.3 / 21.8, 28672 x 8192
 # 52.7 / 54.0 and at M = 8 72.9 / 75.6 (float16 76.1 / 69.1).
 _TC_TMA_WIDE_MIN_PROGRAMS = 64
+_TC_TMA_WIDE_PROGRAMS = 4 * _NUM_SMS
+_TC_TMA_WIDE_MIN_STEPS = 8
 # ptxas' register cap for the TMA kernel (None: its own choice; 174 registers a thread in
 # the M = 9..16 build under Triton 3.9, so 5 two-warp programs an SM). Caps of 168 and
 # 128, at the table's split and twice it, were 1-110 % slower on every M = 16 row
 # (`widecap`, H200, 2026-12-01: 28672 x 8192 bfloat16 83.6 us uncapped, 87.6 at 168,
 # 126.4-129.9 at 128).
 _TC_TMA_MAXNREG: int | None = None
-_TC_TMA_WIDE_PROGRAMS = 4 * _NUM_SMS
-_TC_TMA_WIDE_MIN_STEPS = 8
 
 
 def _pow2_divisor(n: int, choices: tuple[int, ...]) -> int | None:
@@ -1464,8 +1465,8 @@ def _w4a16_tc_tma_kernel(
     # by TMA, STAGES steps in flight through shared memory (Triton's loop pipeliner). A
     # program has RB (1, 2 or 4) such blocks, which share the step's x fragments (loaded
     # and prepared once a warp). x is read as int32 words (16-byte aligned rows), the
-    # scales as in _w4a16_tc_kernel; the sums go straight to out. Rows past N: the box
-    # reads zeros, the store is masked. Program (pid_n, pid_k) takes steps [pid_k
+    # scales as in _w4a16_tc_kernel; the sums go to out, or to a plane (below). Rows past
+    # N: the box reads zeros, the store is masked. Program (pid_n, pid_k) takes steps [pid_k
     # STEPS_PER_SPLIT, +STEPS_PER_SPLIT) and stores plane pid_k of out (float32 [splits, M,
     # N] where K is split, else out itself: stride_os 0).
     R: tl.constexpr = 16 * W
