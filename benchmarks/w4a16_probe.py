@@ -611,6 +611,15 @@ def tmasmall() -> None:
                   (2, 4, 1, 8), (1, 4, 1, 4), (1, 4, 1, 8)))
 
 
+def _checked_us(call, out, ref) -> str:
+    """``call`` (which writes ``out``) run once on a NaN-filled ``out`` and checked against
+    ``ref``, then timed: its microseconds, marked WRONG past 1 % relative error."""
+    out.fill_(float("nan"))
+    call()
+    err = ((out.float() - ref).norm() / ref.norm()).item()
+    return f"{_median_s(call) * 1e6:.1f}{'' if err < 1e-2 else ' WRONG'}"
+
+
 def wide() -> None:
     """The table's launch at M = 9..16 beside the MMA kernel (legacy_decode_config) and the
     TMA kernel with one split fewer and one more than the table's, both dtypes."""
@@ -630,10 +639,7 @@ def wide() -> None:
             for name, c in cands.items():
                 def call(c=c):
                     Q.w4a16_decode_triton(x, p, s, z, G, out, c)
-                out.fill_(float("nan"))
-                call()
-                err = ((out.float() - ref).norm() / ref.norm()).item()
-                line += f" {name} {_median_s(call) * 1e6:.1f}{'' if err < 1e-2 else ' WRONG'};"
+                line += f" {name} {_checked_us(call, out, ref)};"
             print(line, flush=True)
 
 
@@ -655,11 +661,7 @@ def widecap() -> None:
 
                     def call(c=c):
                         Q.w4a16_decode_triton(x, p, s, z, G, out, c)
-                    out.fill_(float("nan"))
-                    call()
-                    err = ((out.float() - ref).norm() / ref.norm()).item()
-                    line += (f" cap {cap} k{c.split_k} {_median_s(call) * 1e6:.1f}"
-                             f"{'' if err < 1e-2 else ' WRONG'};")
+                    line += f" cap {cap} k{c.split_k} {_checked_us(call, out, ref)};"
             Q._TC_TMA_MAXNREG = None
             print(line, flush=True)
 
@@ -749,6 +751,7 @@ if __name__ == "__main__":
      "gemm": lambda: gemm(), "mma": lambda: mma(sys.argv[2:] == ["splits"]),
      "layouts": lambda: layouts(), "ablate": lambda: ablate(), "regs": lambda: regs(),
      "tc": lambda: tc(), "tc16": lambda: tc16(), "tma": lambda: tma(),
-     "tma16": lambda: tma16(), "tmasplit": lambda: tmasplit(), "wide": lambda: wide(), "widecap": lambda: widecap(), "tmasmall": lambda: tmasmall(), "tmacfg": lambda: tmacfg(),
+     "tma16": lambda: tma16(), "tmasplit": lambda: tmasplit(), "wide": lambda: wide(),
+     "widecap": lambda: widecap(), "tmasmall": lambda: tmasmall(), "tmacfg": lambda: tmacfg(),
      "tmablate": lambda: tmablate(), "xtokens": lambda: xtokens(),
      "launch": lambda: launch(sys.argv[2:])}[what]()
