@@ -499,6 +499,12 @@ _TC_TMA_WIDE_MIN_STEPS = 8
 _TC_TMA_MAXNREG: int | None = None
 
 
+def _wide_programs(N: int) -> int:
+    """Programs along N of the TMA kernel at M = 9..16 (_TC_TMA_WIDE's rows a program)."""
+    warps, _, blocks = _TC_TMA_WIDE
+    return triton.cdiv(N, 16 * warps * blocks)
+
+
 def _pow2_divisor(n: int, choices: tuple[int, ...]) -> int | None:
     return next((c for c in choices if n % c == 0), None)
 
@@ -513,8 +519,7 @@ def decode_config_for(M: int, N: int, K: int, group_size: int,
         if M <= _TC_MAX_M:
             return tc_config_for(M, N, K, group_size, dtype)
         if (_TC_TMA and _TC_TMA_WIDE is not None and _TC_TILE_TOKENS < M <= DECODE_MAX_M
-                and triton.cdiv(N, 16 * _TC_TMA_WIDE[0] * _TC_TMA_WIDE[2])
-                >= _TC_TMA_WIDE_MIN_PROGRAMS):
+                and _wide_programs(N) >= _TC_TMA_WIDE_MIN_PROGRAMS):
             return tc_config_for(M, N, K, group_size, dtype, tma=True)
     return legacy_decode_config(M, N, K, group_size)
 
@@ -536,8 +541,7 @@ def tc_config_for(M: int, N: int, K: int, group_size: int, dtype: torch.dtype | 
         split = 1
         if M > _TC_TILE_TOKENS and _TC_TMA_WIDE is not None:     # two token tiles
             warps, stages, blocks = _TC_TMA_WIDE
-            programs = triton.cdiv(N, 16 * warps * blocks)
-            split = max(1, min(_TC_TMA_WIDE_PROGRAMS // programs,
+            split = max(1, min(_TC_TMA_WIDE_PROGRAMS // _wide_programs(N),
                                (K // 128) // _TC_TMA_WIDE_MIN_STEPS))
         else:
             warps, stages = _TC_TMA_ONE_TOKEN if M == 1 else (_TC_TMA_WARPS, _TC_TMA_STAGES)
