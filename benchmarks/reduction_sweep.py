@@ -77,6 +77,8 @@ ROWS = [
      "bfloat16", 0.5),
     ("amax llama3-8b-decode-tensor bf16", "amax", (16, 4096), dict(dim=None), "bfloat16", 0.3),
     ("mean llama3-logits-decode bf16", "mean", (32, 1, 128256), dict(dim=-1), "bfloat16", 0.3),
+    ("mean llama3-logits-row f32", "mean", (2048, 128256), dict(dim=-1), "float32", 1.0),
+    ("mean llama3-logits-row bf16", "mean", (2048, 128256), dict(dim=-1), "bfloat16", 1.0),
     ("sum llama3-8b-decode-full f32", "sum", (128, 4096), dict(dim=None), "float32", 0.3),
 ]
 
@@ -86,7 +88,7 @@ SMOKE_SHAPES = {  # tiny stand-ins, same layouts (the interpreter runs every pro
     (8192, 7168): (5, 700), (4096, 7168): (3, 7 * 256), (8192, 3584): (4, 3 * 256),
     (8192, 14336): (9, 1200), (4096, 4096): (6, 300),
     (32768, 8192): (7, 900), (16, 4096): (4, 300), (32, 1, 128256): (3, 1, 900),
-    (128, 4096): (8, 300),
+    (128, 4096): (8, 300), (2048, 128256): (5, 5000),
 }
 
 # -- variants -----------------------------------------------------------------------------------
@@ -110,12 +112,12 @@ COL_VARIANTS = [
 ]
 W = R.ROW
 ROW_VARIANTS = [
-    ("row split: a second launch", W._replace(finish_in_place=False)),
-    ("row prefetch 3/SM", W._replace(prefetch=True, split_programs_per_sm=3)),
     ("row 128 B/thread", W._replace(bytes_per_thread=128, tile_bytes=32768,
                                     split_programs_per_sm=2)),
     ("row looped 4 KiB blocks prefetch", W._replace(one_block_max_bytes=8192, tile_bytes=4096,
                                                     prefetch=True, split_programs_per_sm=8)),
+    ("row split: a second launch", W._replace(finish_in_place=False)),
+    ("row prefetch 3/SM", W._replace(prefetch=True, split_programs_per_sm=3)),
     ("row prefetch 4/SM", W._replace(prefetch=True)),
     ("row 8 KiB tiles 8/SM", W._replace(tile_bytes=8192, split_programs_per_sm=8)),
     ("row 32 B/thread", W._replace(bytes_per_thread=32)),

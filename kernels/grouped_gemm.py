@@ -71,6 +71,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from opspec.kernels.launch import launch
+from opspec.kernels.pdl import overlap_options, overlap_start
 from opspec.kernels.tiling import clip_tiles as _clip
 from opspec.kernels.tiling import INT32_LIMIT
 from opspec.kernels.tiling import element_extent as _extent
@@ -211,7 +212,9 @@ def _grouped_gemm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     BLOCK_G: tl.constexpr, GROUP_M: tl.constexpr, EVEN_K: tl.constexpr,
     USE_INT64: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+    PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
+    overlap_start(PDL)
     # Grouped program order over the virtual row tiles (an upper bound of the real ones).
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M) + G
@@ -337,7 +340,7 @@ def grouped_gemm_triton(a: torch.Tensor, b: torch.Tensor, batch_sizes: torch.Ten
         BLOCK_G=max(16, triton.next_power_of_2(G)), GROUP_M=cfg.group_m,
         EVEN_K=K % cfg.block_k == 0, USE_INT64=use_int64,
         INPUT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **overlap_options(a.device),
     )
     return out
 
@@ -418,7 +421,9 @@ def _grouped_gemm_tma_kernel(
     BLOCK_G: tl.constexpr, GROUP_M: tl.constexpr,
     TRANS_A: tl.constexpr, TRANS_B: tl.constexpr, ALIGN_M: tl.constexpr,
     USE_INT64: tl.constexpr, PROGRAMS: tl.constexpr,
+    PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
+    overlap_start(PDL)
     # The groups' row tiles, once per program. A group's tiles start at its first row
     # rounded down to a multiple of ALIGN_M (1, or the elements in 16 bytes when M is a's
     # inner dimension: a box's start in the inner dimension must be 16-byte aligned);
@@ -506,5 +511,5 @@ def grouped_gemm_tma(a: torch.Tensor, b: torch.Tensor, batch_sizes: torch.Tensor
         GROUP_M=cfg.group_m, TRANS_A=trans_a, TRANS_B=trans_b,
         ALIGN_M=16 // a.element_size() if trans_a else 1,
         USE_INT64=_extent(out) > _INT32_LIMIT, PROGRAMS=programs,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **overlap_options(a.device))
     return out

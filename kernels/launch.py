@@ -102,6 +102,12 @@ def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> Any
     ``kernel[grid](*args, **kwargs)`` does; returns what it returns (the compiled kernel)."""
     if _recorded is not None:
         _recorded.append((kernel, grid, args, kwargs))
+    if kwargs.get("launch_pdl") and not kwargs.get("PDL"):
+        # A dependent launch may start before the kernel ahead of it ends: only a kernel
+        # that waits for it first (opspec.kernels.pdl.overlap_start) may take one.
+        raise ValueError(f"{getattr(kernel, '__name__', kernel)} is launched dependent "
+                         f"(launch_pdl=True) without PDL=True: it would not wait for the "
+                         f"kernel before it")
     if not _ENABLED or type(kernel) is not _JITFunction or kernel.pre_run_hooks \
             or _hooked(_knobs.runtime.launch_enter_hook) \
             or _hooked(_knobs.runtime.launch_exit_hook):

@@ -122,6 +122,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from opspec.kernels.devices import TRITON_INTERPRETED
 from opspec.kernels.gemm import gemm_triton
 from opspec.kernels.launch import LaunchMemo, launch, prepare
+from opspec.kernels.pdl import overlap_options, overlap_start
 from opspec.kernels.quant_dequant import dequant_supported, dequantize_int4_triton
 from opspec.kernels.tiling import H200_SMS as _NUM_SMS
 from opspec.kernels.tiling import INT32_LIMIT
@@ -1301,7 +1302,9 @@ def _w4a16_tc_kernel(
     EMULATE: tl.constexpr, PREP: tl.constexpr, PREP_CONS: tl.constexpr, MAIN: tl.constexpr,
     MAIN_CONS: tl.constexpr, LD: tl.constexpr, LD_CONS: tl.constexpr, LDM: tl.constexpr,
     LDM_CONS: tl.constexpr, X_TOKENS: tl.constexpr = False,
+    PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
+    overlap_start(PDL)
     # x_ptr: x as int32 words (pairs of x values; stride_xm in words), xt_ptr: x itself
     # (read only when EMULATE); w_ptr: the packed weight as int32 words (stride_wn in words).
     # A step is 128 k (16 words a row) inside one group (STEP_G steps a group). The tile is
@@ -1462,7 +1465,9 @@ def _w4a16_tc_tma_kernel(
     PREP: tl.constexpr, PREP_CONS: tl.constexpr, MAIN: tl.constexpr,
     MAIN_CONS: tl.constexpr, LD: tl.constexpr, LD_CONS: tl.constexpr, LDM: tl.constexpr,
     LDM_CONS: tl.constexpr, RB: tl.constexpr = 1,
+    PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
+    overlap_start(PDL)
     # _w4a16_tc_kernel with its W warps along the rows only (one K slice): row r = g +
     # 8 (warp + W h) of the [16 W, 16] tile is then weight row (RB pid_n + b) 16 W + r of
     # block b, so a step's word tile is one [16 W, 16] box of the [N, K // 8] words, loaded
@@ -1569,8 +1574,10 @@ def _w4a16_tc_tma_kernel(
 
 @triton.jit
 def _split_sum_kernel(part_ptr, out_ptr, MN, N, SPLIT, stride_om, stride_on,
-                      BLOCK: tl.constexpr):
-    # out[m, n] = sum over s of part[s, m, n] (part contiguous), in a fixed order.
+                      BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+    # out[m, n] = sum over s of part[s, m, n] (part contiguous), in a fixed order. PDL:
+    # launched dependent on the kernel that stored the planes (opspec.kernels.pdl).
+    overlap_start(PDL)
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < MN
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
@@ -1727,7 +1734,7 @@ def _sum_splits(dest: torch.Tensor, out: torch.Tensor, split: int, block: int = 
         M, N = out.shape
         grid = (triton.cdiv(M * N, block),)
         args = (dest, out, M * N, N, split, out.stride(0), out.stride(1))
-        options = dict(BLOCK=block, num_warps=4)
+        options = dict(BLOCK=block, num_warps=4, **overlap_options(out.device))
         launch(_split_sum_kernel, grid, *args, **options)
         return grid, args, options
     return None
@@ -1897,6 +1904,8 @@ def _launch_tc(x, packed_weight, scales, zeros, group_size, out, cfg, M, N, K,
     if planes == 1:
         _PREPARED.launch(memo_key, 6, _w4a16_tc_kernel, grid, *args, **kwargs)
         return True
+    # planes: the kernel and the planes' sum, an overlapped pair where the device allows it
+    kwargs.update(overlap_options(x.device))
     launch(_w4a16_tc_kernel, grid, *args, **kwargs)
     sum_grid, sum_args, sum_options = _sum_splits(dest, out, planes)
     if memo_key is not None and split == 1:
@@ -1940,7 +1949,7 @@ def _launch_tc_tma(x, x32, words, scales, zeros, group_size, out, cfg, M, N, K) 
            zeros.stride(1), *dstrides,
            W=w, STAGES=cfg.num_stages, USE_INT64=use_int64, RB=cfg.block_n // (16 * w),
            **tc_asm_options(x.dtype, scales.dtype, M, group_size, bool(cfg.biased)),
-           num_warps=w, num_stages=cfg.num_stages,
+           num_warps=w, num_stages=cfg.num_stages, **overlap_options(x.device),
            **({} if _TC_TMA_MAXNREG is None else {"maxnreg": _TC_TMA_MAXNREG}))
     _sum_splits(dest, out, split)
     return True

@@ -50,7 +50,10 @@ launch: each program then counts itself in on its row's arrival count, and the r
 program reduces the row's partials in a fixed order, divides (mean), casts and writes the
 result, and sets the count back to zero (the counts are kept per stream, so no launch
 fills them; :func:`arrival_counts`). A column split, whose partials are a whole row of
-columns per chunk, takes a second launch -- the same kernel, on the workspace. Either way
+columns per chunk, takes a second launch -- the same kernel, on the workspace; on sm_90
+and later both launches are dependent ones (:mod:`opspec.kernels.pdl`), so the second
+stage's programs are placed while the first stage ends and wait there for its writes.
+Either way
 the partials are added in a fixed order: deterministic, no atomics on the values. The
 launch sizes follow in plain Python from the shape and one table of constants
 (:data:`TUNING`; no autotuning at call time; :func:`plan_launch` says how).
@@ -74,6 +77,7 @@ import triton
 import triton.language as tl
 
 from opspec.kernels.launch import launch
+from opspec.kernels.pdl import overlap_options, overlap_start
 from opspec.kernels.tiling import INT32_LIMIT
 
 __all__ = [
@@ -134,6 +138,10 @@ class RowTuning(NamedTuple):
     #: A split's partials are reduced by the last of a row's programs to finish (an arrival
     #: count a row), in the same launch, instead of by a second launch.
     finish_in_place: bool = True
+    #: Looped rows of 4-byte elements step through tiles of this many bytes at
+    #: ``wide_bytes_per_thread`` a thread instead (0: as 16-bit rows).
+    wide_tile_bytes: int = 0
+    wide_bytes_per_thread: int = 0
 
 
 class ColTuning(NamedTuple):
@@ -157,6 +165,9 @@ class ColTuning(NamedTuple):
     one_block_elems: int
     #: The second stage (the partials of a split, n_split rows) is one block up to this many.
     stage2_max_rows: int
+    #: A split's second launch overlaps the first's end where the device allows it
+    #: (opspec.kernels.pdl), instead of starting after it.
+    overlap_stages: bool = True
 
 
 class Tuning(NamedTuple):
@@ -191,9 +202,18 @@ class Tuning(NamedTuple):
 #: float32 237.0 / 237.3: never slower. Smaller tiles on more programs (4 or 8 KiB, 8 or 16
 #: programs an SM, as torch.compile's 2048 programs of 4 KiB steps) won the amax rows by
 #: as much and lost 1-3 % on the sums.
+#: Unsplit float32 rows looped in 32 KiB tiles at 128 bytes a thread (wide_tile_bytes;
+#: H200, benchmarks/reduction_sweep.py and the bench, 2026-12-01): the mean of [2048,
+#: 128256] float32 rows took 257.5 us in 16 KiB tiles (eager 239.2, compile 236.0; 237.1
+#: in an earlier run of the same build on another H200), 233.6-233.9 in 32 KiB ones. Those
+#: tiles for every dtype lost up to 7 % on small and 16-bit rows (decode [16, 4096] amax
+#: 5.7 -> 6.1 us, [4096, 4096] sum 11.8 -> 12.1), and on the float32 whole-tensor splits
+#: (the mean of [2048, 128256] 231.1 -> 249.5, the sum of [8192, 14336] 107.7 -> 113.4),
+#: so only unsplit 4-byte rows take them.
 ROW = RowTuning(tile_bytes=16384, bytes_per_thread=64, one_block_max_bytes=32768,
                 one_block_min_bytes=8192, split_programs_per_sm=4, split_min_steps=4,
-                prefetch=True, finish_in_place=True)
+                prefetch=True, finish_in_place=True, wide_tile_bytes=32768,
+                wide_bytes_per_thread=128)
 #: Columns: the former kernel (a [32, 256] bf16 tile, 8 warps stacked over R, a 2-D fp32
 #: accumulator of 32 registers a thread, about 8 programs an SM) ran the [16384, 8192] bf16
 #: column sum at 2.6 TB/s, 0.8x eager. Here 4 warps sit side by side over 2 KiB of each row
@@ -210,6 +230,16 @@ ROW = RowTuning(tile_bytes=16384, bytes_per_thread=64, one_block_max_bytes=32768
 #: amax 45.8 against 70.8 / 46.3. Again with the clean L2 flush (same script, 2026-12-01),
 #: the [16384, 4096] bf16 column mean: the table 36.7 us (compile 40.4), the best variant
 #: within 0.3 % (8 warps, 2 programs an SM), the others 2-11 % slower.
+#: The second stage costs: the [16384, 4096] bf16 column mean took 38.1-38.7 us where its
+#: first stage alone took 33.7-34.2 (ncu: 33.3 us, then 3.4 us for the second kernel). Its
+#: launch made dependent on the first (overlap_stages; H200, benchmarks/col_probe.py,
+#: 2026-12-01, two runs, us): mean 38.7 / 36.9 -> 35.3 / 35.8, amax 37.0 / 38.6 -> 36.3 /
+#: 35.4, [8192, 4096] bf16 -> f32 sum 24.1 -> 21.0, [16384, 8192] bf16 sum 67.0 -> 65.6,
+#: float32 amax of [16384, 4096] 66.0 -> 65.0. Not kept: the split finished in place by
+#: each strip's last program (as the row split is; one launch): with the table's strips
+#: (128 chunks of 1 KiB columns) that program reads 512 KiB of partials, 50 us against
+#: 38; in two levels (groups of 4-16 chunks, then the groups) 38.3-43.5; with strips of
+#: 128-1024 bytes, whose finish reads little, the first stage itself ran 3-20 % slower.
 COL = ColTuning(warps=4, rows_per_step=8, programs_per_sm=4, min_steps=8, prefetch=True,
                 one_block_max_rows=32, one_block_elems=4096, stage2_max_rows=256)
 TUNING = Tuning(ROW, COL)
@@ -425,9 +455,6 @@ def _plan(layout: Layout, elem_size: int, sm_count: int, num_splits: int | None,
         else:
             block_r, block_m = min(row_elems, tile), 1
         n_base = triton.cdiv(n_out, block_m)
-        tile_bytes = block_m * block_r * elem_size
-        # `bytes_per_thread` a thread (a 32 KiB one-block row: 128), 1 to 8 warps.
-        num_warps = max(1, min(8, tile_bytes // (t.bytes_per_thread * 32)))
         steps = triton.cdiv(R, block_r)
         if forced:
             n_split = max(1, min(num_splits, steps))
@@ -435,9 +462,17 @@ def _plan(layout: Layout, elem_size: int, sm_count: int, num_splits: int | None,
             n_split = max(2, min(target // n_base, steps))
         else:
             n_split = 1
+        per_thread = t.bytes_per_thread
+        if n_split == 1 and not one and elem_size == 4 and t.wide_tile_bytes:
+            # unsplit looped rows of 4-byte elements: the wider tile (see ROW)
+            block_r = min(row_elems, t.wide_tile_bytes // elem_size)
+            per_thread = t.wide_bytes_per_thread
+        tile_bytes = block_m * block_r * elem_size
+        # `per_thread` bytes a thread (a 32 KiB one-block row: 128), 1 to 8 warps.
+        num_warps = max(1, min(8, tile_bytes // (per_thread * 32)))
         r_per_split = triton.cdiv(triton.cdiv(R, n_split), block_r) * block_r
         n_split = triton.cdiv(R, r_per_split)
-        unroll = max(1, min(t.bytes_per_thread // 16, block_r))
+        unroll = max(1, min(per_thread // 16, block_r))
         return Launch("row", block_m, block_r, block_i, num_warps, n_split, r_per_split,
                       one_block=n_split == 1 and block_r >= R, unroll=unroll,
                       prefetch=t.prefetch)
@@ -705,7 +740,9 @@ def _col_reduce_kernel(
     EVEN_I: tl.constexpr = False,    # I % BLOCK_I == 0: no column mask
     ACC_2D: tl.constexpr = True,     # a [BLOCK_R, BLOCK_I] accumulator, else [BLOCK_I]
     PREFETCH: tl.constexpr = False,  # the loop loads its next rows before adding these
+    PDL: tl.constexpr = False,       # one of an overlapped launch pair (opspec.kernels.pdl)
 ):
+    overlap_start(PDL)
     pid = tl.program_id(0)
     pid_s = tl.program_id(1)
     if USE_INT64:
@@ -832,7 +869,9 @@ def _col_dims(lay: Layout):
 
 
 def _col(x, out_flat, lay: Layout, lp: Launch, *, reduce_code, final, cast_ty, acc_ty,
-         dims, os_s, n_div, use_int64):
+         dims, os_s, n_div, use_int64, overlap=False):
+    """Launch the column kernel; `overlap`: launched dependent on the kernel before it (see
+    opspec.kernels.pdl) where the device allows it."""
     (O, s_o, os_o), (I, s_i, os_i) = dims
     n_i_blocks = triton.cdiv(I, lp.block_i)
     grid = (O * n_i_blocks, lp.n_split)
@@ -844,6 +883,7 @@ def _col(x, out_flat, lay: Layout, lp: Launch, *, reduce_code, final, cast_ty, a
         BLOCK_R=lp.block_r, BLOCK_I=lp.block_i, ONE_BLOCK=lp.one_block, USE_INT64=use_int64,
         EVEN_I=I % lp.block_i == 0, ACC_2D=lp.acc_2d or lp.one_block,
         PREFETCH=lp.prefetch and not lp.one_block, num_warps=lp.num_warps,
+        **(overlap_options(x.device) if overlap else {"PDL": False}),
     )
 
 
@@ -936,12 +976,15 @@ def reduction_triton(x: torch.Tensor, out: torch.Tensor, axes: tuple[int, ...], 
         dims = _col_dims(lay)
         (O, s_o, _), (I, s_i, _) = dims
         ws_dims = ((O, s_o, I), (I, s_i, 1))
+        # The second stage's programs are placed while the first stage ends (see TUNING).
+        overlap = tuning.col.overlap_stages
         _col(x, ws, lay, lp, reduce_code=partial_code, final=False, cast_ty=cast_ty,
-             acc_ty=acc_ty, dims=ws_dims, os_s=n_out, n_div=R_total, use_int64=big)
+             acc_ty=acc_ty, dims=ws_dims, os_s=n_out, n_div=R_total, use_int64=big,
+             overlap=overlap)
         lay2 = Layout(((O, I), (I, 1)) if O > 1 else ((I, 1),), lp.n_split, n_out)
         lp2 = _plan(lay2, ws.element_size(), sms, 1, tuning, True)
         (_, _, os_o), (_, _, os_i) = dims
         _col(ws, out_flat, lay2, lp2, reduce_code=code, final=True, cast_ty=None,
              acc_ty=acc_ty, dims=((O, I, os_o), (I, 1, os_i)), os_s=0, n_div=R_total,
-             use_int64=big2)
+             use_int64=big2, overlap=overlap)
     return out

@@ -35,6 +35,7 @@ from opspec.kernels.activation import (
     ACTIVATIONS, StreamConfig, _activate, _cdiv, _pow2, pick_config, stream_grid,
 )
 from opspec.kernels.launch import LaunchMemo
+from opspec.kernels.pdl import overlap_options, overlap_start
 from opspec.kernels.tiling import INT32_LIMIT
 
 __all__ = [
@@ -169,8 +170,10 @@ def _gated_kernel(
     USE_INT64: tl.constexpr,
     PERSIST: tl.constexpr,       # fewer programs than tiles: each loops over tiles
     LOAD_POLICY: tl.constexpr,   # '' or 'evict_first'
+    PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
     """``out = act(x[:, :N]) * x[:, N:]`` with the math in fp32."""
+    overlap_start(PDL)
     pid = tl.program_id(0)
     if PERSIST:
         for t in tl.range(pid, n_tiles, tl.num_programs(0)):
@@ -259,7 +262,7 @@ def gated_triton(x: torch.Tensor, out: torch.Tensor, act: str,
                      ACT=code, BLOCK_M=block_m, BLOCK_N=block_n, MASK_M=M % block_m != 0,
                      MASK_N=N % block_n != 0, USE_INT64=use_int64, PERSIST=persist,
                      LOAD_POLICY="evict_first" if cfg.evict_first else "",
-                     num_warps=num_warps)
+                     num_warps=num_warps, **overlap_options(x.device))
     return out
 
 

@@ -18,6 +18,7 @@ import torch
 import opspec.kernels.reduction as K
 from opspec.kernels.devices import TRITON_INTERPRETED
 from opspec.kernels.launch import recording
+from opspec.kernels.pdl import overlap_supported
 from opspec.kernels.reduction import (
     REDUCTIONS, Layout, arrival_counts, collapse, normalize_axes, plan_launch, reduced_shape,
     reduction_reference, reduction_triton,
@@ -166,7 +167,9 @@ def build(fn, args, kw):
         named[name] = kw.pop(name)   # tensors passed by keyword (the finish's counts, result)
     k = sm90.build(fn, named, kw, num_warps)
     return {"ld": k.loads, "local": k.local, "in_flight": k.loads_in_flight(),
-            "loop": k.constexprs["ONE_BLOCK"] is False, "bar": k.sass.count("BAR.SYNC")}
+            "loop": k.constexprs["ONE_BLOCK"] is False, "bar": k.sass.count("BAR.SYNC"),
+            "gdc": [k.ptx.count("griddepcontrol.wait"),
+                    k.ptx.count("griddepcontrol.launch_dependents")]}
 
 class Capture:
     def __init__(self, fn):
@@ -204,6 +207,9 @@ out = {}
 for name, case in cases.items():
     for i, (fn, args, kw) in enumerate(launches(*case[:5], **(case[5] if len(case) > 5 else {}))):
         out[f"{name}/{i}"] = build(fn, args, kw)
+# the column split's launches as an overlapped pair (a meta tensor's plan has it off)
+for i, (fn, args, kw) in enumerate(launches(*cases["col"][:4])):
+    out[f"col-pdl/{i}"] = build(fn, args, dict(kw, PDL=True))
 json.dump(out, sys.stdout)
 """
 
@@ -220,8 +226,8 @@ def test_kernels_build_for_sm90_with_loads_in_flight():
     built = run_script(_COMPILE_SCRIPT)
     # one launch a case, but the column splits' second stage (the whole-tensor splits
     # reduce their partials in place)
-    assert sorted(built) == ["col-amax-fp32/0", "col-amax-fp32/1", "col/0", "col/1",
-                             "int64-col/0", "int64-col/1", "int64-whole/0",
+    assert sorted(built) == ["col-amax-fp32/0", "col-amax-fp32/1", "col-pdl/0", "col-pdl/1",
+                             "col/0", "col/1", "int64-col/0", "int64-col/1", "int64-whole/0",
                              "row-4096/0", "row-7168-amax/0", "row-vocab/0", "whole-fp32/0",
                              "whole/0"], sorted(built)
     for name, k in built.items():
@@ -235,6 +241,11 @@ def test_kernels_build_for_sm90_with_loads_in_flight():
     # thread's 8 rows of a step in flight together, the reduction over R inside each thread
     assert built["col/0"]["in_flight"] >= 8, built["col/0"]
     assert built["col-amax-fp32/0"]["in_flight"] >= 8, built["col-amax-fp32/0"]
+    # built as an overlapped pair: one wait and one trigger each, the loop as before; the
+    # plain builds have neither
+    assert built["col-pdl/0"]["gdc"] == built["col-pdl/1"]["gdc"] == [1, 1], built
+    assert built["col/0"]["gdc"] == built["col/1"]["gdc"] == [0, 0], built
+    assert built["col-pdl/0"]["in_flight"] >= 8, built["col-pdl/0"]
 
 
 # ============================================================================ kernels
@@ -294,6 +305,42 @@ def test_split_finished_in_place_or_by_a_second_launch(reduction):
         assert not arrival_counts(x.device, 5).any()
     if reduction == "amax":
         assert math.isnan(_check(x, 1, reduction, num_splits=3)[3])
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_column_split_stages_overlap_where_the_device_allows(reduction):
+    """A column split's two launches: on a device of sm_90 or later (not the interpreter)
+    both are launched dependent (``launch_pdl``) and built with the grid-dependency wait and
+    trigger; elsewhere, and with ``overlap_stages`` off, two plain launches. The results
+    are the same either way, and the same again from a CUDA graph."""
+    x = _x(3000, 300, dtype=torch.bfloat16, seed=15)
+    if reduction == "amax":
+        x[1234, 77] = math.nan
+    overlap = overlap_supported(x.device)
+    assert overlap == (x.is_cuda and torch.cuda.get_device_capability() >= (9, 0))
+    plain = K.TUNING._replace(col=K.COL._replace(overlap_stages=False))
+    with recording() as launches:
+        got = _check(x, 0, reduction, num_splits=6)
+    with recording() as plain_launches:
+        again = _check(x, 0, reduction, num_splits=6, tuning=plain)
+    assert [k for k, *_ in launches] == [K._col_reduce_kernel] * 2
+    (_, grid1, _, kw1), (_, _, _, kw2) = launches
+    assert grid1[1] == 6
+    for kw in (kw1, kw2):
+        assert (kw["PDL"], kw.get("launch_pdl", False)) == (overlap, overlap)
+    assert all(not kw["PDL"] and "launch_pdl" not in kw for *_, kw in plain_launches)
+    torch.testing.assert_close(got, again, rtol=0, atol=0, equal_nan=True)
+    if reduction == "amax":
+        assert math.isnan(got[77]) and not got[76].isnan()
+    if x.is_cuda:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = _run(x, 0, reduction, num_splits=6)[0]
+        for _ in range(3):
+            out.zero_()
+            graph.replay()
+            torch.cuda.synchronize()
+            torch.testing.assert_close(out, got, rtol=0, atol=0, equal_nan=True)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="streams and graphs need CUDA")

@@ -1,0 +1,115 @@
+"""Overlapped launches (opspec.kernels.pdl): where they are on, the rule that a dependent
+launch only ever goes to a kernel that waits first, and a chain of three kernels (the MoE
+expert MLP: grouped GEMM, SiluAndMul, grouped GEMM) giving the same result overlapped or
+not. On the CPU (Triton's interpreter) the overlap is off: the launches there are plain
+ones, which the tests check too; the GPU run checks the overlapped ones (sm_90 and later)."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+
+import pytest
+import torch
+
+import opspec.kernels.pdl as pdl
+import opspec.kernels.silu_and_mul as SM
+from opspec.kernels.devices import TRITON_DEVICES
+from opspec.kernels.grouped_gemm import _grouped_gemm_kernel, _grouped_gemm_tma_kernel
+from opspec.kernels.launch import launch, recording
+from opspec.kernels.quant_gemm import _split_sum_kernel, _w4a16_tc_kernel, _w4a16_tc_tma_kernel
+from opspec.kernels.reduction import _col_reduce_kernel
+from opspec.kernels.silu_and_mul import _gated_kernel
+from opspec.ops import MoeExpertMLPFwdOp
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+#: Every kernel a launcher may launch dependent (with overlap_options).
+DEPENDENT_KERNELS = [_col_reduce_kernel, _grouped_gemm_kernel, _grouped_gemm_tma_kernel,
+                     _gated_kernel, _split_sum_kernel, _w4a16_tc_kernel, _w4a16_tc_tma_kernel]
+
+
+def _capable() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0)
+
+
+def test_overlap_is_on_only_on_sm90_cuda_devices(monkeypatch):
+    assert not pdl.overlap_supported(torch.device("cpu"))
+    assert pdl.overlap_options(torch.device("cpu")) == {"PDL": False}
+    on = pdl.overlap_supported(torch.device(DEVICE))
+    assert on == (_capable() and not pdl.TRITON_INTERPRETED and pdl.ENABLED)
+    if on:
+        assert pdl.overlap_options(torch.device(DEVICE)) == {"PDL": True, "launch_pdl": True}
+    monkeypatch.setattr(pdl, "ENABLED", False)   # OPSPEC_PDL=0
+    assert not pdl.overlap_supported(torch.device(DEVICE))
+    assert pdl.overlap_options(torch.device(DEVICE)) == {"PDL": False}
+
+
+def test_launch_refuses_a_dependent_launch_to_a_kernel_that_does_not_wait():
+    part = torch.zeros(4, device=DEVICE)
+    out = torch.zeros(4, device=DEVICE)
+    with pytest.raises(ValueError, match="_split_sum_kernel is launched dependent") as ei:
+        launch(_split_sum_kernel, (1,), part, out, 4, 4, 1, 4, 1, BLOCK=4, launch_pdl=True)
+    assert "without PDL=True" in str(ei.value)
+    with pytest.raises(ValueError, match="launched dependent"):
+        launch(_split_sum_kernel, (1,), part, out, 4, 4, 1, 4, 1, BLOCK=4, PDL=False,
+               launch_pdl=True)
+
+
+@pytest.mark.parametrize("kernel", DEPENDENT_KERNELS, ids=lambda k: k.__name__)
+def test_every_dependent_kernel_waits_before_anything_else(kernel):
+    """A dependent launch may start before the kernel ahead of it ends: each kernel its
+    launcher may launch so has a PDL constexpr (default off) and calls overlap_start(PDL)
+    as its first statement, before any load or store."""
+    params = inspect.signature(kernel.fn).parameters
+    assert "PDL" in params and params["PDL"].default is False
+    tree = ast.parse(textwrap.dedent(inspect.getsource(kernel.fn)))
+    body = tree.body[0].body
+    if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]   # the docstring
+    first = body[0]
+    assert isinstance(first, ast.Expr) and isinstance(first.value, ast.Call), ast.dump(first)
+    assert ast.unparse(first.value) == "overlap_start(PDL)"
+
+
+@pytest.mark.skipif(DEVICE not in TRITON_DEVICES,
+                    reason="the Triton kernels need CUDA or TRITON_INTERPRET=1")
+def test_expert_mlp_chain_overlapped_or_not(monkeypatch):
+    """The MLP's three launches carry the overlap where the device has it (each launched
+    dependent on the one before) and not elsewhere; overlapped or plain, eager or from a
+    CUDA graph, the result is the same to the bit."""
+    g = torch.Generator().manual_seed(3)
+    sizes, K, I = [5, 0, 9, 2], 32, 16
+    M, G = sum(sizes), len(sizes)
+    x = (torch.randn(M, K, generator=g) / 2).to(torch.float16).to(DEVICE)
+    w13 = (torch.randn(G, K, 2 * I, generator=g) / 4).to(torch.float16).to(DEVICE)
+    w2 = (torch.randn(G, I, K, generator=g) / 3).to(torch.float16).to(DEVICE)
+    s = torch.tensor(sizes, device=DEVICE)
+    op = MoeExpertMLPFwdOp()
+    on = pdl.overlap_supported(x.device)
+    with recording() as launches:
+        got = op(x, w13, w2, s)
+    names = [k.__name__ for k, *_ in launches]
+    assert names[1] == "_gated_kernel" and len(names) == 3, names
+    assert all(n.startswith("_grouped_gemm") for n in (names[0], names[2])), names
+    for *_, kw in launches:
+        assert (kw["PDL"], kw.get("launch_pdl", False)) == (on, on)
+    # (the gated kernel's prepared replays are kept by shape: dropped when the switch flips)
+    monkeypatch.setattr(pdl, "ENABLED", False)
+    SM._PREPARED.clear()
+    with recording() as plain:
+        again = MoeExpertMLPFwdOp()(x, w13, w2, s)
+    assert all(kw["PDL"] is False and "launch_pdl" not in kw for *_, kw in plain)
+    assert torch.equal(got, again)
+    monkeypatch.setattr(pdl, "ENABLED", True)
+    SM._PREPARED.clear()
+    if x.is_cuda:
+        out = op(x, w13, w2, s)   # warm, then captured
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = op(x, w13, w2, s)
+        for _ in range(3):
+            out.zero_()
+            graph.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(out, got)
