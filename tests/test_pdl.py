@@ -7,6 +7,7 @@ ones, which the tests check too; the GPU run checks the overlapped ones (sm_90 a
 from __future__ import annotations
 
 import ast
+import dataclasses
 import inspect
 import textwrap
 
@@ -21,12 +22,17 @@ from opspec.kernels.launch import launch, recording
 from opspec.kernels.quant_gemm import _split_sum_kernel, _w4a16_tc_kernel, _w4a16_tc_tma_kernel
 from opspec.kernels.reduction import _col_reduce_kernel
 from opspec.kernels.silu_and_mul import _gated_kernel
+from opspec.kernels.softmax import (
+    _split_finish_kernel, _split_partials_kernel, _strided_split_kernel, softmax_plan,
+    softmax_triton,
+)
 from opspec.ops import MoeExpertMLPFwdOp
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 #: Every kernel a launcher may launch dependent (with overlap_options).
 DEPENDENT_KERNELS = [_col_reduce_kernel, _grouped_gemm_kernel, _grouped_gemm_tma_kernel,
-                     _gated_kernel, _split_sum_kernel, _w4a16_tc_kernel, _w4a16_tc_tma_kernel]
+                     _gated_kernel, _split_sum_kernel, _w4a16_tc_kernel, _w4a16_tc_tma_kernel,
+                     _split_partials_kernel, _split_finish_kernel, _strided_split_kernel]
 
 
 def _capable() -> bool:
@@ -113,3 +119,34 @@ def test_expert_mlp_chain_overlapped_or_not(monkeypatch):
             graph.replay()
             torch.cuda.synchronize()
             assert torch.equal(out, got)
+
+
+@pytest.mark.skipif(DEVICE not in TRITON_DEVICES,
+                    reason="the Triton kernels need CUDA or TRITON_INTERPRET=1")
+@pytest.mark.parametrize("dim", [-1, 0], ids=["rows", "columns"])
+def test_softmax_two_launch_plans_overlapped_or_not(monkeypatch, dim):
+    """The softmax plans of two launches (decode rows cut in chunks; long columns cut in
+    chunks, not cooperating): both launches carry the overlap where the device has it, and
+    the result is the same to the bit with it off."""
+    g = torch.Generator().manual_seed(5)
+    x = (torch.randn(3, 5000, generator=g) * 3).to(DEVICE)
+    if dim == 0:
+        x = x.t().contiguous()[:, :2]       # [5000, 2]: a long column a strip
+        plan = softmax_plan(1, 5000, 2, 4, sm_count=132, max_reg=1024)
+        plan = dataclasses.replace(plan, coop=False)   # the two-launch form of long columns
+    else:
+        plan = softmax_plan(3, 5000, 1, 4, sm_count=1000, max_reg=1024)
+    assert plan.kind == ("split" if dim == -1 else "strided") and plan.chunks > 1
+    on = pdl.overlap_supported(x.device)
+    out = torch.empty_like(x)
+    with recording() as launches:
+        softmax_triton(x, dim, out, log=True, plan=plan)
+    assert len(launches) == 2
+    for *_, kw in launches:
+        assert (kw["PDL"], kw.get("launch_pdl", False)) == (on, on)
+    monkeypatch.setattr(pdl, "ENABLED", False)
+    plain = torch.empty_like(x)
+    softmax_triton(x, dim, plain, log=True, plan=plan)
+    assert torch.equal(out, plain)
+    torch.testing.assert_close(out.double(), torch.log_softmax(x.double(), dim),
+                               rtol=2e-5, atol=2e-5)
