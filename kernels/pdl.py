@@ -6,8 +6,8 @@ before it on the stream still runs, once every program of that kernel has called
 ``gdc_launch_dependents()`` (or ended). Each of its programs calls ``gdc_wait()`` before it
 touches memory; the wait returns when the kernel before has finished and its writes are
 visible. What it saves is the gap between two launches: the next kernel's programs are
-already placed and waiting when the one before ends (1-3 us a pair on an H200; see the
-tables of :mod:`opspec.kernels.reduction` and :mod:`opspec.kernels.grouped_gemm`).
+already placed and waiting when the one before ends (1-3 us a pair on an H200: the column
+table of :mod:`opspec.kernels.reduction` and docs/ops.md quote the measurements).
 
 The kernels that take part have a ``PDL`` constexpr and call :func:`overlap_start` first
 thing: the wait, then the trigger, so the next kernel may be placed as soon as this one's
@@ -39,8 +39,11 @@ try:  # Triton builds without them: no overlapped launches
 except ImportError:  # pragma: no cover - depends on the Triton build
     gdc_launch_dependents = gdc_wait = None
 
-__all__ = ["gdc_launch_dependents", "gdc_wait", "overlap_options", "overlap_start",
+__all__ = ["ENABLED", "gdc_launch_dependents", "gdc_wait", "overlap_options", "overlap_start",
            "overlap_supported"]
+
+#: ``OPSPEC_PDL=0`` in the environment turns the overlap off (plain launches everywhere).
+ENABLED = os.environ.get("OPSPEC_PDL", "1") != "0"
 
 
 @triton.jit
@@ -58,10 +61,6 @@ def overlap_options(device: torch.device) -> dict:
     if overlap_supported(device):
         return {"PDL": True, "launch_pdl": True}
     return {"PDL": False}
-
-
-#: ``OPSPEC_PDL=0`` in the environment turns the overlap off (plain launches everywhere).
-ENABLED = os.environ.get("OPSPEC_PDL", "1") != "0"
 
 
 def overlap_supported(device: torch.device) -> bool:

@@ -53,9 +53,8 @@ fills them; :func:`arrival_counts`). A column split, whose partials are a whole 
 columns per chunk, takes a second launch -- the same kernel, on the workspace; on sm_90
 and later both launches are dependent ones (:mod:`opspec.kernels.pdl`), so the second
 stage's programs are placed while the first stage ends and wait there for its writes.
-Either way
-the partials are added in a fixed order: deterministic, no atomics on the values. The
-launch sizes follow in plain Python from the shape and one table of constants
+Either way the partials are added in a fixed order: deterministic, no atomics on the
+values. The launch sizes follow in plain Python from the shape and one table of constants
 (:data:`TUNING`; no autotuning at call time; :func:`plan_launch` says how).
 
 **Numerics.** As torch: the input is cast to the result dtype first (``dtype=`` of sum and
@@ -138,7 +137,7 @@ class RowTuning(NamedTuple):
     #: A split's partials are reduced by the last of a row's programs to finish (an arrival
     #: count a row), in the same launch, instead of by a second launch.
     finish_in_place: bool = True
-    #: Looped rows of 4-byte elements step through tiles of this many bytes at
+    #: Unsplit looped rows of 4-byte elements step through tiles of this many bytes at
     #: ``wide_bytes_per_thread`` a thread instead (0: as 16-bit rows).
     wide_tile_bytes: int = 0
     wide_bytes_per_thread: int = 0
