@@ -1,19 +1,23 @@
 """Overlapped launches (opspec.kernels.pdl): where they are on, the rule that a dependent
-launch only ever goes to a kernel that waits first, and a chain of three kernels (the MoE
-expert MLP: grouped GEMM, SiluAndMul, grouped GEMM) giving the same result overlapped or
-not. On the CPU (Triton's interpreter) the overlap is off: the launches there are plain
-ones, which the tests check too; the GPU run checks the overlapped ones (sm_90 and later)."""
+launch only ever goes to a kernel that waits first, and the ops whose kernels run back to
+back (the MoE expert MLP's three: grouped GEMM, SiluAndMul, grouped GEMM; the softmax's
+two-launch plans) giving the same result overlapped or not. On the CPU (Triton's
+interpreter) the overlap is off: the launches there are plain ones, which the tests check
+too; the GPU run checks the overlapped ones (sm_90 and later)."""
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import importlib
 import inspect
+import pkgutil
 import textwrap
 
 import pytest
 import torch
 
+import opspec.kernels
 import opspec.kernels.pdl as pdl
 import opspec.kernels.silu_and_mul as SM
 from opspec.kernels.devices import TRITON_DEVICES
@@ -29,10 +33,30 @@ from opspec.kernels.softmax import (
 from opspec.ops import MoeExpertMLPFwdOp
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-#: Every kernel a launcher may launch dependent (with overlap_options).
-DEPENDENT_KERNELS = [_col_reduce_kernel, _grouped_gemm_kernel, _grouped_gemm_tma_kernel,
-                     _gated_kernel, _split_sum_kernel, _w4a16_tc_kernel, _w4a16_tc_tma_kernel,
-                     _split_partials_kernel, _split_finish_kernel, _strided_split_kernel]
+#: The kernels this change's launchers launch dependent (with overlap_options).
+KNOWN_DEPENDENT = {_col_reduce_kernel, _grouped_gemm_kernel, _grouped_gemm_tma_kernel,
+                   _gated_kernel, _split_sum_kernel, _w4a16_tc_kernel, _w4a16_tc_tma_kernel,
+                   _split_partials_kernel, _split_finish_kernel, _strided_split_kernel}
+
+
+def _pdl_kernels() -> list:
+    """Every Triton kernel of opspec.kernels with a PDL parameter (any a launcher may launch
+    dependent), found by walking the package's modules."""
+    found = {}
+    for mod in pkgutil.iter_modules(opspec.kernels.__path__):
+        m = importlib.import_module(f"opspec.kernels.{mod.name}")
+        for obj in vars(m).values():
+            if ("PDL" in getattr(obj, "arg_names", ()) and hasattr(obj, "fn")
+                    and obj is not pdl.overlap_start):   # the helper they all call
+                found[id(obj)] = obj
+    return sorted(found.values(), key=lambda k: k.__name__)
+
+
+DEPENDENT_KERNELS = _pdl_kernels()
+
+
+def test_the_kernels_that_overlap_are_found():
+    assert KNOWN_DEPENDENT <= set(DEPENDENT_KERNELS), DEPENDENT_KERNELS
 
 
 def _capable() -> bool:
@@ -64,9 +88,9 @@ def test_launch_refuses_a_dependent_launch_to_a_kernel_that_does_not_wait():
 
 @pytest.mark.parametrize("kernel", DEPENDENT_KERNELS, ids=lambda k: k.__name__)
 def test_every_dependent_kernel_waits_before_anything_else(kernel):
-    """A dependent launch may start before the kernel ahead of it ends: each kernel its
-    launcher may launch so has a PDL constexpr (default off) and calls overlap_start(PDL)
-    as its first statement, before any load or store."""
+    """A dependent launch may start before the kernel ahead of it ends: each kernel with a
+    PDL constexpr (default off: it only takes part when asked) calls overlap_start(PDL) as
+    its first statement, before any load or store."""
     params = inspect.signature(kernel.fn).parameters
     assert "PDL" in params and params["PDL"].default is False
     tree = ast.parse(textwrap.dedent(inspect.getsource(kernel.fn)))
