@@ -1716,6 +1716,13 @@ def _strides(x, w, s, z):
             z.stride(0), z.stride(1))
 
 
+def _k_splits(steps: int, split_k: int) -> tuple[int, int]:
+    """``(steps a split, splits)`` for K cut into at most ``split_k`` splits of whole steps,
+    none of them empty."""
+    per_split = triton.cdiv(steps, max(1, min(split_k, steps)))
+    return per_split, triton.cdiv(steps, per_split)
+
+
 def _split_dest(out: torch.Tensor, split: int) -> tuple[torch.Tensor, tuple[int, int, int]]:
     """Where a decode kernel writes its sums and their (split, m, n) strides: ``out`` itself
     when K is not split, else a float32 ``[split, M, N]`` buffer that :func:`_sum_splits`
@@ -1780,10 +1787,8 @@ def w4a16_decode_triton(x: torch.Tensor, packed_weight: torch.Tensor, scales: to
         words = _as_words(packed_weight, M, K, group_size, cfg.block_k)
         if words is not None:
             return _launch_gemv(x, words, scales, zeros, group_size, out, cfg, M, N, K)
-    steps = triton.cdiv(K, cfg.block_k)
-    split = max(1, min(cfg.split_k, steps))
-    k_per_split = triton.cdiv(steps, split) * cfg.block_k
-    split = triton.cdiv(K, k_per_split)
+    per_split, split = _k_splits(triton.cdiv(K, cfg.block_k), cfg.split_k)
+    k_per_split = per_split * cfg.block_k
     use_int64 = max(_extent(x), _extent(packed_weight), _extent(scales), _extent(zeros),
                     _extent(out), split * M * N) > _INT32_LIMIT
     dest, dstrides = _split_dest(out, split)
@@ -1884,9 +1889,7 @@ def _launch_tc(x, packed_weight, scales, zeros, group_size, out, cfg, M, N, K,
         ks = cfg.k_slices
         wr = cfg.num_warps // ks
     steps = K // 128
-    split = max(1, min(cfg.split_k, steps))
-    per_split = triton.cdiv(steps, split)
-    split = triton.cdiv(steps, per_split)
+    per_split, split = _k_splits(steps, cfg.split_k)
     planes_on = bool(cfg.planes) and ks > 1
     planes = split * (ks if planes_on else 1)
     use_int64 = max(_extent(x), _extent(words) * 4, _extent(scales), _extent(zeros),
@@ -1938,8 +1941,7 @@ def _launch_tc_tma(x, x32, words, scales, zeros, group_size, out, cfg, M, N, K) 
     w = cfg.num_warps
     desc = TensorDescriptor(words, list(words.shape), list(words.stride()), [16 * w, 16])
     steps = K // 128
-    per_split = triton.cdiv(steps, max(1, min(cfg.split_k, steps)))
-    split = triton.cdiv(steps, per_split)
+    per_split, split = _k_splits(steps, cfg.split_k)
     use_int64 = max(_extent(x), _extent(scales), _extent(zeros), _extent(out),
                     split * M * N) > _INT32_LIMIT
     dest, dstrides = _split_dest(out, split)
@@ -1973,10 +1975,8 @@ class _PlanesReplay:
 def _launch_gemv(x, words, scales, zeros, group_size, out, cfg, M, N, K):
     block_w = cfg.block_k // 8
     kw = K // 8
-    steps = triton.cdiv(kw, block_w)
-    split = max(1, min(cfg.split_k, steps))
-    w_per_split = triton.cdiv(steps, split) * block_w
-    split = triton.cdiv(kw, w_per_split)
+    per_split, split = _k_splits(triton.cdiv(kw, block_w), cfg.split_k)
+    w_per_split = per_split * block_w
     use_int64 = max(_extent(x), _extent(words) * 4, _extent(scales), _extent(zeros),
                     _extent(out), split * M * N) > _INT32_LIMIT
     dest, dstrides = _split_dest(out, split)

@@ -868,9 +868,9 @@ def _col_dims(lay: Layout):
 
 
 def _col(x, out_flat, lay: Layout, lp: Launch, *, reduce_code, final, cast_ty, acc_ty,
-         dims, os_s, n_div, use_int64, overlap=False):
-    """Launch the column kernel; `overlap`: launched dependent on the kernel before it (see
-    opspec.kernels.pdl) where the device allows it."""
+         dims, os_s, n_div, use_int64, pdl=None):
+    """Launch the column kernel; `pdl`: :func:`opspec.kernels.pdl.overlap_options` to launch
+    it dependent on the kernel before it (None: a plain launch)."""
     (O, s_o, os_o), (I, s_i, os_i) = dims
     n_i_blocks = triton.cdiv(I, lp.block_i)
     grid = (O * n_i_blocks, lp.n_split)
@@ -882,7 +882,7 @@ def _col(x, out_flat, lay: Layout, lp: Launch, *, reduce_code, final, cast_ty, a
         BLOCK_R=lp.block_r, BLOCK_I=lp.block_i, ONE_BLOCK=lp.one_block, USE_INT64=use_int64,
         EVEN_I=I % lp.block_i == 0, ACC_2D=lp.acc_2d or lp.one_block,
         PREFETCH=lp.prefetch and not lp.one_block, num_warps=lp.num_warps,
-        **(overlap_options(x.device) if overlap else {"PDL": False}),
+        **(pdl or {"PDL": False}),
     )
 
 
@@ -976,14 +976,13 @@ def reduction_triton(x: torch.Tensor, out: torch.Tensor, axes: tuple[int, ...], 
         (O, s_o, _), (I, s_i, _) = dims
         ws_dims = ((O, s_o, I), (I, s_i, 1))
         # The second stage's programs are placed while the first stage ends (see TUNING).
-        overlap = tuning.col.overlap_stages
+        pdl = overlap_options(x.device) if tuning.col.overlap_stages else None
         _col(x, ws, lay, lp, reduce_code=partial_code, final=False, cast_ty=cast_ty,
-             acc_ty=acc_ty, dims=ws_dims, os_s=n_out, n_div=R_total, use_int64=big,
-             overlap=overlap)
+             acc_ty=acc_ty, dims=ws_dims, os_s=n_out, n_div=R_total, use_int64=big, pdl=pdl)
         lay2 = Layout(((O, I), (I, 1)) if O > 1 else ((I, 1),), lp.n_split, n_out)
         lp2 = _plan(lay2, ws.element_size(), sms, 1, tuning, True)
         (_, _, os_o), (_, _, os_i) = dims
         _col(ws, out_flat, lay2, lp2, reduce_code=code, final=True, cast_ty=None,
              acc_ty=acc_ty, dims=((O, I, os_o), (I, 1, os_i)), os_s=0, n_div=R_total,
-             use_int64=big2, overlap=overlap)
+             use_int64=big2, pdl=pdl)
     return out
