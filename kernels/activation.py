@@ -24,6 +24,7 @@ bandwidth (about 4.2 TB/s measured for a copy). The layout of the work:
   passes over memory.
 
 No autotuning at call time: the block sizes are picked in plain Python from the sizes.
+Every kernel here is launched dependent where the device allows (:mod:`opspec.kernels.pdl`).
 Offsets are computed in int64 only when an offset could pass ``2**31 - 1``. Triton
 specialises integer arguments that are multiples of 16, so a length or a row stride
 divisible by 16 keeps the loads vectorised although it is a run-time argument.
@@ -38,7 +39,8 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from opspec.kernels.launch import LaunchMemo
+from opspec.kernels.launch import LaunchMemo, launch
+from opspec.kernels.pdl import overlap_options, overlap_start
 from opspec.kernels.tiling import sm_count
 from opspec.kernels.tiling import INT32_LIMIT
 
@@ -265,7 +267,9 @@ def _activation_flat_kernel(
     EVEN: tl.constexpr,          # n is a multiple of BLOCK: no tile is masked
     PERSIST: tl.constexpr,       # fewer programs than tiles: each loops over tiles
     LOAD_POLICY: tl.constexpr,   # '' or 'evict_first'
+    PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
+    overlap_start(PDL)
     pid = tl.program_id(0)
     if PERSIST:
         for t in tl.range(pid, n_tiles, tl.num_programs(0)):
@@ -289,7 +293,9 @@ def _activation_2d_kernel(
     BLOCK_R: tl.constexpr,
     BLOCK_C: tl.constexpr,
     USE_INT64: tl.constexpr,
+    PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
+    overlap_start(PDL)
     pid = tl.program_id(0)
     rows = (pid // n_col_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)
     cols = (pid % n_col_blocks) * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -350,7 +356,7 @@ def _launch_flat(x: torch.Tensor, out: torch.Tensor, code: int,
                      ACT=code, BLOCK=cfg.block, USE_INT64=n + cfg.block > _INT32_LIMIT,
                      EVEN=n % cfg.block == 0, PERSIST=persist,
                      LOAD_POLICY="evict_first" if cfg.evict_first else "",
-                     num_warps=cfg.num_warps)
+                     num_warps=cfg.num_warps, **overlap_options(x.device))
 
 
 def _launch_2d(x: torch.Tensor, out: torch.Tensor, R: int, C: int, sx, so, code: int) -> None:
@@ -364,11 +370,10 @@ def _launch_2d(x: torch.Tensor, out: torch.Tensor, R: int, C: int, sx, so, code:
     pad_r, pad_c = n_row_blocks * block_r, n_col_blocks * block_c
     reach = max((pad_r - 1) * abs(sx[0]) + (pad_c - 1) * abs(sx[1]),
                 (pad_r - 1) * abs(so[0]) + (pad_c - 1) * abs(so[1]))
-    _activation_2d_kernel[(n_row_blocks * n_col_blocks,)](
-        x, out, R, C, n_col_blocks, sx[0], sx[1], so[0], so[1],
-        ACT=code, BLOCK_R=block_r, BLOCK_C=block_c,
-        USE_INT64=reach > _INT32_LIMIT, num_warps=4,
-    )
+    launch(_activation_2d_kernel, (n_row_blocks * n_col_blocks,),
+           x, out, R, C, n_col_blocks, sx[0], sx[1], so[0], so[1],
+           ACT=code, BLOCK_R=block_r, BLOCK_C=block_c,
+           USE_INT64=reach > _INT32_LIMIT, num_warps=4, **overlap_options(x.device))
 
 
 def activation_triton(x: torch.Tensor, out: torch.Tensor, act: str,

@@ -41,6 +41,7 @@ others without editing the table, including the kernel variants of :data:`VARIAN
 key/value loads, a prescaled q, a lazy rescale, a GQA launch order, warp-specialized or
 source-pipelined key loops; ``benchmarks/attention_sweep.py`` times them). float32 inputs
 (tests only; the ops take float16 / bfloat16) use ``input_precision="ieee"`` products.
+The kernel is launched dependent where the device allows (:mod:`opspec.kernels.pdl`).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ import triton
 import triton.language as tl
 
 from opspec.kernels.launch import launch
+from opspec.kernels.pdl import overlap_options, overlap_start
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 __all__ = [
@@ -431,7 +433,9 @@ def _attn_fwd_kernel(
     KV_TMA: tl.constexpr = False, PRESCALE: tl.constexpr = False, LAZY: tl.constexpr = False,
     LAZY_TAU: tl.constexpr = 8.0, GQA_ORDER: tl.constexpr = False,
     WARP_SPEC: tl.constexpr = False, PIPE: tl.constexpr = False, PERSIST: tl.constexpr = False,
+    PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
+    overlap_start(PDL)
     if PERSIST:
         # a fixed number of programs walking the tiles t = query block * (B * H) + b * H + h:
         # the query blocks slowest (heaviest first when causal), the GROUP query heads of a
@@ -645,7 +649,7 @@ def _launch(q, k, v, out, cu_q, cu_k, strides, S_q, S_kv, batch, H, H_kv, grid_m
         KV_TMA=kv_tma, PRESCALE="prescale" in flags, LAZY="lazy" in flags,
         LAZY_TAU=LAZY_TAU, GQA_ORDER="gqa" in flags, WARP_SPEC="ws" in flags,
         PIPE="pipe" in flags, PERSIST="persist" in flags,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **overlap_options(q.device),
         **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
     return out
 

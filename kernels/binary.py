@@ -38,7 +38,8 @@ How the work is cut (elements a program, warps, a persistent grid, cache hints) 
 :class:`~opspec.kernels.activation.StreamConfig` read from :data:`BINARY_TABLE` by the
 largest element size and the element count (see the table block). Nothing is autotuned
 at call time, and the launches of a call layout (shapes, strides, element sizes) are
-planned once and cached.
+planned once and cached. Every launch is a dependent one where the device allows it
+(:mod:`opspec.kernels.pdl`).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ import triton.language as tl
 
 from opspec.kernels.activation import StreamConfig, _cdiv, _pow2, pick_config, stream_grid
 from opspec.kernels.launch import launch
+from opspec.kernels.pdl import overlap_options, overlap_start
 from opspec.kernels.tiling import INT32_LIMIT
 
 __all__ = [
@@ -353,10 +355,12 @@ def _binary_flat_kernel(
     PERSIST: tl.constexpr,           # fewer programs than tiles: each loops over tiles
     A_POLICY: tl.constexpr,          # a's eviction hint ('', 'evict_first', 'evict_last')
     B_POLICY: tl.constexpr,
+    PDL: tl.constexpr = False,       # launched dependent (opspec.kernels.pdl)
 ):
     """Same-shape operands in memory order (or a 0-d one): tiles of BLOCK elements, only
     a tile that runs past n masked (a mask Triton cannot prove constant over a vector,
     n not a multiple of 16, turns every access into single elements)."""
+    overlap_start(PDL)
     pid = tl.program_id(0)
     if PERSIST:
         for t in tl.range(pid, n_tiles, tl.num_programs(0)):
@@ -470,7 +474,9 @@ def _binary_kernel(
     PERSIST: tl.constexpr,           # fewer programs than tiles: each loops over tiles
     A_POLICY: tl.constexpr,          # a's eviction hint ('', 'evict_first', 'evict_last')
     B_POLICY: tl.constexpr,
+    PDL: tl.constexpr = False,       # launched dependent (opspec.kernels.pdl)
 ):
+    overlap_start(PDL)
     pid = tl.program_id(0)
     if PERSIST:
         for t in tl.range(pid, n_tiles, tl.num_programs(0)):
@@ -647,10 +653,11 @@ def binary_triton(op: str, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
     plan = _plan(shape, tuple(a.shape), a.stride(), tuple(b.shape), b.stride(), max_elem_bytes,
                  config)
     op_code, compute = BINARY_OPS.index(op), _TL_DTYPES[ct]
+    pdl = overlap_options(out.device)   # not in the plan: that is cached without a device
     for L in plan:
         grid, persist = stream_grid(L.config, L.n_tiles, out.device)
         launch(L.kernel, (grid,),
                _offset_view(a, L.a_off), _offset_view(b, L.b_off), _offset_view(out, L.out_off),
                alpha_arg, *L.args, OP=op_code, ALPHA=alpha_mode, COMPUTE=compute,
-               PERSIST=persist, **L.constexprs, num_warps=L.num_warps)
+               PERSIST=persist, **L.constexprs, num_warps=L.num_warps, **pdl)
     return out

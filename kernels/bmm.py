@@ -47,6 +47,8 @@ model over the candidates for M > 64 (counting every matrix's tiles), narrower t
 small M (the decode-attention rows, M = 4: 16-row tiles streaming ``mat2``), and one
 float32 configuration. Every constant is in the block below, to be retuned from H200
 timings. The TMA kernel's table (:func:`bmm_tma_config_for`) is in its own section.
+
+Both kernels are launched dependent where the device allows (:mod:`opspec.kernels.pdl`).
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from opspec.kernels.launch import launch
 from opspec.kernels.devices import TRITON_INTERPRETED
 from opspec.kernels.gemm import gemm_tile
+from opspec.kernels.pdl import overlap_options, overlap_start
 from opspec.kernels.tiling import H200_SMS as _NUM_SMS
 from opspec.kernels.tiling import INT32_LIMIT
 from opspec.kernels.tiling import clip_tiles as _clip
@@ -182,7 +185,9 @@ def _bmm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, EVEN_K: tl.constexpr, USE_INT64: tl.constexpr,
     INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
+    overlap_start(PDL)
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -266,6 +271,7 @@ def bmm_triton(input: torch.Tensor, mat2: torch.Tensor, out: torch.Tensor,
         EVEN_K=K % cfg.block_k == 0, USE_INT64=use_int64,
         INPUT_PRECISION="ieee" if upcast else precision if input.dtype == torch.float32 else "tf32",
         UPCAST=upcast, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        **overlap_options(input.device),
     )
     return out
 
@@ -380,7 +386,9 @@ def _bmm_tma_kernel(
     GROUP_M: tl.constexpr, TRANS_A: tl.constexpr, TRANS_B: tl.constexpr,
     TRANS_C: tl.constexpr, PROGRAMS: tl.constexpr,
     INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, STORE_SPLIT: tl.constexpr,
+    PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
+    overlap_start(PDL)
     num_m = tl.cdiv(M, BLOCK_M)
     num_n = tl.cdiv(N, BLOCK_N)
     tiles = num_m * num_n
@@ -460,5 +468,6 @@ def bmm_tma(input: torch.Tensor, mat2: torch.Tensor, out: torch.Tensor,
         TRANS_A=ta, TRANS_B=tb, TRANS_C=tc, PROGRAMS=programs,
         INPUT_PRECISION="ieee" if upcast else precision if input.dtype == torch.float32 else "tf32",
         UPCAST=upcast, STORE_SPLIT=split, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        **overlap_options(input.device),
     )
     return out

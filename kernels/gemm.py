@@ -35,6 +35,8 @@ Plain functions; the dispatch classes are built elsewhere.
   kernel instead: 16 rows of ``b`` a program, the products summed elementwise in fp32 and
   reduced over K once at the end (no MMA padding one row to 16).
 
+Every kernel here is launched dependent where the device allows (:mod:`opspec.kernels.pdl`).
+
 fp32 inputs run with ``input_precision="ieee"`` (no TF32), fp16/bf16 on tensor cores.
 On CPU the Triton interpreter's ``tl.dot`` is wrong for bf16: test the kernels in
 fp16/fp32 there.
@@ -51,6 +53,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from opspec.kernels.launch import LaunchMemo, launch
+from opspec.kernels.pdl import overlap_options, overlap_start
 from opspec.kernels.tiling import H200_SMS as _NUM_SMS
 from opspec.kernels.tiling import INT32_LIMIT
 from opspec.kernels.tiling import clip_tiles as _clip
@@ -329,7 +332,9 @@ def _gemm_kernel(
     EVEN_K: tl.constexpr,
     USE_INT64: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
+    PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
+    overlap_start(PDL)
     # Grouped ordering: GROUP_M row-blocks advance together along N, so the programs
     # resident at one time reuse both A's row panels and B's column panels in L2.
     pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N),
@@ -360,7 +365,9 @@ def _gemv_kernel(
     EVEN_K: tl.constexpr,
     USE_INT64: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
+    PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
+    overlap_start(PDL)
     # One program per BLOCK_N output columns, all M (<= BLOCK_M) rows; b is streamed
     # once from HBM in its stored layout, a (tiny) is re-read from L2 by each program.
     pid_n = tl.program_id(0)
@@ -401,7 +408,9 @@ def _gemv_kernel(
 @triton.jit
 def _gemv_fma_kernel(a_ptr, b_ptr, c_ptr, N, K, stride_ak, stride_bn, stride_cn,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-                     USE_INT64: tl.constexpr):
+                     USE_INT64: tl.constexpr,
+                     PDL: tl.constexpr = False):  # launched dependent (opspec.kernels.pdl)
+    overlap_start(PDL)
     # M = 1 and op(b)'s K stride 1: BLOCK_N rows of b ([N, K] storage) a program. The
     # products accumulate elementwise in a float32 [BLOCK_N, BLOCK_K] tile, reduced over K
     # once at the end; a is re-read from L2 by each program.
@@ -500,6 +509,7 @@ def _launch(kernel, grid, a, b, out, M, N, K, sa, sb, cfg: GemmConfig, extra: di
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         **extra,
+        **overlap_options(a.device),
     )
 
 
@@ -603,7 +613,8 @@ def _launch_fma(a, b, out, N, K, sa, sb, memo_key) -> None:
     _PREPARED.launch(memo_key, 3, _gemv_fma_kernel, (triton.cdiv(N, _GEMV_FMA_ROWS),),
                      a, b, out, N, K, sa[1], sb[1], so[1],
                      BLOCK_N=_GEMV_FMA_ROWS, BLOCK_K=block_k, EVEN_K=K % block_k == 0,
-                     USE_INT64=use_int64, num_warps=_GEMV_FMA_WARPS, num_stages=1)
+                     USE_INT64=use_int64, num_warps=_GEMV_FMA_WARPS, num_stages=1,
+                     **overlap_options(a.device))
 
 
 # --- TMA descriptors ---------------------------------------------------------------------
@@ -686,7 +697,9 @@ def tma_eligible(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> bool:
 def _gemm_tma_kernel(a_desc, b_desc, c_desc, M, N, K,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                      GROUP_M: tl.constexpr, TRANS_A: tl.constexpr, TRANS_B: tl.constexpr,
-                     STAGES: tl.constexpr):
+                     STAGES: tl.constexpr,
+                     PDL: tl.constexpr = False):  # launched dependent (opspec.kernels.pdl)
+    overlap_start(PDL)
     # Grouped program order as in _gemm_kernel. Out-of-range tile rows and columns
     # (the M, N and K tails) are zero-filled by the descriptor loads and clipped by the
     # descriptor store: no masks.
@@ -714,7 +727,9 @@ def _gemm_tma_persistent_kernel(a_desc, b_desc, c_desc, M, N, K,
                                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                                 BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                                 TRANS_A: tl.constexpr, TRANS_B: tl.constexpr,
-                                PROGRAMS: tl.constexpr):
+                                PROGRAMS: tl.constexpr,
+                                PDL: tl.constexpr = False):  # opspec.kernels.pdl
+    overlap_start(PDL)
     # One program per SM, each walking the tiles pid, pid + PROGRAMS, ... in the grouped
     # order of _gemm_tma_kernel; tails are handled by the descriptors as there.
     num_m = tl.cdiv(M, BLOCK_M)
@@ -773,11 +788,11 @@ def gemm_tma(
         launch(_gemm_tma_persistent_kernel, (programs,),
             a_desc, b_desc, c_desc, M, N, K, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
             GROUP_M=cfg.group_m, TRANS_A=trans_a, TRANS_B=trans_b, PROGRAMS=programs,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **overlap_options(a.device))
         return out
     grid = (tiles,)
     launch(_gemm_tma_kernel, grid, a_desc, b_desc, c_desc, M, N, K,
            BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m, TRANS_A=trans_a,
            TRANS_B=trans_b, STAGES=cfg.num_stages, num_warps=cfg.num_warps,
-           num_stages=cfg.num_stages)
+           num_stages=cfg.num_stages, **overlap_options(a.device))
     return out

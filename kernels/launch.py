@@ -96,6 +96,16 @@ def lookup(kernel: Any, device: Any, binder: Any, args: tuple, kwargs: dict
         return bound, None, None
 
 
+def _require_overlap_choice(kernel: Any, kwargs: dict) -> None:
+    """A kernel with a ``PDL`` parameter must be told whether it overlaps: a launch that
+    leaves it to the default would quietly never overlap (checked where a specialization is
+    first launched, and on every launch under Triton's interpreter, where the tests run)."""
+    if "PDL" not in kwargs and "PDL" in getattr(kernel, "arg_names", ()):
+        raise ValueError(f"{getattr(kernel, '__name__', kernel)} takes a PDL parameter but its "
+                         f"launch passes none: pass **overlap_options(device) "
+                         f"(opspec.kernels.pdl)")
+
+
 def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> Any:
     """Launch the Triton ``kernel`` on ``grid`` (a tuple of 1 to 3 ints) with ``args`` and
     the constexpr and launch options ``kwargs`` (``num_warps``, ``num_stages``, ...), as
@@ -111,6 +121,7 @@ def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> Any
     if not _ENABLED or type(kernel) is not _JITFunction or kernel.pre_run_hooks \
             or _hooked(_knobs.runtime.launch_enter_hook) \
             or _hooked(_knobs.runtime.launch_exit_hook):
+        _require_overlap_choice(kernel, kwargs)
         return kernel[grid](*args, **kwargs)
     global _driver
     drv = _driver
@@ -119,11 +130,13 @@ def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> Any
     device = drv.get_current_device()
     caches = kernel.device_caches.get(device)
     if caches is None:  # first launch on this device: Triton builds its binder
+        _require_overlap_choice(kernel, kwargs)
         return kernel[grid](*args, **kwargs)
     bound, key, held = lookup(kernel, device, caches[4], args, kwargs)
     if key is None:  # an unhashable specialization (a tuple argument): Triton's path
         return kernel[grid](*args, **kwargs)
     if held is None or held[0] is not kernel:
+        _require_overlap_choice(kernel, kwargs)
         compiled = kernel[grid](*args, **kwargs)
         if hasattr(compiled, "result"):  # Triton's asynchronous compile mode
             compiled = compiled.result()

@@ -51,7 +51,8 @@ Plain functions; the dispatch classes are in ``moe_impl.py``.
 Tile choices are plain Python in :func:`moe_config_for` (constants below). fp32 inputs
 run with ``input_precision="tf32x3"`` (three TF32 products: float32 accuracy on tensor
 cores; plain TF32 is never used). On CPU the Triton interpreter's ``tl.dot`` is wrong
-for bf16: test the kernels in fp16/fp32 there.
+for bf16: test the kernels in fp16/fp32 there. Every kernel here is launched dependent
+where the device allows (:mod:`opspec.kernels.pdl`).
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ import triton
 import triton.language as tl
 
 from opspec.kernels.launch import launch
+from opspec.kernels.pdl import overlap_options, overlap_start
 from opspec.kernels.tiling import element_extent as _extent
 from opspec.kernels.tiling import INT32_LIMIT
 from opspec.kernels.tiling import grouped_tile
@@ -338,7 +340,9 @@ def _moe_contiguous_kernel(
     ONE_EXPERT: tl.constexpr,
     SILU: tl.constexpr, EVEN_K: tl.constexpr, USE_INT64: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
+    PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
+    overlap_start(PDL)
     # Grouped ordering: GROUP_M row tiles (mostly one expert's) advance together along N,
     # so the programs resident at one time share that expert's weight panels in L2.
     pid = tl.program_id(0)
@@ -432,7 +436,9 @@ def _moe_segments_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     BLOCK_E: tl.constexpr, SILU: tl.constexpr, EVEN_K: tl.constexpr, USE_INT64: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
+    PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
+    overlap_start(PDL)
     # Tight packing with physical_psum ends: tiles start at each expert's first row (not
     # at multiples of BLOCK_M), so that no tile spans two experts (see _segment_tile).
     # N fastest: consecutive programs share one tile of x.
@@ -474,7 +480,9 @@ def _moe_masked_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     SILU: tl.constexpr, EVEN_K: tl.constexpr, USE_INT64: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
+    PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
+    overlap_start(PDL)
     # Axis 0: tiles of one expert, M fastest: the m tiles of one block of w's rows run
     # together and share it in L2 (decode streams w; tiles past masked_m exit at once);
     # axis 1: the expert.
@@ -546,7 +554,9 @@ def _moe_contiguous_tma_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     BLOCK_E: tl.constexpr, LOG_E: tl.constexpr, GROUP_M: tl.constexpr, PER_ROW: tl.constexpr,
     SILU: tl.constexpr, STAGES: tl.constexpr,
+    PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
+    overlap_start(PDL)
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N_OUT, BLOCK_N)
@@ -570,7 +580,9 @@ def _moe_masked_tma_kernel(
     x_desc, w_desc, meta_ptr, y_desc, MAX_M, N_OUT, K,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     SILU: tl.constexpr, STAGES: tl.constexpr,
+    PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
+    overlap_start(PDL)
     pid = tl.program_id(0)
     e = tl.program_id(1)
     num_pid_m = tl.cdiv(MAX_M, BLOCK_M)  # M fastest, as in _moe_masked_kernel
@@ -599,7 +611,9 @@ def _moe_segments_tma_kernel(
     x_desc, w_desc, meta_ptr, y_ptr, stride_ym, M, N_OUT, K, E,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     BLOCK_E: tl.constexpr, SILU: tl.constexpr, STAGES: tl.constexpr, USE_INT64: tl.constexpr,
+    PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
+    overlap_start(PDL)
     # The segments kernel's tiles (each starting at its expert's first row, _segment_tile)
     # with x and w read through descriptors: x's box starts at any row, the rows past the
     # expert's end (the next expert's, or zeros past M) are read and not kept. The rows are
@@ -686,7 +700,9 @@ def _moe_span_tma_kernel(
     BLOCK_E: tl.constexpr, LOG_E: tl.constexpr, GROUP_M: tl.constexpr, PER_ROW: tl.constexpr,
     SILU: tl.constexpr, STAGES: tl.constexpr, TMA_STORE: tl.constexpr,
     PERSISTENT: tl.constexpr,
+    PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
+    overlap_start(PDL)
     if PERSISTENT:
         tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N_OUT, BLOCK_N)
         for tile in tl.range(tl.program_id(0), tiles, tl.num_programs(0)):
@@ -728,7 +744,7 @@ def _launch_tma(x, w, metadata, out, kind, metadata_kind, alignment, silu, cfg,
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
     w_desc = TensorDescriptor.from_tensor(w, [1, bn, bk])
     opts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SILU=silu, STAGES=cfg.num_stages,
-                num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+                num_warps=cfg.num_warps, num_stages=cfg.num_stages, **overlap_options(x.device))
     if kind == "masked":
         max_m = x.shape[1]
         x_desc = TensorDescriptor.from_tensor(x, [1, bm, bk])
@@ -814,7 +830,7 @@ def moe_grouped_gemm_triton(x: torch.Tensor, w: torch.Tensor, metadata: torch.Te
     precision = "tf32x3" if x.dtype == torch.float32 else "tf32"
     common = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SILU=silu,
                   EVEN_K=K % cfg.block_k == 0, USE_INT64=use_int64, INPUT_PRECISION=precision,
-                  num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+                  num_warps=cfg.num_warps, num_stages=cfg.num_stages, **overlap_options(x.device))
     if kind == "masked":
         grid = (triton.cdiv(max_m, cfg.block_m) * triton.cdiv(n_out, cfg.block_n), E)
         launch(_moe_masked_kernel, grid,

@@ -54,7 +54,8 @@ mean, then the centred sum of squares) or, as variants, one: sums about each row
 element with a two-pass fallback, or Chan's merge of per-thread groups (``ln_stats``). The
 constants of all of this are one block, :class:`NormTuning` / :data:`TUNING`.
 
-Offsets are computed in int64 when any of them could pass ``2**31 - 1``.
+Offsets are computed in int64 when any of them could pass ``2**31 - 1``. Every kernel here is
+launched dependent where the device allows (:mod:`opspec.kernels.pdl`).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ import triton.language as tl
 
 from opspec.kernels.coop import arrive_and_wait
 from opspec.kernels.launch import launch
+from opspec.kernels.pdl import overlap_options, overlap_start
 from opspec.kernels.tiling import INT32_LIMIT
 
 __all__ = [
@@ -459,6 +461,7 @@ def _norm_fwd_rows_kernel(
     HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, USE_INT64: tl.constexpr,
     LATE_AFFINE: tl.constexpr, STATS: tl.constexpr = 0, SHIFT_LIMIT: tl.constexpr = 16.0,
     GROUP: tl.constexpr = 8, ROW_POLICY: tl.constexpr = "",
+    PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
     """``TILES`` tiles of ``ROWS`` whole rows per program, one after the other, each row held
     in registers (``BLOCK_N >= N``). The weight and bias are loaded once per program, before
@@ -468,6 +471,7 @@ def _norm_fwd_rows_kernel(
     statistics are reduced (see :class:`NormTuning`); ``GROUP`` is the elements of a 16-byte
     vector (``STATS == 2``); ``ROW_POLICY`` the cache policy of the row loads
     (``NormTuning.row_load_policy``)."""
+    overlap_start(PDL)
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     if USE_INT64:
@@ -534,6 +538,7 @@ def _norm_fwd_looped_kernel(
     BLOCK: tl.constexpr,
     IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
     HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, USE_INT64: tl.constexpr,
+    PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
     """One row per program, walked in ``BLOCK`` chunks (rows too long for registers, or
     re-read on large grids): one pass for the statistics, one to normalise and write.
@@ -542,6 +547,7 @@ def _norm_fwd_looped_kernel(
     instead of one chunk's at a time, and full chunks drop their masks (H200, RMSNorm
     bfloat16 [16384, 8192] in one 8192 chunk at 16 warps: 149.5 us with ``N`` a run-time
     value, 125.1 as a constant)."""
+    overlap_start(PDL)
     row = tl.program_id(0)
     base = tl.arange(0, BLOCK)
     if USE_INT64:
@@ -619,6 +625,7 @@ def _norm_fwd_coop_kernel(
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
     USE_INT64: tl.constexpr, STATS: tl.constexpr, SHIFT_LIMIT: tl.constexpr,
     GROUP: tl.constexpr,
+    PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
     """A row cut into ``C`` chunks of ``BLOCK`` elements, one program a chunk, the row's ``C``
     programs cooperating: each holds its chunk in registers, publishes the chunk's partial
@@ -634,6 +641,7 @@ def _norm_fwd_coop_kernel(
     global memory (slow, correct: nothing here writes the input). Triton's interpreter runs
     programs one after another; with ``spin == 0`` every chunk but a row's last takes that
     path, so both are tested on the CPU."""
+    overlap_start(PDL)
     ticket = tl.atomic_add(cnt_ptr, 1)
     row = ticket // C
     c = ticket - row * C
@@ -750,6 +758,7 @@ def _norm_fwd_stream_kernel(
     BLOCK_R: tl.constexpr, VEC: tl.constexpr, EVEN: tl.constexpr,
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
     USE_INT64: tl.constexpr, SHIFT_LIMIT: tl.constexpr,
+    PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
     """A persistent grid (rows ``pid, pid + G, ...``), each row walked twice in chunks of
     ``BLOCK_R x VEC`` elements (``VEC`` contiguous ones a thread, one 16-byte vector).
@@ -764,6 +773,7 @@ def _norm_fwd_stream_kernel(
     (see :class:`NormTuning`). ``EVEN``: ``N`` is a multiple of the chunk, and no access
     but the next row's is masked (the kernel is bound by instruction issue as much as by
     HBM: a mask is two instructions an element)."""
+    overlap_start(PDL)
     BLOCK: tl.constexpr = BLOCK_R * VEC
     pid = tl.program_id(0)
     G = tl.num_programs(0)
@@ -912,6 +922,7 @@ def _norm_fwd_packed_kernel(
     PART_W: tl.constexpr, IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr,
     HAS_BIAS: tl.constexpr, USE_INT64: tl.constexpr, SHIFT_LIMIT: tl.constexpr,
     FB: tl.constexpr,
+    PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
     """Bfloat16 rows held in registers as ``NW = N / 2`` int32 words, two elements a word,
     in four parts of ``PART_W`` words (``x_ptr``, ``y_ptr``, ``w_ptr`` and ``b_ptr`` point
@@ -926,6 +937,7 @@ def _norm_fwd_packed_kernel(
     the centred sum of squares is taken again from a re-read of the row in ``FB``-word
     chunks, as the stream kernel does. The parts are written one after the other, each
     with its own weight and bias."""
+    overlap_start(PDL)
     pid = tl.program_id(0)
     G = tl.num_programs(0)
     c0 = tl.arange(0, PART_W)
@@ -1255,7 +1267,8 @@ def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
             dummy if b is None else b, ov)
     strides = (sxm, sxn, srm, srn, som, son, sw, sb)
     flags = dict(IS_RMS=rms, HAS_RESIDUAL=rv is not None, HAS_WEIGHT=w is not None,
-                 HAS_BIAS=b is not None, USE_INT64=use_int64, num_warps=num_warps)
+                 HAS_BIAS=b is not None, USE_INT64=use_int64, num_warps=num_warps,
+                 **overlap_options(device))
     stats = _STATS[tun.ln_stats]
     group = min(block, max(1, 16 // x.element_size()))
     if chunks:
@@ -1282,7 +1295,7 @@ def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
                PART_W=max(1, block // 8), IS_RMS=rms, HAS_WEIGHT=w is not None,
                HAS_BIAS=b is not None, USE_INT64=use_int64,
                SHIFT_LIMIT=float(tun.shift_limit), FB=min(max(1, block // 8), _COOP_FB),
-               num_warps=num_warps)
+               num_warps=num_warps, **overlap_options(device))
     elif looped:
         launch(_norm_fwd_looped_kernel, grid, *args, N, float(eps), *strides, BLOCK=block, **flags)
     else:

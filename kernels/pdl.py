@@ -55,12 +55,15 @@ def overlap_start(PDL: tl.constexpr):
         gdc_launch_dependents()
 
 
+_ON = {"PDL": True, "launch_pdl": True}
+_OFF = {"PDL": False}
+
+
 def overlap_options(device: torch.device) -> dict:
     """The launch keywords of a kernel with a ``PDL`` constexpr on `device`: built to wait
-    and launched dependent where :func:`overlap_supported`, else neither."""
-    if overlap_supported(device):
-        return {"PDL": True, "launch_pdl": True}
-    return {"PDL": False}
+    and launched dependent where :func:`overlap_supported`, else neither. The dict is
+    shared between calls (launchers unpack it with ``**``): do not change it."""
+    return _ON if overlap_supported(device) else _OFF
 
 
 def overlap_supported(device: torch.device) -> bool:

@@ -77,6 +77,8 @@ address, a load and a max or add. The tile is about ``_TILE`` output pixels; all
 constants are at the top of this module. Offsets are int64 when an address can pass
 ``2**31 - 1``. channels_last inputs are read through their strides (correct, not
 coalesced along ``W``: the fast case is contiguous NCHW).
+
+Every kernel here is launched dependent where the device allows (:mod:`opspec.kernels.pdl`).
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ import triton.language as tl
 
 from opspec.kernels.devices import TRITON_INTERPRETED
 from opspec.kernels.launch import launch
+from opspec.kernels.pdl import overlap_options, overlap_start
 from opspec.kernels.tiling import INT32_LIMIT
 
 __all__ = [
@@ -353,7 +356,9 @@ def _pool2d_kernel(
     PLANE_TILES: tl.constexpr,
     COUNT_INCLUDE_PAD: tl.constexpr, HAS_DIVISOR: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr, USE_INT64: tl.constexpr,
+    PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
+    overlap_start(PDL)
     pid = tl.program_id(0)
     if USE_INT64:
         pid = pid.to(tl.int64)
@@ -468,7 +473,9 @@ def _pool2d_flat_kernel(
     IS_MAX: tl.constexpr, CLAMP: tl.constexpr, NATIVE: tl.constexpr,
     COUNT_INCLUDE_PAD: tl.constexpr, HAS_DIVISOR: tl.constexpr,
     BLOCK: tl.constexpr, USE_INT64: tl.constexpr,
+    PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
+    overlap_start(PDL)
     # Contiguous NCHW: BLOCK consecutive outputs of the flattened [N * C * H_out * W_out]
     # output a program, each split into (plane, oh, ow) by divisions by compile-time
     # constants (the geometry and the plane's shape are constexpr: one build per layer
@@ -551,6 +558,7 @@ def _pool2d_global_kernel(
     IS_MAX: tl.constexpr, MERGE_NC: tl.constexpr, FLAT: tl.constexpr, PASSES: tl.constexpr,
     L_C: tl.constexpr, EVEN_P: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_L: tl.constexpr, USE_INT64: tl.constexpr,
+    PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
     """A 1 x 1 output: each of the program's BLOCK_P planes (n, c) reduced over its window,
     the first ``L = HR * WR`` elements of the plane (rows and columns from 0; padding adds
@@ -561,6 +569,7 @@ def _pool2d_global_kernel(
     (shuffles across a warp cost about ten instructions a row). ``FLAT``: the window is one
     run of stride ``sxw`` (whole rows of a row-contiguous plane), else element j is at row
     ``j // WR``, column ``j % WR``."""
+    overlap_start(PDL)
     pid = tl.program_id(0)
     planes = pid * BLOCK_P + tl.arange(0, BLOCK_P)
     j = tl.arange(0, BLOCK_L)
@@ -619,6 +628,7 @@ def _pool2d_rows_kernel(
     IS_MAX: tl.constexpr, MERGE_NC: tl.constexpr,
     COUNT_INCLUDE_PAD: tl.constexpr, HAS_DIVISOR: tl.constexpr,
     BLOCK_W: tl.constexpr, USE_INT64: tl.constexpr,
+    PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
     """Stride 1 along H: ROWS consecutive output rows of one plane, BLOCK_W columns (the
     window and its dilation constants: a window column is an immediate offset). Each of
@@ -627,6 +637,7 @@ def _pool2d_rows_kernel(
     of output rows computed one by one would load every input row KH times. The row
     index is the same for the whole program: a row outside the input is read clamped and
     replaced by the identity (no per-element row mask); columns outside it are masked."""
+    overlap_start(PDL)
     pid = tl.program_id(0)
     if USE_INT64:
         pid = pid.to(tl.int64)
@@ -762,6 +773,7 @@ def _pool2d_band_kernel(
     IS_MAX: tl.constexpr, CLAMP: tl.constexpr, PAIR: tl.constexpr, ACC: tl.constexpr,
     MERGE_NC: tl.constexpr, COUNT_INCLUDE_PAD: tl.constexpr, HAS_DIVISOR: tl.constexpr,
     XALIGN: tl.constexpr, OALIGN: tl.constexpr, USE_INT64: tl.constexpr,
+    PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
     """Rows of unit column stride: a program takes PLANES planes, ROWS consecutive output
     rows and BLOCK_W output columns. Each of the ``N_IN = (ROWS - 1) * SH + (KH - 1) * DH + 1``
@@ -774,6 +786,7 @@ def _pool2d_band_kernel(
     the input's row, plane and image strides and W / the output's row and plane lengths
     (rebuilt below as multiples of them: the compiler then knows the rows are aligned and
     vectorises loads and stores; Triton itself only marks multiples of 16)."""
+    overlap_start(PDL)
     pid = tl.program_id(0)
     if XALIGN > 1:
         sxn = (sxn // XALIGN) * XALIGN
@@ -1013,6 +1026,7 @@ def _launch_global(x4: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeom
         EVEN_P=P % p.block_r == 0,
         BLOCK_P=p.block_r, BLOCK_L=p.block_w, USE_INT64=bound > _INT32_LIMIT,
         num_warps=p.num_warps,
+        **overlap_options(x4.device),
     )
     return out
 
@@ -1043,6 +1057,7 @@ def _launch_rows(x4: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeomet
         COUNT_INCLUDE_PAD=bool(count_include_pad), HAS_DIVISOR=divisor_override is not None,
         BLOCK_W=p.block_w, USE_INT64=max(x_bound, out_bound) > _INT32_LIMIT,
         num_warps=p.num_warps,
+        **overlap_options(x4.device),
     )
     return out
 
@@ -1187,6 +1202,7 @@ def _launch_band(x4: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeomet
         XALIGN=b.xalign, OALIGN=b.oalign,
         USE_INT64=max(x_bound, out_bound) > _INT32_LIMIT,
         num_warps=b.num_warps,
+        **overlap_options(x4.device),
     )
     return out
 
@@ -1216,6 +1232,7 @@ def _launch_flat(x4: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeomet
         HAS_DIVISOR=divisor_override is not None, BLOCK=p.block_r,
         USE_INT64=max(x4.numel(), total) + p.block_r > _INT32_LIMIT,
         num_warps=p.num_warps,
+        **overlap_options(x4.device),
     )
     return out
 
@@ -1298,5 +1315,6 @@ def pool2d_triton(x: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeomet
         COUNT_INCLUDE_PAD=bool(count_include_pad), HAS_DIVISOR=divisor_override is not None,
         BLOCK_R=p.block_r, BLOCK_W=p.block_w, USE_INT64=use_int64,
         num_warps=p.num_warps,
+        **overlap_options(x4.device),
     )
     return out

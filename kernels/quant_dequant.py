@@ -19,6 +19,7 @@ import triton
 import triton.language as tl
 
 from opspec.kernels.launch import launch
+from opspec.kernels.pdl import overlap_options, overlap_start
 from opspec.kernels.tiling import element_extent as _extent
 from opspec.kernels.tiling import INT32_LIMIT
 
@@ -45,7 +46,9 @@ def _dequant_kernel(w_ptr, s_ptr, z_ptr, out_ptr, N, G,
                     stride_wn, stride_wk, stride_sn, stride_sg, stride_zn, stride_zg,
                     stride_on, stride_ok,
                     ROWS: tl.constexpr, GROUPS: tl.constexpr, GB: tl.constexpr,
-                    USE_INT64: tl.constexpr):
+                    USE_INT64: tl.constexpr,
+                    PDL: tl.constexpr = False):   # launched dependent (opspec.kernels.pdl)
+    overlap_start(PDL)
     # The tile is [ROWS, GROUPS, GB]: GROUPS whole groups of GB bytes (2 GB weights) a row.
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     grp = tl.program_id(1) * GROUPS + tl.arange(0, GROUPS)
@@ -98,5 +101,6 @@ def dequantize_int4_triton(packed_weight: torch.Tensor, scales: torch.Tensor,
            packed_weight, scales, zeros, out, N, G,
            packed_weight.stride(0), packed_weight.stride(1), scales.stride(0), scales.stride(1),
            zeros.stride(0), zeros.stride(1), out.stride(0), out.stride(1),
-           ROWS=_ROWS, GROUPS=groups, GB=gb, USE_INT64=use_int64, num_warps=_WARPS)
+           ROWS=_ROWS, GROUPS=groups, GB=gb, USE_INT64=use_int64, num_warps=_WARPS,
+           **overlap_options(out.device))
     return out

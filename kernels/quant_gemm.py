@@ -106,7 +106,8 @@ Every tuning constant is in the block below (plain Python, no autotuning at call
 be retuned from H200 timings. On the CPU, Triton's interpreter computes ``tl.dot`` wrongly in
 bfloat16: there (only) bfloat16 operands are widened to float32 before the dot
 (``UPCAST``), so the rest of the bfloat16 path is still tested on the CPU; the bfloat16 MMA
-itself is checked on the GPU.
+itself is checked on the GPU. Every kernel here is launched dependent where the device
+allows (:mod:`opspec.kernels.pdl`).
 """
 
 from __future__ import annotations
@@ -780,7 +781,9 @@ def _w4a16_decode_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP: tl.constexpr, ONE_GROUP: tl.constexpr, USE_INT64: tl.constexpr,
     UPCAST: tl.constexpr,
+    PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
+    overlap_start(PDL)
     # KH = K // 2 bytes a weight row; program (pid_n, pid_k) owns rows
     # [pid_n * BLOCK_N, +BLOCK_N) and bytes [pid_k * KH_PER_SPLIT, +KH_PER_SPLIT).
     BLOCK_J: tl.constexpr = BLOCK_K // 2
@@ -912,7 +915,9 @@ def _w4a16_gemv_kernel(
     stride_os, stride_om, stride_on,
     BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, M_ROWS: tl.constexpr, GROUP: tl.constexpr,
     USE_INT64: tl.constexpr, PREFETCH: tl.constexpr,
+    PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
+    overlap_start(PDL)
     # The FMA decode kernel: w_ptr is the packed weight read as int32 words (KW = K // 8
     # a row, stride_wn in words; word w of a row holds q[8 w + i] in bits 4i..4i+3).
     # Program (pid_n, pid_k) owns rows [pid_n * BLOCK_N, +BLOCK_N) and words
@@ -1597,7 +1602,9 @@ def _w4a16_prefill_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     GROUP: tl.constexpr, ONE_GROUP: tl.constexpr, EVEN_K: tl.constexpr, USE_INT64: tl.constexpr,
     UPCAST: tl.constexpr, F32_DEQUANT: tl.constexpr, SWAP_AB: tl.constexpr,
+    PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
+    overlap_start(PDL)
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -1800,6 +1807,7 @@ def w4a16_decode_triton(x: torch.Tensor, packed_weight: torch.Tensor, scales: to
         BLOCK_M=16, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP=group_size,
         ONE_GROUP=group_size % cfg.block_k == 0, USE_INT64=use_int64,
         UPCAST=_upcast(x), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        **overlap_options(x.device),
     )
     _sum_splits(dest, out, split)
     return out
@@ -1902,13 +1910,12 @@ def _launch_tc(x, packed_weight, scales, zeros, group_size, out, cfg, M, N, K,
     lo, hi = _TC_X_TOKENS.get(x.dtype, (0, -1))
     kwargs = dict(WR=wr, KS=ks, USE_INT64=use_int64, PLANES=planes_on, X_TOKENS=lo <= M <= hi,
                   **tc_asm_options(x.dtype, scales.dtype, M, group_size, bool(cfg.biased)),
-                  num_warps=cfg.num_warps, num_stages=1,
+                  num_warps=cfg.num_warps, num_stages=1, **overlap_options(x.device),
                   **({} if _TC_MAXNREG is None else {"maxnreg": _TC_MAXNREG}))
     if planes == 1:
         _PREPARED.launch(memo_key, 6, _w4a16_tc_kernel, grid, *args, **kwargs)
         return True
     # planes: the kernel and the planes' sum, an overlapped pair where the device allows it
-    kwargs.update(overlap_options(x.device))
     launch(_w4a16_tc_kernel, grid, *args, **kwargs)
     sum_grid, sum_args, sum_options = _sum_splits(dest, out, planes)
     if memo_key is not None and split == 1:
@@ -1987,7 +1994,7 @@ def _launch_gemv(x, words, scales, zeros, group_size, out, cfg, M, N, K):
         zeros.stride(0), zeros.stride(1), *dstrides,
         BLOCK_N=cfg.block_n, BLOCK_W=block_w, M_ROWS=M, GROUP=group_size,
         USE_INT64=use_int64, PREFETCH=cfg.num_stages >= 2, num_warps=cfg.num_warps,
-        num_stages=1,
+        num_stages=1, **overlap_options(x.device),
     )
     _sum_splits(dest, out, split)
     return out
@@ -2022,6 +2029,7 @@ def w4a16_prefill_triton(x: torch.Tensor, packed_weight: torch.Tensor, scales: t
         EVEN_K=K % cfg.block_k == 0, USE_INT64=use_int64, UPCAST=_upcast(x),
         F32_DEQUANT=bool(cfg.f32_dequant), SWAP_AB=bool(cfg.swap_ab),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **extra,
+        **overlap_options(x.device),
     )
     return out
 

@@ -52,7 +52,8 @@ result, and sets the count back to zero (the counts are kept per stream, so no l
 fills them; :func:`arrival_counts`). A column split, whose partials are a whole row of
 columns per chunk, takes a second launch -- the same kernel, on the workspace; on sm_90
 and later both launches are dependent ones (:mod:`opspec.kernels.pdl`), so the second
-stage's programs are placed while the first stage ends and wait there for its writes.
+stage's programs are placed while the first stage ends and wait there for its writes
+(every other launch here is a dependent one too, where the device allows it).
 Either way the partials are added in a fixed order: deterministic, no atomics on the
 values. The launch sizes follow in plain Python from the shape and one table of constants
 (:data:`TUNING`; no autotuning at call time; :func:`plan_launch` says how).
@@ -639,7 +640,9 @@ def _row_reduce_kernel(
     FINISH: tl.constexpr = False,    # the row's last program reduces its partials
     NS_POW2: tl.constexpr = 1,       # FINISH: the split count rounded up to a power of 2
     FIN_MEAN: tl.constexpr = False,  # FINISH: divide the total by n_div
+    PDL: tl.constexpr = False,       # launched dependent (opspec.kernels.pdl)
 ):
+    overlap_start(PDL)
     pid_m = tl.program_id(0)
     pid_s = tl.program_id(1)
     if USE_INT64:
@@ -852,6 +855,7 @@ def _row(x, out_flat, lay: Layout, lp: Launch, *, reduce_code, final, cast_ty, a
         HAS_INNER=I > 1, BLOCK_M=lp.block_m, BLOCK_R=lp.block_r, ONE_BLOCK=lp.one_block,
         UNROLL=lp.unroll, EVEN_M=n_rows % lp.block_m == 0, USE_INT64=use_int64,
         PREFETCH=lp.prefetch and not lp.one_block, num_warps=lp.num_warps, **extra,
+        **overlap_options(x.device),
     )
 
 
@@ -949,7 +953,8 @@ def reduction_triton(x: torch.Tensor, out: torch.Tensor, axes: tuple[int, ...], 
                  acc_ty=acc_ty, os_m=1, os_s=0, n_div=R_total, use_int64=big)
         else:
             _col(x, out_flat, lay, lp, reduce_code=code, final=True, cast_ty=cast_ty,
-                 acc_ty=acc_ty, dims=_col_dims(lay), os_s=0, n_div=R_total, use_int64=big)
+                 acc_ty=acc_ty, dims=_col_dims(lay), os_s=0, n_div=R_total, use_int64=big,
+                 pdl=overlap_options(x.device))
         return out
 
     # Stage 1: partial sums (maxima) per (output, chunk); stage 2 reduces the partials.

@@ -30,7 +30,8 @@ part of a head is read and written: the traffic is ``2 * T * (H + H_kv) * rotary
 elements plus one cache row per token.
 ``BR`` and the warps come from the shape in plain Python (:func:`rope_plan`, no autotuning
 at call time). Query and key share a launch when their features have one stride, else
-each takes its own.
+each takes its own. Every launch is a dependent one where the device allows it
+(:mod:`opspec.kernels.pdl`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import triton
 import triton.language as tl
 
 from opspec.kernels.launch import launch
+from opspec.kernels.pdl import overlap_options, overlap_start
 from opspec.kernels.tiling import INT32_LIMIT
 
 __all__ = [
@@ -130,7 +132,9 @@ def _rope_rows_kernel(
     stride_cp, stride_cr,
     BR: tl.constexpr, HALF: tl.constexpr, IS_NEOX: tl.constexpr, USE_INT64: tl.constexpr,
     ALIGNED: tl.constexpr,
+    PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
+    overlap_start(PDL)
     # Row (t, v) of the [T, V] head rows (V = H + H_kv) is query head v (v < H) or key head
     # v - H of token t; BR consecutive rows a program (see the module's docstring). The row
     # pointer, a select of two pointers, carries no alignment of its own: with ALIGNED (the
@@ -291,4 +295,4 @@ def _launch(positions, query, key, cos_sin_cache, is_neox, br, num_warps, T, q_h
            positions, query, key, cos_sin_cache, T * V, V, H, half, max_position,
            sp, sq[0], sq[1], sk[0], sk[1], sq[2], sc[0], sc[1],
            BR=br, HALF=_pow2(half), IS_NEOX=bool(is_neox), USE_INT64=use_int64,
-           ALIGNED=bool(aligned), num_warps=num_warps)
+           ALIGNED=bool(aligned), num_warps=num_warps, **overlap_options(query.device))

@@ -66,6 +66,8 @@ Masking and special values follow torch: a slice of ``-inf`` only gives NaN (as
 ``exp(-inf - -inf)`` does in torch), an ``inf`` or NaN in a slice gives NaN there. The
 running maxima of the looped kernels start at ``-FLT_MAX`` rather than ``-inf`` so that
 a chunk holding only ``-inf`` contributes nothing instead of NaN.
+
+Every kernel here is launched dependent where the device allows (:mod:`opspec.kernels.pdl`).
 """
 
 from __future__ import annotations
@@ -332,7 +334,9 @@ def _rows_load(x_ptr, rows, cols, n_rows, N, sxr, sxn, EVEN: tl.constexpr):
 @triton.jit
 def _rows_kernel(x_ptr, out_ptr, n_rows, N, sxr, sxn, sor, son,
                  ROWS: tl.constexpr, TILES: tl.constexpr, BLOCK_N: tl.constexpr,
-                 LOG: tl.constexpr, USE_INT64: tl.constexpr, EVEN: tl.constexpr = False):
+                 LOG: tl.constexpr, USE_INT64: tl.constexpr, EVEN: tl.constexpr = False,
+                 PDL: tl.constexpr = False):
+    overlap_start(PDL)   # launched dependent (opspec.kernels.pdl)
     # TILES consecutive tiles of ROWS whole rows per program, each in registers; with
     # several, the next tile is loaded (as stored) before the current one is reduced and
     # written, so that loads stay in flight through the reductions and stores. EVEN: rows
@@ -433,7 +437,9 @@ def _looped_pass2(x_row, o_row, offs, N, sxn, son, shift, BLOCK: tl.constexpr, o
 @triton.jit
 def _looped_kernel(x_ptr, out_ptr, n_rows, N, sxr, sxn, sor, son,
                    BLOCK_R: tl.constexpr, VEC: tl.constexpr, LOG: tl.constexpr,
-                   USE_INT64: tl.constexpr, FFMA_LIMIT: tl.constexpr):
+                   USE_INT64: tl.constexpr, FFMA_LIMIT: tl.constexpr,
+                   PDL: tl.constexpr = False):
+    overlap_start(PDL)   # launched dependent (opspec.kernels.pdl)
     BLOCK: tl.constexpr = BLOCK_R * VEC
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -477,7 +483,8 @@ def _looped_kernel(x_ptr, out_ptr, n_rows, N, sxr, sxn, sor, son,
 @triton.jit
 def _coop_kernel(x_ptr, out_ptr, ws_ptr, cnt_ptr, n_rows, N, G, spin, sxr, sxn, sor, son,
                  BLOCK: tl.constexpr, FB: tl.constexpr, G_POW2: tl.constexpr,
-                 LOG: tl.constexpr, USE_INT64: tl.constexpr):
+                 LOG: tl.constexpr, USE_INT64: tl.constexpr, PDL: tl.constexpr = False):
+    overlap_start(PDL)   # launched dependent (opspec.kernels.pdl)
     # One program per BLOCK-element chunk of a row, the G chunks of a row cooperating: each
     # holds its chunk in registers, publishes the chunk's (max, sum), waits until the row's
     # G partials are in and writes its chunk from registers. One read and one write of HBM.
@@ -595,7 +602,8 @@ def _split_finish_kernel(x_ptr, out_ptr, ws_ptr, n_rows, N, C, sxr, sxn, sor, so
 @triton.jit
 def _strided_kernel(x_ptr, out_ptr, n_outer, N, inner, n_iblk, sxo, sxn, sxi, soo, son, soi,
                     BLOCK_N: tl.constexpr, BLOCK_I: tl.constexpr, LOOPED: tl.constexpr,
-                    LOG: tl.constexpr, USE_INT64: tl.constexpr):
+                    LOG: tl.constexpr, USE_INT64: tl.constexpr, PDL: tl.constexpr = False):
+    overlap_start(PDL)   # launched dependent (opspec.kernels.pdl)
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     rn = tl.arange(0, BLOCK_N)
@@ -659,7 +667,9 @@ def _strided_kernel(x_ptr, out_ptr, n_outer, N, inner, n_iblk, sxo, sxn, sxi, so
 @triton.jit
 def _strided_tile_kernel(x_ptr, out_ptr, N, inner, n_iblk, sxo, sxn, sxi, soo, son, soi,
                          BLOCK_N: tl.constexpr, BLOCK_N2: tl.constexpr, BLOCK_I: tl.constexpr,
-                         WHOLE: tl.constexpr, LOG: tl.constexpr, USE_INT64: tl.constexpr):
+                         WHOLE: tl.constexpr, LOG: tl.constexpr, USE_INT64: tl.constexpr,
+                         PDL: tl.constexpr = False):
+    overlap_start(PDL)   # launched dependent (opspec.kernels.pdl)
     # One [N, BLOCK_I] column strip in registers, as two tiles: rows [0, BLOCK_N) and, when
     # BLOCK_N2 > 0, the remainder rows [BLOCK_N, BLOCK_N + BLOCK_N2) masked past N. WHOLE:
     # BLOCK_N <= N and the strip is whole (inner % BLOCK_I == 0): the first tile loads and
@@ -797,7 +807,9 @@ def _strided_split_kernel(x_ptr, out_ptr, ws_ptr, N, inner, n_iblk, C, ws_half,
 def _strided_coop_kernel(x_ptr, out_ptr, ws_ptr, cnt_ptr, N, inner, n_iblk, C, ws_half, spin,
                          sxo, sxn, sxi, soo, son, soi,
                          BLOCK_N: tl.constexpr, BLOCK_I: tl.constexpr, C_POW2: tl.constexpr,
-                         FB: tl.constexpr, LOG: tl.constexpr, USE_INT64: tl.constexpr):
+                         FB: tl.constexpr, LOG: tl.constexpr, USE_INT64: tl.constexpr,
+                         PDL: tl.constexpr = False):
+    overlap_start(PDL)   # launched dependent (opspec.kernels.pdl)
     # A column strip too long for one program's registers, cut into C chunks of BLOCK_N
     # rows, one program a chunk, the C programs of a strip cooperating (the strided form of
     # _coop_kernel): each holds its chunk in registers, publishes the chunk's per-column
@@ -1087,16 +1099,20 @@ def softmax_triton(x: torch.Tensor, dim: int, out: torch.Tensor, log: bool = Fal
                           and _fills_tiles(outer, n, plan.block, plan.rows * plan.tiles)):
         raise ValueError(f"an even plan needs rows of exactly {plan.block} elements in whole "
                          f"tiles of {plan.rows * plan.tiles} rows; got {outer} rows of {n}")
+    # every launch dependent where the device allows it (opspec.kernels.pdl)
+    pdl = overlap_options(x.device)
     if plan.kind == "rows":
         # Replayed with x and out themselves, so only where x3 and o3 view them.
         _PREPARED.launch(key if x3.data_ptr() == x.data_ptr() else None, 2, _rows_kernel,
                          (plan.grid,), x3, o3, outer, n, sxo, sxn, soo, son,
                          ROWS=plan.rows, TILES=plan.tiles, BLOCK_N=plan.block, LOG=log,
-                         USE_INT64=use_int64, EVEN=plan.even, num_warps=plan.num_warps)
+                         USE_INT64=use_int64, EVEN=plan.even, num_warps=plan.num_warps,
+                         **pdl)
     elif plan.kind == "looped":
         launch(_looped_kernel, (plan.grid,), x3, o3, outer, n, sxo, sxn, soo, son,
                BLOCK_R=plan.block // plan.vec, VEC=plan.vec, LOG=log,
-               USE_INT64=use_int64, FFMA_LIMIT=FFMA_LIMIT[out.dtype], num_warps=plan.num_warps)
+               USE_INT64=use_int64, FFMA_LIMIT=FFMA_LIMIT[out.dtype], num_warps=plan.num_warps,
+               **pdl)
     elif plan.kind == "coop":
         # [ticket counter, arrivals per row] zeroed; then (max, sum) per chunk.
         cnt = torch.zeros(1 + outer, dtype=torch.int32, device=x.device)
@@ -1105,11 +1121,9 @@ def softmax_triton(x: torch.Tensor, dim: int, out: torch.Tensor, log: bool = Fal
         launch(_coop_kernel, (plan.grid,), x3, o3, ws, cnt, outer, n, plan.chunks, spin,
                sxo, sxn, soo, son, BLOCK=plan.block, FB=min(plan.block, 1024),
                G_POW2=triton.next_power_of_2(plan.chunks), LOG=log,
-               USE_INT64=use_int64, num_warps=plan.num_warps)
+               USE_INT64=use_int64, num_warps=plan.num_warps, **pdl)
     elif plan.kind == "split":
         ws = torch.empty(2 * outer * plan.chunks, dtype=torch.float32, device=x.device)
-        # the two launches overlapped where the device allows it (opspec.kernels.pdl)
-        pdl = overlap_options(x.device)
         launch(_split_partials_kernel, (plan.grid,), x3, o3, ws, outer, n, plan.chunks, sxo,
                sxn, CHUNK=plan.block, USE_INT64=use_int64, num_warps=plan.num_warps, **pdl)
         launch(_split_finish_kernel, (plan.grid,), x3, o3, ws, outer, n, plan.chunks, sxo,
@@ -1123,7 +1137,7 @@ def softmax_triton(x: torch.Tensor, dim: int, out: torch.Tensor, log: bool = Fal
                    soo, son, soi, BLOCK_N=plan.block, BLOCK_N2=bn2,
                    BLOCK_I=plan.block_inner,
                    WHOLE=inner % plan.block_inner == 0 and plan.block <= n, LOG=log,
-                   USE_INT64=use_int64, num_warps=plan.num_warps)
+                   USE_INT64=use_int64, num_warps=plan.num_warps, **pdl)
         elif plan.chunks > 1 and plan.coop:
             ws_half = outer * plan.chunks * inner
             # [ticket counter, arrivals per strip] zeroed; then (max, sum) per chunk column.
@@ -1136,12 +1150,11 @@ def softmax_triton(x: torch.Tensor, dim: int, out: torch.Tensor, log: bool = Fal
                    C_POW2=triton.next_power_of_2(plan.chunks),
                    FB=max(1, min(plan.block, 1024 // plan.block_inner)), LOG=log,
                    USE_INT64=use_int64 or 2 * ws_half > _INT32_LIMIT,
-                   num_warps=plan.num_warps)
+                   num_warps=plan.num_warps, **pdl)
         elif plan.chunks > 1:
             ws_half = outer * plan.chunks * inner
             ws = torch.empty(2 * ws_half, dtype=torch.float32, device=x.device)
             big = use_int64 or 2 * ws_half > _INT32_LIMIT
-            pdl = overlap_options(x.device)
             for finish in (False, True):
                 launch(_strided_split_kernel, (plan.grid,), x3, o3, ws, n, inner, n_iblk,
                        plan.chunks, ws_half, sxo, sxn, sxi, soo, son, soi, BLOCK_N=plan.block,
@@ -1151,7 +1164,8 @@ def softmax_triton(x: torch.Tensor, dim: int, out: torch.Tensor, log: bool = Fal
         else:
             launch(_strided_kernel, (plan.grid,), x3, o3, outer, n, inner, n_iblk, sxo, sxn,
                    sxi, soo, son, soi, BLOCK_N=plan.block, BLOCK_I=plan.block_inner,
-                   LOOPED=plan.looped, LOG=log, USE_INT64=use_int64, num_warps=plan.num_warps)
+                   LOOPED=plan.looped, LOG=log, USE_INT64=use_int64, num_warps=plan.num_warps,
+                   **pdl)
     else:
         raise ValueError(f"unknown softmax plan kind {plan.kind!r}")
     return out

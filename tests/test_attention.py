@@ -308,7 +308,8 @@ for label, varlen, cfg in builds:
                   PRECISION="tf32", BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=D,
                   KV_TMA=tma, PRESCALE="prescale" in fl, LAZY="lazy" in fl, LAZY_TAU=8.0,
                   GQA_ORDER="gqa" in fl, WARP_SPEC="ws" in fl, PIPE="pipe" in fl, PERSIST="persist" in fl,
-                  stride_qd=1, stride_kd=1, stride_vd=1, stride_od=1)
+                  stride_qd=1, stride_kd=1, stride_vd=1, stride_od=1,
+                  PDL=False)   # a plain launch (opspec.kernels.pdl), not a pointer below
     # the tensors: K and V as TMA descriptors in the TMA variants, the others pointers
     args = dict(ints, qk_scale="fp32")
     for name in fn.arg_names:

@@ -627,6 +627,8 @@ from triton.compiler import ASTSource
 import opspec.kernels.moe as K
 
 def ptx(fn, sig, cexpr, cfg):
+    # PDL left at its default, as a launch off sm_90+ CUDA (opspec.kernels.pdl)
+    cexpr = {"PDL": False, **cexpr}
     # as a launch specialises them: pointers and the (multiple of 16) strides 16-divisible
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
              if sig.get(n, "").startswith("*") or (n.startswith("stride") and n in sig)}

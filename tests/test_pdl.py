@@ -1,9 +1,10 @@
-"""Overlapped launches (opspec.kernels.pdl): where they are on, the rule that a dependent
-launch only ever goes to a kernel that waits first, and the ops whose kernels run back to
-back (the MoE expert MLP's three: grouped GEMM, SiluAndMul, grouped GEMM; the softmax's
-two-launch plans) giving the same result overlapped or not. On the CPU (Triton's
-interpreter) the overlap is off: the launches there are plain ones, which the tests check
-too; the GPU run checks the overlapped ones (sm_90 and later)."""
+"""Overlapped launches (opspec.kernels.pdl): where they are on, the rules that every
+launched kernel takes part and that a dependent launch only ever goes to a kernel that
+waits first, and ops whose kernels run back to back (the MoE expert MLP's three: grouped
+GEMM, SiluAndMul, grouped GEMM; the softmax's two-launch plans) giving the same result
+overlapped or not. On the CPU (Triton's interpreter) the overlap is off: the launches there
+are plain ones, which the tests check too; the GPU run checks the overlapped ones (sm_90
+and later)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from opspec.kernels.softmax import (
 from opspec.ops import MoeExpertMLPFwdOp
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-#: The kernels this change's launchers launch dependent (with overlap_options).
+#: Kernels of the two-launch plans and chains the tests below run overlapped.
 KNOWN_DEPENDENT = {_col_reduce_kernel, _grouped_gemm_kernel, _grouped_gemm_tma_kernel,
                    _gated_kernel, _split_sum_kernel, _w4a16_tc_kernel, _w4a16_tc_tma_kernel,
                    _split_partials_kernel, _split_finish_kernel, _strided_split_kernel}
@@ -84,6 +85,46 @@ def test_launch_refuses_a_dependent_launch_to_a_kernel_that_does_not_wait():
     with pytest.raises(ValueError, match="launched dependent"):
         launch(_split_sum_kernel, (1,), part, out, 4, 4, 1, 4, 1, BLOCK=4, PDL=False,
                launch_pdl=True)
+
+
+def test_launch_refuses_a_kernel_with_pdl_left_to_its_default():
+    """A launch must say whether the kernel overlaps: leaving PDL to its default would
+    quietly never overlap. (BLOCK=2: a specialization no launcher makes, so the check runs
+    on the GPU too, where it runs at a specialization's first launch.)"""
+    part = torch.zeros(4, device=DEVICE)
+    out = torch.zeros(4, device=DEVICE)
+    with pytest.raises(ValueError, match="_split_sum_kernel takes a PDL parameter but its "
+                                         "launch passes none"):
+        launch(_split_sum_kernel, (1,), part, out, 4, 4, 1, 4, 1, BLOCK=2)
+
+
+def _launched_names(tree: ast.AST) -> set[str]:
+    """Names passed as the kernel of a ``launch(kernel, grid, ...)``,
+    ``memo.launch(key, n, kernel, grid, ...)`` or ``prepare(n, kernel, grid, ...)`` call."""
+    names = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        callee = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
+        pos = {"launch": 2 if isinstance(f, ast.Attribute) else 0, "prepare": 1}.get(callee)
+        if pos is not None and len(node.args) > pos and isinstance(node.args[pos], ast.Name):
+            names.add(node.args[pos].id)
+    return names
+
+
+def test_every_launched_kernel_takes_part():
+    """Every Triton kernel a module of opspec.kernels launches has the PDL parameter (so it
+    can be launched dependent): the kernels, not the jit helpers they call."""
+    launched = []
+    for mod in pkgutil.iter_modules(opspec.kernels.__path__):
+        m = importlib.import_module(f"opspec.kernels.{mod.name}")
+        for name in _launched_names(ast.parse(inspect.getsource(m))):
+            obj = getattr(m, name, None)
+            if hasattr(obj, "arg_names") and hasattr(obj, "fn"):
+                launched.append(obj)
+                assert "PDL" in obj.arg_names, f"{mod.name}.{name} is launched without PDL"
+    assert len(launched) >= 40 and KNOWN_DEPENDENT <= set(launched), len(launched)
 
 
 @pytest.mark.parametrize("kernel", DEPENDENT_KERNELS, ids=lambda k: k.__name__)
