@@ -207,8 +207,9 @@ def _activate(x, ACT: tl.constexpr):
     """``act(x)`` in fp32 (ReLU is exact either way: the cast back restores x)."""
     xf = x.to(tl.float32)
     if ACT == 0:
-        # xf < 0 is false for NaN and -0.0, which pass through as torch.relu keeps them.
-        y = tl.where(xf < 0, 0.0, xf)
+        # NaN passes through (xf <= 0 is false for it); -0.0 gives +0.0, as torch.relu on
+        # CUDA does (torch's CPU kernel keeps -0.0; this kernel runs on CUDA).
+        y = tl.where(xf <= 0, 0.0, xf)
     elif ACT == 1:
         # silu(x) = x / (1 + exp(-x)); exp(-x) -> inf gives -0.0, as torch.
         y = xf / (1.0 + tl.exp(-xf))
