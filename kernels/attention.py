@@ -59,6 +59,8 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 __all__ = [
     "CONFIGS",
+    "DECODE_MAX_Q",
+    "DecodePlan",
     "SHORT_CAUSAL",
     "VARIANTS",
     "AttnConfig",
@@ -69,6 +71,7 @@ __all__ = [
     "attention_dense_triton",
     "attention_varlen_reference",
     "attention_varlen_triton",
+    "decode_plan",
 ]
 
 _LOG2E = 1.4426950408889634
@@ -588,6 +591,237 @@ def _attn_tile(
                      mask=m_ok & (offs_d[None, :] < HEAD_DIM))
 
 
+# -- decode: the key axis split over programs ------------------------------------------------
+#
+# With a few query rows a sequence (decode), the tile kernel above runs one program per
+# query head and sequence, each walking all of its keys alone: Llama-3-8B at one token and
+# 1024 cached keys is 32 programs on a 132-SM GPU, each reading its key/value head again
+# (30 us on an H200 for 4 MiB of keys and values). Here a program takes one key/value head
+# of one sequence with all GROUP query heads that share it (their rows stacked into one
+# tile: each key block is read once for the group) and a chunk of its keys; a second kernel
+# combines the chunks' partial results (running max, sum and unnormalised output, as the
+# online softmax keeps them). Chunks are sized so that the grid holds about
+# DECODE_PROGRAMS_PER_SM programs an SM.
+
+#: Most query rows a sequence (``max_seqlen_q`` / ``S_q``) the split path takes.
+DECODE_MAX_Q = 16
+#: Most rows of a program's tile (GROUP query heads x the query rows, padded to powers of
+#: two; at least 16, the MMA's M).
+DECODE_MAX_ROWS = 64
+#: Programs an SM the chunking aims at, and the fewest key blocks a chunk.
+DECODE_PROGRAMS_PER_SM = 2
+DECODE_MIN_BLOCKS = 1
+#: Under Triton's interpreter: blocks of 16 keys, so that small tests cross blocks and chunks.
+_DECODE_INTERPRETER_BLOCK_N = 16
+
+
+class DecodePlan(NamedTuple):
+    """A split launch: ``splits`` chunks of ``chunk`` keys a key/value head (the last chunk
+    runs to the sequence's end, however long), tiles of ``block_g`` query heads x
+    ``block_q`` query rows and ``block_n`` keys."""
+
+    splits: int
+    chunk: int
+    block_g: int
+    block_q: int
+    block_n: int
+    num_warps: int
+
+
+def decode_plan(max_q: int, max_k: int, group: int, head_dim: int, heads_kv: int,
+                device: torch.device) -> DecodePlan | None:
+    """The split launch of a call with at most ``max_q`` queries and ``max_k`` keys a
+    sequence over ``heads_kv`` key/value heads (``heads_kv`` counting every sequence's), or
+    None where the tile kernel takes it (more query rows than :data:`DECODE_MAX_Q`, or a
+    tile over :data:`DECODE_MAX_ROWS` rows, 32 for head sizes over 128)."""
+    if max_q < 1 or max_q > DECODE_MAX_Q or max_k < 1:
+        return None
+    block_q = triton.next_power_of_2(max_q)
+    block_g = triton.next_power_of_2(group)
+    rows = max(16, block_g * block_q)
+    if rows > (DECODE_MAX_ROWS if head_dim <= 128 else 32):
+        return None
+    if device.type != "cuda":
+        block_n = _DECODE_INTERPRETER_BLOCK_N
+    else:
+        block_n = 64 if head_dim <= 128 else 32
+    target = DECODE_PROGRAMS_PER_SM * _num_sms(device)
+    per_head = max(1, target // max(1, heads_kv))
+    chunk = triton.cdiv(triton.cdiv(max_k, per_head), block_n) * block_n
+    chunk = max(chunk, DECODE_MIN_BLOCKS * block_n)
+    return DecodePlan(triton.cdiv(max_k, chunk), chunk, block_g, block_q, block_n,
+                      4 if rows * max(16, triton.next_power_of_2(head_dim)) <= 8192 else 8)
+
+
+@triton.jit
+def _decode_rows(CU_Q, CU_K, b, S_q, S_kv, VARLEN: tl.constexpr):
+    """(first query row, queries, first key, keys) of sequence ``b``."""
+    if VARLEN:
+        q_start = tl.load(CU_Q + b).to(tl.int64)
+        len_q = (tl.load(CU_Q + b + 1) - tl.load(CU_Q + b)).to(tl.int32)
+        k_start = tl.load(CU_K + b).to(tl.int64)
+        len_k = (tl.load(CU_K + b + 1) - tl.load(CU_K + b)).to(tl.int32)
+    else:
+        q_start = 0
+        k_start = 0
+        len_q = S_q
+        len_k = S_kv
+    return q_start, len_q, k_start, len_k
+
+
+@triton.jit
+def _attn_split_kernel(
+    Q, K, V, PART, STATS, CU_Q, CU_K,
+    stride_qb, stride_qh, stride_qs, stride_qd,
+    stride_kb, stride_kh, stride_ks, stride_kd,
+    stride_vb, stride_vh, stride_vs, stride_vd,
+    S_q, S_kv, H_kv, GROUP, HEAD_DIM, qk_scale, SPLITS, CHUNK,
+    VARLEN: tl.constexpr, CAUSAL: tl.constexpr, BOTTOM_RIGHT: tl.constexpr,
+    EVEN_D: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_G: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
+):
+    """Chunk ``program_id(0)`` of the keys of key/value head ``kvh`` of sequence ``b``
+    (``program_id(1) = b * H_kv + kvh``) against the GROUP query heads of that head: the
+    chunk's running max and sum (log2 domain) and unnormalised output, float32, into
+    ``STATS`` / ``PART`` at row ``program_id(1) * SPLITS + chunk``."""
+    overlap_start(PDL)
+    split = tl.program_id(0)
+    bk = tl.program_id(1)
+    b = bk // H_kv
+    kvh = bk % H_kv
+    q_start, len_q, k_start, len_k = _decode_rows(CU_Q, CU_K, b, S_q, S_kv, VARLEN)
+    lo = split * CHUNK
+    if lo < len_k and len_q > 0:
+        hi = tl.minimum(lo + CHUNK, len_k)
+        if split == SPLITS - 1:
+            hi = len_k   # the last chunk runs to the end, whatever max_seqlen_k promised
+        if BOTTOM_RIGHT:
+            shift = len_k - len_q
+        else:
+            shift = 0
+        r = tl.arange(0, BLOCK_M)
+        g = r // BLOCK_Q
+        i = r % BLOCK_Q
+        row_ok = (g < GROUP) & (i < len_q)
+        h = (kvh * GROUP + tl.where(g < GROUP, g, 0)).to(tl.int64)
+        offs_d = tl.arange(0, BLOCK_D)
+        d_ok = offs_d < HEAD_DIM
+        b64 = b.to(tl.int64)
+        q_ptrs = (Q + b64 * stride_qb + h[:, None] * stride_qh
+                  + (q_start + i[:, None]) * stride_qs + offs_d[None, :] * stride_qd)
+        if EVEN_D:
+            q = tl.load(q_ptrs, mask=row_ok[:, None], other=0.0)
+        else:
+            q = tl.load(q_ptrs, mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+        k_base = K + b64 * stride_kb + kvh.to(tl.int64) * stride_kh + k_start * stride_ks
+        v_base = V + b64 * stride_vb + kvh.to(tl.int64) * stride_vh + k_start * stride_vs
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+        for start in tl.range(lo, hi, BLOCK_N):
+            offs_n = start + tl.arange(0, BLOCK_N)
+            n_ok = offs_n < hi
+            kv_mask = n_ok[:, None] if EVEN_D else n_ok[:, None] & d_ok[None, :]
+            k = tl.load(k_base + offs_n[:, None] * stride_ks + offs_d[None, :] * stride_kd,
+                        mask=kv_mask, other=0.0)
+            s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+            seen = n_ok[None, :]
+            if CAUSAL:
+                seen = seen & (offs_n[None, :] <= (i + shift)[:, None])
+            s = tl.where(seen, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)   # rows that saw no key yet
+            p = tl.math.exp2(s - m_ref[:, None])
+            alpha = tl.math.exp2(m_i - m_ref)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            v = tl.load(v_base + offs_n[:, None] * stride_vs + offs_d[None, :] * stride_vd,
+                        mask=kv_mask, other=0.0)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+            m_i = m_new
+        row = (bk * SPLITS + split).to(tl.int64) * BLOCK_M + r
+        tl.store(STATS + row * 2, m_i, mask=row_ok)
+        tl.store(STATS + row * 2 + 1, l_i, mask=row_ok)
+        tl.store(PART + row[:, None] * BLOCK_D + offs_d[None, :], acc, mask=row_ok[:, None])
+
+
+@triton.jit
+def _attn_combine_kernel(
+    O, PART, STATS, CU_Q, CU_K,
+    stride_ob, stride_oh, stride_os, stride_od,
+    S_q, S_kv, H_kv, GROUP, HEAD_DIM, SPLITS, CHUNK,
+    VARLEN: tl.constexpr, EVEN_D: tl.constexpr,
+    BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+    PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
+):
+    """The output rows of key/value head ``kvh`` of sequence ``b`` (``program_id(0) = b *
+    H_kv + kvh``): its chunks' partial results rescaled to their common max and summed;
+    rows that saw no key are zeros."""
+    overlap_start(PDL)
+    bk = tl.program_id(0)
+    b = bk // H_kv
+    kvh = bk % H_kv
+    q_start, len_q, k_start, len_k = _decode_rows(CU_Q, CU_K, b, S_q, S_kv, VARLEN)
+    if len_q > 0:
+        r = tl.arange(0, BLOCK_M)
+        g = r // BLOCK_Q
+        i = r % BLOCK_Q
+        row_ok = (g < GROUP) & (i < len_q)
+        offs_d = tl.arange(0, BLOCK_D)
+        m = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+        l = tl.zeros([BLOCK_M], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+        chunks = tl.minimum(tl.cdiv(len_k, CHUNK), SPLITS)
+        for c in range(0, chunks):
+            row = (bk * SPLITS + c).to(tl.int64) * BLOCK_M + r
+            m_c = tl.load(STATS + row * 2, mask=row_ok, other=float("-inf"))
+            l_c = tl.load(STATS + row * 2 + 1, mask=row_ok, other=0.0)
+            a_c = tl.load(PART + row[:, None] * BLOCK_D + offs_d[None, :],
+                          mask=row_ok[:, None], other=0.0)
+            m_new = tl.maximum(m, m_c)
+            m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+            old = tl.math.exp2(m - m_ref)
+            new = tl.math.exp2(m_c - m_ref)
+            l = l * old + l_c * new
+            acc = acc * old[:, None] + a_c * new[:, None]
+            m = m_new
+        out = acc / tl.where(l == 0.0, 1.0, l)[:, None]
+        h = (kvh * GROUP + tl.where(g < GROUP, g, 0)).to(tl.int64)
+        o_ptrs = (O + b.to(tl.int64) * stride_ob + h[:, None] * stride_oh
+                  + (q_start + i[:, None]) * stride_os + offs_d[None, :] * stride_od)
+        mask = row_ok[:, None] if EVEN_D else row_ok[:, None] & (offs_d[None, :] < HEAD_DIM)
+        tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=mask)
+
+
+def _launch_decode(q, k, v, out, cu_q, cu_k, strides, S_q, S_kv, batch, H, H_kv,
+                   scale, causal, bottom_right, varlen, plan: DecodePlan):
+    D = q.shape[-1]
+    block_d = max(16, triton.next_power_of_2(D))
+    block_m = max(16, plan.block_g * plan.block_q)
+    sc = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    group = H // H_kv
+    rows = batch * H_kv * plan.splits * block_m
+    part = torch.empty(rows * block_d, dtype=torch.float32, device=q.device)
+    stats = torch.empty(rows * 2, dtype=torch.float32, device=q.device)
+    pdl = overlap_options(q.device)
+    even_d = block_d == D
+    precision = "ieee" if q.dtype == torch.float32 else "tf32"
+    launch(_attn_split_kernel, (plan.splits, batch * H_kv),
+           q, k, v, part, stats, cu_q, cu_k, *strides[:12],
+           S_q, S_kv, H_kv, group, D, sc * _LOG2E, plan.splits, plan.chunk,
+           VARLEN=varlen, CAUSAL=bool(causal), BOTTOM_RIGHT=bottom_right, EVEN_D=even_d,
+           PRECISION=precision, BLOCK_G=plan.block_g, BLOCK_Q=plan.block_q, BLOCK_M=block_m,
+           BLOCK_N=plan.block_n, BLOCK_D=block_d, num_warps=plan.num_warps, num_stages=3,
+           **pdl)
+    launch(_attn_combine_kernel, (batch * H_kv,),
+           out, part, stats, cu_q, cu_k, *strides[12:],
+           S_q, S_kv, H_kv, group, D, plan.splits, plan.chunk,
+           VARLEN=varlen, EVEN_D=even_d, BLOCK_Q=plan.block_q, BLOCK_M=block_m,
+           BLOCK_D=block_d, num_warps=4, **pdl)
+    return out
+
+
 def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor) -> None:
     if not (q.dtype == k.dtype == v.dtype == out.dtype) or q.dtype not in _SUPPORTED:
         raise TypeError(f"q, k, v and out must share a dtype in {_SUPPORTED}, got "
@@ -671,6 +905,15 @@ def attention_dense_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if S_kv == 0:   # no key: every row is zero
         return out.zero_()
     strides = (*q.stride(), *k.stride(), *v.stride(), *out.stride())
+    plan = decode_plan(S_q, S_kv, H // H_kv, q.shape[-1], B * H_kv, q.device) \
+        if config is None or config == "split" else None
+    if plan is not None:
+        return _launch_decode(q, k, v, out, q, k, strides, S_q, S_kv, B, H, H_kv, scale,
+                              is_causal, False, False, plan)
+    if config == "split":
+        raise ValueError(f"the split path takes at most {DECODE_MAX_Q} query rows and "
+                         f"tiles of at most {DECODE_MAX_ROWS} rows; got S_q={S_q}, "
+                         f"{H // H_kv} query heads a key/value head")
     return _launch(q, k, v, out, q, k, strides, S_q, S_kv, B, H, H_kv, S_q, scale,
                    is_causal, False, False, config)
 
@@ -679,7 +922,7 @@ def attention_varlen_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                             cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
                             max_seqlen_q: int, out: torch.Tensor,
                             softmax_scale: float | None = None, causal: bool = False,
-                            *, config=None) -> torch.Tensor:
+                            *, config=None, max_seqlen_k: int | None = None) -> torch.Tensor:
     """flash_attn_varlen_func (bottom-right causal mask) of packed ``q [total_q, H, D]``
     over ``k, v [total_k, H_kv, D]`` (any strides), ``cu_seqlens_q`` / ``cu_seqlens_k``
     int32 ``[B + 1]`` on q's device, every sequence at most ``max_seqlen_q`` queries; into
@@ -701,5 +944,15 @@ def attention_varlen_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                0, k.stride(1), k.stride(0), k.stride(2),
                0, v.stride(1), v.stride(0), v.stride(2),
                0, out.stride(1), out.stride(0), out.stride(2))
+    max_k = k.shape[0] if max_seqlen_k is None else min(int(max_seqlen_k), k.shape[0])
+    plan = decode_plan(int(max_seqlen_q), max_k, H // H_kv, q.shape[-1], batch * H_kv,
+                       q.device) if config is None or config == "split" else None
+    if plan is not None:
+        return _launch_decode(q, k, v, out, cu_seqlens_q, cu_seqlens_k, strides, 0, 0, batch,
+                              H, H_kv, softmax_scale, causal, True, True, plan)
+    if config == "split":
+        raise ValueError(f"the split path takes at most {DECODE_MAX_Q} query rows and "
+                         f"tiles of at most {DECODE_MAX_ROWS} rows; got max_seqlen_q="
+                         f"{max_seqlen_q}, {H // H_kv} query heads a key/value head")
     return _launch(q, k, v, out, cu_seqlens_q, cu_seqlens_k, strides, 0, 0, batch, H, H_kv,
                    int(max_seqlen_q), softmax_scale, causal, True, True, config)

@@ -90,7 +90,8 @@ class AttentionVarlenFwdInterface(KernelInterface):
     @abc.abstractmethod
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, max_seqlen_q: int,
-                out: torch.Tensor, softmax_scale: float | None) -> torch.Tensor:
+                out: torch.Tensor, softmax_scale: float | None,
+                max_seqlen_k: int | None = None) -> torch.Tensor:
         """`out = flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, ...,
         softmax_scale, causal=call.causal)` (bottom-right causal mask; rows that see no
         key are zero).
@@ -98,8 +99,10 @@ class AttentionVarlenFwdInterface(KernelInterface):
         q: [total_q, H, D], k and v: [total_k, H_kv, D] with H_kv dividing H, the call's
         dtype and head size, on the call's device, any strides; cu_seqlens_q and
         cu_seqlens_k: int32 [B + 1] on the same device, offsets into the token axes, no
-        sequence longer than max_seqlen_q queries. out: [total_q, H, D], same dtype;
-        every row inside a sequence is written. Returns `out`.
+        sequence longer than max_seqlen_q queries; max_seqlen_k, the longest key
+        sequence (None: unknown), sizes work only and is never trusted for results.
+        out: [total_q, H, D], same dtype; every row inside a sequence is written.
+        Returns `out`.
         """
 
 
@@ -117,9 +120,11 @@ class AttentionVarlenTritonKernel(Kernel, AttentionVarlenFwdInterface):
     def entry_for(cls, call):
         return (call.dtype, call.head_dim, call.causal, call.device), lambda: cls(call)
 
-    def forward(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, out, softmax_scale):
+    def forward(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, out, softmax_scale,
+                max_seqlen_k=None):
         return attention_varlen_triton(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                       out, softmax_scale, self.call.causal)
+                                       out, softmax_scale, self.call.causal,
+                                       max_seqlen_k=max_seqlen_k)
 
 
 class AttentionVarlenReferenceKernel(Kernel, AttentionVarlenFwdInterface):
@@ -128,7 +133,8 @@ class AttentionVarlenReferenceKernel(Kernel, AttentionVarlenFwdInterface):
     devices = REFERENCE_DEVICES
     general = True
 
-    def forward(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, out, softmax_scale):
+    def forward(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, out, softmax_scale,
+                max_seqlen_k=None):
         out.copy_(attention_varlen_reference(q, k, v, cu_seqlens_q, cu_seqlens_k,
                                              softmax_scale, self.call.causal))
         return out

@@ -65,7 +65,7 @@ class GroupedQueryAttentionVarlenFwdOp(Op):
                              device=q.device)
         return self.kernel_for("attention_varlen", call).forward(
             q, k, v, cu_seqlens_q, cu_seqlens_k, int(self.max_seqlen_q), out,
-            self.softmax_scale)
+            self.softmax_scale, int(self.max_seqlen_k))
 
 
 def varlen_roofline(call) -> tuple[int, int]:

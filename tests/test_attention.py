@@ -16,11 +16,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import opspec.kernels.attention as A
 from opspec.kernels.attention import (
-    CONFIGS, INTERPRETER_CONFIG, SHORT_CAUSAL, AttnConfig, as_config, attention_config,
-    attention_dense_reference, attention_dense_triton, attention_varlen_reference,
-    attention_varlen_triton,
+    CONFIGS, DECODE_MAX_Q, INTERPRETER_CONFIG, SHORT_CAUSAL, AttnConfig, DecodePlan, as_config,
+    attention_config, attention_dense_reference, attention_dense_triton,
+    attention_varlen_reference, attention_varlen_triton, decode_plan,
 )
+from opspec.kernels.launch import recording
 from opspec.kernels.attention_impl import AttentionCall
 from opspec.kernels.devices import TRITON_DEVICES, TRITON_INTERPRETED
 from opspec.ops import GroupedQueryAttentionDenseFwdOp, GroupedQueryAttentionVarlenFwdOp
@@ -392,6 +394,152 @@ def test_varlen_triton_empty():
     out = torch.full_like(q, float("nan"))
     attention_varlen_triton(q, k, v, cq, ck, 2, out)
     assert torch.equal(out, torch.zeros_like(q))
+
+
+# ============================================================================ decode (split keys)
+
+def test_decode_plan(monkeypatch):
+    """Chunks sized to about 2 programs an SM over the key/value heads of every sequence,
+    a whole number of key blocks each; the tile kernel (None) past 16 query rows a sequence
+    or 64 tile rows (32 for head sizes over 128)."""
+    monkeypatch.setattr(A, "_num_sms", lambda device: 132)
+    cuda = torch.device("cuda")
+    # Llama-3-8B decode, one sequence of 1024 keys: 8 key/value heads, 33 chunks wanted,
+    # one 64-key block each is the floor
+    assert decode_plan(1, 1024, 4, 128, 8, cuda) == DecodePlan(16, 64, 4, 1, 64, 4)
+    # 32 sequences of 4k: 256 heads, one chunk each
+    assert decode_plan(1, 4096, 4, 128, 256, cuda) == DecodePlan(1, 4096, 4, 1, 64, 4)
+    # 16 sequences, 8k longest: 128 heads, 2 chunks
+    assert decode_plan(1, 8192, 4, 128, 128, cuda) == DecodePlan(2, 4096, 4, 1, 64, 4)
+    # four draft tokens, 8 query heads a key/value head: 32 tile rows; 64 heads, 4 chunks
+    assert decode_plan(4, 4096, 8, 128, 64, cuda) == DecodePlan(4, 1024, 8, 4, 64, 4)
+    # head size 256: 32-key blocks, one a chunk at most 33 chunks wanted
+    assert decode_plan(4, 1000, 8, 256, 8, cuda) == DecodePlan(32, 32, 8, 4, 32, 4)
+    assert decode_plan(DECODE_MAX_Q + 1, 4096, 1, 128, 8, cuda) is None
+    assert decode_plan(16, 4096, 8, 128, 8, cuda) is None     # 128 tile rows
+    assert decode_plan(8, 4096, 8, 256, 8, cuda) is None      # 64 rows of 256
+    assert decode_plan(1, 0, 4, 128, 8, cuda) is None
+
+
+@needs_triton
+@pytest.mark.parametrize("dtype", KERNEL_DTYPES, ids=str)
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("B, H, H_kv, S_q, S_kv, D", [
+    (2, 8, 2, 1, 100, 16),      # GQA 4, one query, keys over several chunks
+    (1, 4, 4, 3, 37, 24),       # MHA, a head size that is not a power of two
+    (3, 6, 2, 5, 64, 32),       # groups of 3 padded to 4, 5 queries padded to 8
+    (1, 8, 1, 8, 50, 16),       # MQA: 64 tile rows
+    (2, 2, 1, 16, 9, 16),       # as many queries as the path takes, fewer keys than rows
+])
+def test_split_path_dense_matches_reference(B, H, H_kv, S_q, S_kv, D, is_causal, dtype):
+    """The split-key kernels (top-left causal mask: query i sees keys 0..i) against the
+    float64 reference, launched as the split pair."""
+    q, k, v = _dense(B, H, H_kv, S_q, S_kv, D, dtype, seed=5)
+    out = torch.full_like(q, float("nan"))
+    with recording() as launches:
+        attention_dense_triton(q, k, v, out, is_causal, config="split")
+    assert [kern.__name__ for kern, *_ in launches] == ["_attn_split_kernel",
+                                                        "_attn_combine_kernel"]
+    _close(out, _ref64(attention_dense_reference, q, k, v, is_causal=is_causal), dtype)
+
+
+@needs_triton
+@pytest.mark.parametrize("dtype", KERNEL_DTYPES, ids=str)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("max_k", [None, 20], ids=["max-k-unknown", "max-k-short"])
+def test_split_path_varlen_matches_reference(max_k, causal, dtype):
+    """Uneven sequences, one without keys, one without queries, queries past their keys
+    (bottom-right causal); a max_seqlen_k below the real lengths only sizes the chunks:
+    the last chunk of a head runs to its sequence's end, so every key is still seen."""
+    q_lens, k_lens = [1, 2, 0, 1, 3, 2], [40, 0, 10, 70, 5, 1]
+    q, k, v, cq, ck = _varlen(q_lens, k_lens, 4, 2, 16, dtype, seed=7)
+    out = torch.full_like(q, float("nan"))
+    with recording() as launches:
+        attention_varlen_triton(q, k, v, cq, ck, 3, out, None, causal, max_seqlen_k=max_k)
+    assert [kern.__name__ for kern, *_ in launches] == ["_attn_split_kernel",
+                                                        "_attn_combine_kernel"]
+    _close(out, _ref64(attention_varlen_reference, q, k, v, cq, ck, causal=causal), dtype)
+
+
+@needs_triton
+def test_split_path_routing_and_refusal():
+    """Decode shapes take the split pair by default, prefill shapes and a forced tile the
+    tile kernel; forcing the split on a call it cannot take names the limits."""
+    q, k, v = _dense(1, 4, 2, 1, 40, 16, torch.float16)
+    for config, kernels in [(None, ["_attn_split_kernel", "_attn_combine_kernel"]),
+                            (INTERPRETER_CONFIG, ["_attn_fwd_kernel"])]:
+        out = torch.empty_like(q)
+        with recording() as launches:
+            attention_dense_triton(q, k, v, out, config=config)
+        assert [kern.__name__ for kern, *_ in launches] == kernels
+        _close(out, _ref64(attention_dense_reference, q, k, v), torch.float16)
+    q, k, v = _dense(1, 2, 1, DECODE_MAX_Q + 1, 40, 16, torch.float16)
+    with recording() as launches:
+        attention_dense_triton(q, k, v, torch.empty_like(q))
+    assert [kern.__name__ for kern, *_ in launches] == ["_attn_fwd_kernel"]
+    with pytest.raises(ValueError, match="the split path takes at most 16 query rows and "
+                                         "tiles of at most 64 rows; got S_q=17"):
+        attention_dense_triton(q, k, v, torch.empty_like(q), config="split")
+
+
+@needs_triton
+def test_varlen_op_decode_passes_max_seqlen_k():
+    """The op hands max_seqlen_k to the kernel, which sizes the split by it."""
+    q_lens, k_lens = [1, 1, 1], [30, 64, 7]
+    q, k, v, cq, ck = _varlen(q_lens, k_lens, 8, 2, 16, torch.float16, seed=11)
+    op = GroupedQueryAttentionVarlenFwdOp(1, 64, causal=True)
+    with recording() as launches:
+        got = op(q, k, v, cq, ck)
+    split = [args for kern, grid, args, kw in launches if kern.__name__ == "_attn_split_kernel"]
+    assert len(split) == 1
+    plan = decode_plan(1, 64, 4, 16, 3 * 2, q.device)
+    assert split[0][-2:] == (plan.splits, plan.chunk)
+    _close(got, _ref64(attention_varlen_reference, q, k, v, cq, ck, causal=True),
+           torch.float16)
+
+
+_SM90_SPLIT_SCRIPT = r"""
+import json, sys
+import opspec.kernels.attention as K
+import sm90_build as sm90
+
+out = {}
+# Llama-3-8B decode (4 query heads a key/value head, one query, D = 128) and a D = 256
+# verify tile (8 heads x 4 queries), as decode_plan sizes them; built dependent (PDL)
+for label, (g, bq, bn, D, warps) in {"d128": (4, 1, 64, 128, 4),
+                                     "d256": (8, 4, 32, 256, 4)}.items():
+    bm = max(16, g * bq)
+    fn = K._attn_split_kernel
+    consts = dict(VARLEN=True, CAUSAL=True, BOTTOM_RIGHT=True, EVEN_D=True, PRECISION="tf32",
+                  BLOCK_G=g, BLOCK_Q=bq, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=D, PDL=True,
+                  stride_qb=0, stride_kb=0, stride_vb=0, stride_qd=1, stride_kd=1, stride_vd=1)
+    args = {n: ("*fp32" if n in ("PART", "STATS") else "*i32" if n.startswith("CU_")
+                else "fp32" if n == "qk_scale" else "*bf16" if n in ("Q", "K", "V") else "i32")
+            for n in fn.arg_names if n not in consts}
+    c = sm90.build(fn, args, consts, warps, 3)
+    fn2 = K._attn_combine_kernel
+    consts2 = dict(VARLEN=True, EVEN_D=True, BLOCK_Q=bq, BLOCK_M=bm, BLOCK_D=D, PDL=True,
+                   stride_ob=0, stride_od=1)
+    args2 = {n: ("*fp32" if n in ("PART", "STATS") else "*i32" if n.startswith("CU_")
+                 else "*bf16" if n == "O" else "i32")
+             for n in fn2.arg_names if n not in consts2}
+    c2 = sm90.build(fn2, args2, consts2, 4, 1)
+    out[label] = {"local": c.ptx.count(".local") + c2.ptx.count(".local"),
+                  "mma": c.ptx.count("mma"), "wait": c.ptx.count("griddepcontrol.wait")
+                  + c2.ptx.count("griddepcontrol.wait")}
+json.dump(out, sys.stdout)
+"""
+
+
+def test_split_kernels_build_for_sm90():
+    """The split pair compiles for sm_90 at the decode tiles, dependent launches: tensor-core
+    products, nothing in local memory, each kernel waiting once for the one before."""
+    from sm90_build import run_script
+
+    builds = run_script(_SM90_SPLIT_SCRIPT)
+    assert set(builds) == {"d128", "d256"}
+    for label, facts in builds.items():
+        assert facts["mma"] > 0 and facts["local"] == 0 and facts["wait"] == 2, (label, facts)
 
 
 # ============================================================================ dispatch

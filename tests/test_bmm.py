@@ -264,7 +264,8 @@ def test_tma_layouts_and_refusals():
     for t in refused:
         assert lay(t) is None, t.stride()
     a, b = torch.empty(2, 8, 16, dtype=h), torch.empty(2, 16, 8, dtype=h)
-    assert not bmm_tma_eligible(a, b, torch.empty(2, 8, 8, dtype=h))   # not a CUDA device
+    cpu = [t.to("cpu") for t in (a, b, torch.empty(2, 8, 8, dtype=h))]
+    assert not bmm_tma_eligible(*cpu)   # not a CUDA device
     with pytest.raises(ValueError, match="bmm_tma needs, for input, mat2 and out, a unit stride"):
         bmm_tma(a, torch.empty(2, 16, 12, dtype=h), torch.empty(2, 8, 12, dtype=h))
 
