@@ -629,11 +629,15 @@ class DecodePlan(NamedTuple):
 
 
 def decode_plan(max_q: int, max_k: int, group: int, head_dim: int, heads_kv: int,
-                device: torch.device) -> DecodePlan | None:
+                device: torch.device, total_k: int | None = None) -> DecodePlan | None:
     """The split launch of a call with at most ``max_q`` queries and ``max_k`` keys a
-    sequence over ``heads_kv`` key/value heads (``heads_kv`` counting every sequence's), or
-    None where the tile kernel takes it (more query rows than :data:`DECODE_MAX_Q`, or a
-    tile over :data:`DECODE_MAX_ROWS` rows, 32 for head sizes over 128)."""
+    sequence, ``total_k`` keys over all sequences (default ``max_k``: one sequence) and
+    ``heads_kv`` key/value heads a sequence; None where the tile kernel takes it (more
+    query rows than :data:`DECODE_MAX_Q`, or a tile over :data:`DECODE_MAX_ROWS` rows, 32
+    for head sizes over 128). Chunks come from the keys of all sequences together, so that
+    a long sequence among short ones is cut as finely as the grid needs (its programs, not
+    the others', would otherwise take longest); the chunks of the longest sequence are
+    then evened out."""
     if max_q < 1 or max_q > DECODE_MAX_Q or max_k < 1:
         return None
     block_q = triton.next_power_of_2(max_q)
@@ -646,9 +650,11 @@ def decode_plan(max_q: int, max_k: int, group: int, head_dim: int, heads_kv: int
     else:
         block_n = 64 if head_dim <= 128 else 32
     target = DECODE_PROGRAMS_PER_SM * _num_sms(device)
-    per_head = max(1, target // max(1, heads_kv))
-    chunk = triton.cdiv(triton.cdiv(max_k, per_head), block_n) * block_n
-    chunk = max(chunk, DECODE_MIN_BLOCKS * block_n)
+    work = (max_k if total_k is None else max(total_k, max_k)) * max(1, heads_kv)
+    least = DECODE_MIN_BLOCKS * block_n
+    chunk = max(least, triton.cdiv(triton.cdiv(work, target), block_n) * block_n)
+    splits = triton.cdiv(max_k, chunk)
+    chunk = max(least, triton.cdiv(triton.cdiv(max_k, splits), block_n) * block_n)
     return DecodePlan(triton.cdiv(max_k, chunk), chunk, block_g, block_q, block_n,
                       4 if rows * max(16, triton.next_power_of_2(head_dim)) <= 8192 else 8)
 
@@ -905,7 +911,7 @@ def attention_dense_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if S_kv == 0:   # no key: every row is zero
         return out.zero_()
     strides = (*q.stride(), *k.stride(), *v.stride(), *out.stride())
-    plan = decode_plan(S_q, S_kv, H // H_kv, q.shape[-1], B * H_kv, q.device) \
+    plan = decode_plan(S_q, S_kv, H // H_kv, q.shape[-1], H_kv, q.device, B * S_kv) \
         if config is None or config == "split" else None
     if plan is not None:
         return _launch_decode(q, k, v, out, q, k, strides, S_q, S_kv, B, H, H_kv, scale,
@@ -945,8 +951,8 @@ def attention_varlen_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                0, v.stride(1), v.stride(0), v.stride(2),
                0, out.stride(1), out.stride(0), out.stride(2))
     max_k = k.shape[0] if max_seqlen_k is None else min(int(max_seqlen_k), k.shape[0])
-    plan = decode_plan(int(max_seqlen_q), max_k, H // H_kv, q.shape[-1], batch * H_kv,
-                       q.device) if config is None or config == "split" else None
+    plan = decode_plan(int(max_seqlen_q), max_k, H // H_kv, q.shape[-1], H_kv, q.device,
+                       k.shape[0]) if config is None or config == "split" else None
     if plan is not None:
         return _launch_decode(q, k, v, out, cu_seqlens_q, cu_seqlens_k, strides, 0, 0, batch,
                               H, H_kv, softmax_scale, causal, True, True, plan)

@@ -399,21 +399,22 @@ def test_varlen_triton_empty():
 # ============================================================================ decode (split keys)
 
 def test_decode_plan(monkeypatch):
-    """Chunks sized to about 2 programs an SM over the key/value heads of every sequence,
-    a whole number of key blocks each; the tile kernel (None) past 16 query rows a sequence
-    or 64 tile rows (32 for head sizes over 128)."""
+    """Chunks sized from the keys of all sequences to about 2 programs an SM, a whole
+    number of key blocks each, then evened out over the longest sequence; the tile kernel
+    (None) past 16 query rows a sequence or 64 tile rows (32 for head sizes over 128)."""
     monkeypatch.setattr(A, "_num_sms", lambda device: 132)
     cuda = torch.device("cuda")
     # Llama-3-8B decode, one sequence of 1024 keys: 8 key/value heads, 33 chunks wanted,
     # one 64-key block each is the floor
     assert decode_plan(1, 1024, 4, 128, 8, cuda) == DecodePlan(16, 64, 4, 1, 64, 4)
-    # 32 sequences of 4k: 256 heads, one chunk each
-    assert decode_plan(1, 4096, 4, 128, 256, cuda) == DecodePlan(1, 4096, 4, 1, 64, 4)
-    # 16 sequences, 8k longest: 128 heads, 2 chunks
-    assert decode_plan(1, 8192, 4, 128, 128, cuda) == DecodePlan(2, 4096, 4, 1, 64, 4)
-    # four draft tokens, 8 query heads a key/value head: 32 tile rows; 64 heads, 4 chunks
-    assert decode_plan(4, 4096, 8, 128, 64, cuda) == DecodePlan(4, 1024, 8, 4, 64, 4)
-    # head size 256: 32-key blocks, one a chunk at most 33 chunks wanted
+    # 32 sequences of 4k: 1484 keys a program wanted, 4032 -> two even chunks of 2048
+    assert decode_plan(1, 4096, 4, 128, 8, cuda, 32 * 4096) == DecodePlan(2, 2048, 4, 1, 64, 4)
+    # 16 sequences of mixed lengths (48960 keys, the longest 8192): chunks of 1408, six for
+    # the longest, not two of 4096 that would outlast every other program
+    assert decode_plan(1, 8192, 4, 128, 8, cuda, 48960) == DecodePlan(6, 1408, 4, 1, 64, 4)
+    # four draft tokens, 8 query heads a key/value head: 32 tile rows
+    assert decode_plan(4, 4096, 8, 128, 8, cuda, 8 * 4096) == DecodePlan(4, 1024, 8, 4, 64, 4)
+    # head size 256: 32-key blocks
     assert decode_plan(4, 1000, 8, 256, 8, cuda) == DecodePlan(32, 32, 8, 4, 32, 4)
     assert decode_plan(DECODE_MAX_Q + 1, 4096, 1, 128, 8, cuda) is None
     assert decode_plan(16, 4096, 8, 128, 8, cuda) is None     # 128 tile rows
@@ -492,7 +493,7 @@ def test_varlen_op_decode_passes_max_seqlen_k():
         got = op(q, k, v, cq, ck)
     split = [args for kern, grid, args, kw in launches if kern.__name__ == "_attn_split_kernel"]
     assert len(split) == 1
-    plan = decode_plan(1, 64, 4, 16, 3 * 2, q.device)
+    plan = decode_plan(1, 64, 4, 16, 2, q.device, sum(k_lens))
     assert split[0][-2:] == (plan.splits, plan.chunk)
     _close(got, _ref64(attention_varlen_reference, q, k, v, cq, ck, causal=True),
            torch.float16)
