@@ -399,8 +399,8 @@ def test_varlen_triton_empty():
 # ============================================================================ decode (split keys)
 
 def test_decode_plan(monkeypatch):
-    """Chunks sized from the keys of all sequences to at most about 2 programs an SM, a
-    whole number of key blocks each, evened out over the longest sequence; the tile kernel
+    """Chunks sized from the keys of all sequences to about 2 programs an SM (the nearest
+    even split of the longest sequence), whole key blocks each; the tile kernel
     (None) past 16 query rows a sequence or 64 tile rows (32 for head sizes over 128)."""
     monkeypatch.setattr(A, "_num_sms", lambda device: 132)
     cuda = torch.device("cuda")
@@ -410,9 +410,9 @@ def test_decode_plan(monkeypatch):
     # 32 sequences of 4k: 3972 keys a program wanted; one chunk (256 programs), not two
     assert decode_plan(1, 4096, 4, 128, 8, cuda, 32 * 4096) == DecodePlan(1, 4096, 4, 1, 64, 4)
     # 16 sequences of mixed lengths (48960 keys, the longest 8192): 1484 keys a program
-    # wanted; five chunks of 1664 for the longest, not two of 4096 that would outlast
+    # wanted; six chunks of 1408 for the longest, not two of 4096 that would outlast
     # every other program
-    assert decode_plan(1, 8192, 4, 128, 8, cuda, 48960) == DecodePlan(5, 1664, 4, 1, 64, 4)
+    assert decode_plan(1, 8192, 4, 128, 8, cuda, 48960) == DecodePlan(6, 1408, 4, 1, 64, 4)
     # four draft tokens, 8 query heads a key/value head: 32 tile rows
     assert decode_plan(4, 4096, 8, 128, 8, cuda, 8 * 4096) == DecodePlan(4, 1024, 8, 4, 64, 4)
     # head size 256: 32-key blocks
