@@ -41,7 +41,17 @@ others without editing the table, including the kernel variants of :data:`VARIAN
 key/value loads, a prescaled q, a lazy rescale, a GQA launch order, warp-specialized or
 source-pipelined key loops; ``benchmarks/attention_sweep.py`` times them). float32 inputs
 (tests only; the ops take float16 / bfloat16) use ``input_precision="ieee"`` products.
-The kernel is launched dependent where the device allows (:mod:`opspec.kernels.pdl`).
+
+Decode (at most :data:`DECODE_MAX_Q` queries a sequence, as :func:`decode_plan` decides):
+two kernels instead, ``_attn_split_kernel`` and ``_attn_combine_kernel``. A program of the
+first takes one key/value head of one sequence with its GROUP query heads stacked in one
+tile (GROUP x queries rows, each key block read once for the group) and a chunk of the
+keys (the last chunk of a head runs to the sequence's end, so a ``max_seqlen_k`` below
+the real lengths costs time, never keys); it writes the chunk's running max, sum and
+unnormalised output in float32 to a workspace, and the second kernel rescales a head's
+chunks to their common max and sums them. The section comment above ``decode_plan``
+gives the sizing and its measurements. Every kernel here is launched dependent where the
+device allows (:mod:`opspec.kernels.pdl`).
 """
 
 from __future__ import annotations

@@ -9,9 +9,13 @@ visible. What it saves is the gap between two launches: the next kernel's progra
 already placed and waiting when the one before ends (1-3 us a pair on an H200: the column
 table of :mod:`opspec.kernels.reduction` and docs/ops.md quote the measurements).
 
-The kernels that take part have a ``PDL`` constexpr and call :func:`overlap_start` first
-thing: the wait, then the trigger, so the next kernel may be placed as soon as this one's
-last programs are running. Their launchers pass :func:`overlap_options`. The wait makes
+Every kernel opspec launches takes part: it has a ``PDL`` constexpr and calls
+:func:`overlap_start` first thing (the wait, then the trigger, so the next kernel may be
+placed as soon as this one's last programs are running), and its launcher passes
+:func:`overlap_options`. So the kernels of one op chain, and so do those of consecutive
+ops (``benchmarks/chain_probe.py`` times decode layers with the overlap off and on).
+``opspec.kernels.launch.launch`` refuses a kernel with a ``PDL`` parameter whose launch
+does not pass one. The wait makes
 any order safe: a dependent kernel after a kernel that never triggers (torch's, say)
 starts when that one ends, as a plain launch would; and since each kernel ends only after
 its own wait returned, a chain of them orders as plain launches do. A dependent launch
