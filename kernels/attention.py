@@ -495,6 +495,23 @@ def _attn_fwd_kernel(
 
 
 @triton.jit
+def _sequence_rows(CU_Q, CU_K, b, S_q, S_kv, VARLEN: tl.constexpr):
+    """(first query row, queries, first key, keys) of sequence ``b``: read from the offsets
+    (varlen) or the dense sizes."""
+    if VARLEN:
+        q_start = tl.load(CU_Q + b).to(tl.int64)
+        len_q = (tl.load(CU_Q + b + 1) - tl.load(CU_Q + b)).to(tl.int32)
+        k_start = tl.load(CU_K + b).to(tl.int64)
+        len_k = (tl.load(CU_K + b + 1) - tl.load(CU_K + b)).to(tl.int32)
+    else:
+        q_start = 0
+        k_start = 0
+        len_q = S_q
+        len_k = S_kv
+    return q_start, len_q, k_start, len_k
+
+
+@triton.jit
 def _attn_tile(
     Q, K, V, O, CU_Q, CU_K,
     stride_qb, stride_qh, stride_qs, stride_qd,
@@ -510,16 +527,7 @@ def _attn_tile(
 ):
     """Query block ``m_idx`` (of ``n_m``; reversed when causal) of head ``h`` of sequence
     ``b``."""
-    if VARLEN:
-        q_start = tl.load(CU_Q + b).to(tl.int64)
-        len_q = (tl.load(CU_Q + b + 1) - tl.load(CU_Q + b)).to(tl.int32)
-        k_start = tl.load(CU_K + b).to(tl.int64)
-        len_k = (tl.load(CU_K + b + 1) - tl.load(CU_K + b)).to(tl.int32)
-    else:
-        q_start = 0
-        k_start = 0
-        len_q = S_q
-        len_k = S_kv
+    q_start, len_q, k_start, len_k = _sequence_rows(CU_Q, CU_K, b, S_q, S_kv, VARLEN)
     if CAUSAL:
         # heaviest query blocks first
         pid_m = n_m - 1 - m_idx
@@ -672,22 +680,6 @@ def decode_plan(max_q: int, max_k: int, group: int, head_dim: int, heads_kv: int
 
 
 @triton.jit
-def _decode_rows(CU_Q, CU_K, b, S_q, S_kv, VARLEN: tl.constexpr):
-    """(first query row, queries, first key, keys) of sequence ``b``."""
-    if VARLEN:
-        q_start = tl.load(CU_Q + b).to(tl.int64)
-        len_q = (tl.load(CU_Q + b + 1) - tl.load(CU_Q + b)).to(tl.int32)
-        k_start = tl.load(CU_K + b).to(tl.int64)
-        len_k = (tl.load(CU_K + b + 1) - tl.load(CU_K + b)).to(tl.int32)
-    else:
-        q_start = 0
-        k_start = 0
-        len_q = S_q
-        len_k = S_kv
-    return q_start, len_q, k_start, len_k
-
-
-@triton.jit
 def _attn_split_kernel(
     Q, K, V, PART, STATS, CU_Q, CU_K,
     stride_qb, stride_qh, stride_qs, stride_qd,
@@ -709,7 +701,7 @@ def _attn_split_kernel(
     bk = tl.program_id(1)
     b = bk // H_kv
     kvh = bk % H_kv
-    q_start, len_q, k_start, len_k = _decode_rows(CU_Q, CU_K, b, S_q, S_kv, VARLEN)
+    q_start, len_q, k_start, len_k = _sequence_rows(CU_Q, CU_K, b, S_q, S_kv, VARLEN)
     lo = split * CHUNK
     if lo < len_k and len_q > 0:
         hi = tl.minimum(lo + CHUNK, len_k)
@@ -780,7 +772,7 @@ def _attn_combine_kernel(
     bk = tl.program_id(0)
     b = bk // H_kv
     kvh = bk % H_kv
-    q_start, len_q, k_start, len_k = _decode_rows(CU_Q, CU_K, b, S_q, S_kv, VARLEN)
+    q_start, len_q, k_start, len_k = _sequence_rows(CU_Q, CU_K, b, S_q, S_kv, VARLEN)
     if len_q > 0:
         r = tl.arange(0, BLOCK_M)
         g = r // BLOCK_Q

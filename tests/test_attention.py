@@ -725,7 +725,7 @@ def test_cold_compile_fullgraph():
 def test_dense_workloads_instantiate_on_meta():
     all_cases = cases(GroupedQueryAttentionDenseFwdOp)
     ids = [c.id for c in all_cases]
-    assert len(ids) == len(set(ids)) == 13
+    assert len(ids) == len(set(ids)) == 17
     large = []
     for c in all_cases:
         op = c.construct(GroupedQueryAttentionDenseFwdOp)
@@ -735,12 +735,15 @@ def test_dense_workloads_instantiate_on_meta():
         nbytes = sum(t.numel() * t.element_size() for t in (q, k, v, q))
         if nbytes >= 256 * 2**20:
             large.append(c.label)
-    assert "llama3-70b-prefill-8k" in large
+    assert {"llama3-70b-prefill-8k", "llama3-8b-decode-b32-4k"} <= set(large)
+    # the decode rows take the split-key kernels (at most DECODE_MAX_Q queries)
+    assert {c.label for c in all_cases if c.values["S_q"] <= DECODE_MAX_Q} == {
+        "llama3-8b-decode-b32-4k", "llama3-70b-decode-b8-8k", "llama3-8b-verify-4-b16-4k"}
 
 
 def test_varlen_workloads_instantiate():
     all_cases = cases(GroupedQueryAttentionVarlenFwdOp)
-    assert len({c.id for c in all_cases}) == len(all_cases) == 8
+    assert len({c.id for c in all_cases}) == len(all_cases) == 9
     for c in all_cases:
         op = c.construct(GroupedQueryAttentionVarlenFwdOp)
         q, k, v, cq, ck = c.inputs("meta")
