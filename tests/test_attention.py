@@ -15,6 +15,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import opspec.kernels.attention as A
 from opspec.kernels.attention import (
@@ -498,6 +500,26 @@ def test_varlen_op_decode_passes_max_seqlen_k():
     assert split[0][-2:] == (plan.splits, plan.chunk)
     _close(got, _ref64(attention_varlen_reference, q, k, v, cq, ck, causal=True),
            torch.float16)
+
+
+@needs_triton
+@settings(max_examples=20, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(1, 3), st.integers(1, 3), st.sampled_from([1, 2, 3, 4]),
+       st.integers(1, 4), st.lists(st.integers(0, 45), min_size=1, max_size=3),
+       st.sampled_from([16, 24]), st.booleans())
+def test_split_path_equals_reference_on_random_calls(B, H_kv, group, max_q, k_lens, D, causal):
+    """Law: on any decode call it takes, the split pair computes the reference's attention
+    (varlen, bottom-right causal), whatever the key lengths, chunking and group padding."""
+    k_lens = (k_lens * B)[:B]
+    q_lens = [min(max_q, 1 + (i * 7 + n) % max_q) for i, n in enumerate(k_lens)]
+    q, k, v, cq, ck = _varlen(q_lens, k_lens, H_kv * group, H_kv, D, torch.float32,
+                              seed=sum(k_lens) + D)
+    out = torch.full_like(q, float("nan"))
+    attention_varlen_triton(q, k, v, cq, ck, max(q_lens), out, None, causal, config="split",
+                            max_seqlen_k=max(k_lens))
+    _close(out, _ref64(attention_varlen_reference, q, k, v, cq, ck, causal=causal),
+           torch.float32)
 
 
 _SM90_SPLIT_SCRIPT = r"""
