@@ -363,7 +363,7 @@ def former_strided(x, dim, out, log):
     n_iblk = triton.cdiv(inner, bi)
     launch(S._strided_kernel, (outer * n_iblk,), x3, o3, outer, n, inner, n_iblk, *x3.stride(),
            *o3.stride(), BLOCK_N=bn, BLOCK_I=bi, LOOPED=False, LOG=log, USE_INT64=False,
-           num_warps=S._warps(bn * bi))
+           num_warps=S._warps(bn * bi), PDL=False)   # a plain launch, as it was measured
     return out
 
 
