@@ -760,7 +760,7 @@ def test_dense_workloads_instantiate_on_meta():
     assert {"llama3-70b-prefill-8k", "llama3-8b-decode-b32-4k"} <= set(large)
     # the decode rows take the split-key kernels (at most DECODE_MAX_Q queries)
     assert {c.label for c in all_cases if c.values["S_q"] <= DECODE_MAX_Q} == {
-        "llama3-8b-decode-b32-4k", "llama3-70b-decode-b8-8k", "llama3-8b-verify-4-b16-4k"}
+        "llama3-8b-decode-b32-4k", "llama3-70b-decode-b8-8k", "llama3-8b-verify4-b16-4k"}
 
 
 def test_varlen_workloads_instantiate():
