@@ -804,6 +804,21 @@ def _attn_combine_kernel(
         tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=mask)
 
 
+def _split_plan(config, q_name: str, max_q: int, max_k: int, group: int, head_dim: int,
+                heads_kv: int, device: torch.device, total_k: int) -> DecodePlan | None:
+    """The split launch a launcher's call takes (:func:`decode_plan`): only with no
+    ``config`` or ``config="split"``, which raises where the split path cannot take the
+    call (``q_name``: the launcher's name for the query count)."""
+    if config is not None and config != "split":
+        return None
+    plan = decode_plan(max_q, max_k, group, head_dim, heads_kv, device, total_k)
+    if plan is None and config == "split":
+        raise ValueError(f"the split path takes at most {DECODE_MAX_Q} query rows and "
+                         f"tiles of at most {DECODE_MAX_ROWS} rows; got {q_name}={max_q}, "
+                         f"{group} query heads a key/value head")
+    return plan
+
+
 def _launch_decode(q, k, v, out, cu_q, cu_k, strides, S_q, S_kv, batch, H, H_kv,
                    scale, causal, bottom_right, varlen, plan: DecodePlan):
     D = q.shape[-1]
@@ -915,15 +930,11 @@ def attention_dense_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if S_kv == 0:   # no key: every row is zero
         return out.zero_()
     strides = (*q.stride(), *k.stride(), *v.stride(), *out.stride())
-    plan = decode_plan(S_q, S_kv, H // H_kv, q.shape[-1], H_kv, q.device, B * S_kv) \
-        if config is None or config == "split" else None
+    plan = _split_plan(config, "S_q", S_q, S_kv, H // H_kv, q.shape[-1], H_kv, q.device,
+                       B * S_kv)
     if plan is not None:
         return _launch_decode(q, k, v, out, q, k, strides, S_q, S_kv, B, H, H_kv, scale,
                               is_causal, False, False, plan)
-    if config == "split":
-        raise ValueError(f"the split path takes at most {DECODE_MAX_Q} query rows and "
-                         f"tiles of at most {DECODE_MAX_ROWS} rows; got S_q={S_q}, "
-                         f"{H // H_kv} query heads a key/value head")
     return _launch(q, k, v, out, q, k, strides, S_q, S_kv, B, H, H_kv, S_q, scale,
                    is_causal, False, False, config)
 
@@ -955,14 +966,10 @@ def attention_varlen_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                0, v.stride(1), v.stride(0), v.stride(2),
                0, out.stride(1), out.stride(0), out.stride(2))
     max_k = k.shape[0] if max_seqlen_k is None else min(int(max_seqlen_k), k.shape[0])
-    plan = decode_plan(int(max_seqlen_q), max_k, H // H_kv, q.shape[-1], H_kv, q.device,
-                       k.shape[0]) if config is None or config == "split" else None
+    plan = _split_plan(config, "max_seqlen_q", int(max_seqlen_q), max_k, H // H_kv,
+                       q.shape[-1], H_kv, q.device, k.shape[0])
     if plan is not None:
         return _launch_decode(q, k, v, out, cu_seqlens_q, cu_seqlens_k, strides, 0, 0, batch,
                               H, H_kv, softmax_scale, causal, True, True, plan)
-    if config == "split":
-        raise ValueError(f"the split path takes at most {DECODE_MAX_Q} query rows and "
-                         f"tiles of at most {DECODE_MAX_ROWS} rows; got max_seqlen_q="
-                         f"{max_seqlen_q}, {H // H_kv} query heads a key/value head")
     return _launch(q, k, v, out, cu_seqlens_q, cu_seqlens_k, strides, 0, 0, batch, H, H_kv,
                    int(max_seqlen_q), softmax_scale, causal, True, True, config)
