@@ -81,6 +81,7 @@ VARIANTS: list[tuple[str, AttnConfig | None]] = [
     ("tma-lazy-64x64-w4-s2", AttnConfig(64, 64, 4, 2, "tma+lazy")),
     ("tma-gqa-128x64-s3", AttnConfig(128, 64, 8, 3, "tma+gqa")),
     ("tma-pipe-64x64-w4-s2", AttnConfig(64, 64, 4, 2, "tma+pipe")),
+    ("tma-gqa-64x64-w4-s3", AttnConfig(64, 64, 4, 3, "tma+gqa")),
 ]
 
 #: (label, B, H, H_kv, S, D, causal)

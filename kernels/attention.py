@@ -90,11 +90,15 @@ _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
 
 #: Kernel variants (flags, combined with "+" in :attr:`AttnConfig.variant`; "base" is none):
 #:
-#: * ``tma``: key/value blocks loaded through TMA tensor descriptors (a 4-D host descriptor
-#:   over ``[B, H_kv, S_kv, D]``, box ``[1, 1, BLOCK_N, BLOCK_D]``; boxes past S_kv or D are
-#:   zero-filled, so no load masks). Dense layout only, and only where the strides allow
-#:   (unit feature stride, other strides multiples of 16 bytes, 16-byte aligned bases);
-#:   elsewhere the pointer loads run.
+#: * ``tma``: key/value blocks loaded through TMA tensor descriptors (host descriptors over
+#:   ``[B, H_kv, S_kv, D]``, box ``[1, 1, BLOCK_N, BLOCK_D]``, or for varlen over the packed
+#:   ``[total_k, H_kv, D]``, box ``[BLOCK_N, 1, BLOCK_D]``; boxes past the tensor are
+#:   zero-filled, so no load masks; a varlen box that runs into the next sequence has those
+#:   rows zeroed in its masked block). Only where the strides allow (unit feature stride,
+#:   other strides multiples of 16 bytes, 16-byte aligned bases, sizes below 2**31);
+#:   elsewhere the pointer loads run. The default D = 128 config caps registers at 128 for
+#:   the TMA form: the pointer form under that cap spills (42 stores to local memory in the
+#:   sm_90 build under Triton 3.6), which is why varlen calls take descriptors too.
 #: * ``prescale``: ``q * scale * log2(e)`` rounded to q's dtype once before the loop, so a
 #:   score costs a subtraction, not an FMA (one more rounding of q: about 2**-9 relative in
 #:   bfloat16).
@@ -174,6 +178,19 @@ SHORT_CAUSAL: tuple[tuple[int, int, AttnConfig], ...] = (
     (8192, 128, AttnConfig(128, 64, 8, 3, "gqa")),
 )
 
+#: (largest head size, config), first match: varlen calls (dense ones take the tables
+#: above). H200 (benchmarks/varlen_probe.py, 2026-12-01, bf16, D = 128, the bench's six
+#: varlen prefill rows, two runs; us, this tile against the tables' choice): Llama-3-8B
+#: mixed lengths (causal) 1599.8 against 1756.4, 8 x 1k 285.4 / 294.7 (the first run had
+#: the tables' tile, with descriptors, at 222.7: a short row, within what runs differ by),
+#: chunked prefill 962.7 / 983.5, packed non-causal 868.4 / 903.2 (the 128 x 64 pointer
+#: tile 896.4; with descriptors under its cap of 128 registers it spills), Llama-3-70B mixed
+#: 3220.4 / 3477.2, Qwen2.5-7B mixed 433.3 / 429.2. 64 x 64 with 2 or 4 stages, 64 x 128,
+#: 64 x 32, and the lazy or prescale flags ran slower on every row.
+VARLEN_CONFIGS: tuple[tuple[int, AttnConfig], ...] = (
+    (128, AttnConfig(64, 64, 4, 3, "tma+gqa")),
+)
+
 #: Under Triton's interpreter (CPU tests): small tiles, so that small tests cross blocks.
 INTERPRETER_CONFIG = AttnConfig(32, 16, 4, 1)
 
@@ -181,13 +198,18 @@ MAX_HEAD_DIM = 256
 
 
 def attention_config(head_dim: int, device_type: str, causal: bool = False,
-                     seqlen_q: int | None = None) -> AttnConfig:
-    """The kernel configuration for a head size on a device type; causal calls with at
-    most :data:`SHORT_CAUSAL`'s query rows take its tile."""
+                     seqlen_q: int | None = None, varlen: bool = False) -> AttnConfig:
+    """The kernel configuration for a head size on a device type: varlen calls take
+    :data:`VARLEN_CONFIGS` where it covers the head size; causal calls with at most
+    :data:`SHORT_CAUSAL`'s query rows take its tile; others :data:`CONFIGS`."""
     if head_dim > MAX_HEAD_DIM:
         raise ValueError(f"head size {head_dim} is over the kernel's limit {MAX_HEAD_DIM}")
     if device_type != "cuda":
         return INTERPRETER_CONFIG
+    if varlen:
+        for limit, config in VARLEN_CONFIGS:
+            if head_dim <= limit:
+                return config
     if causal and seqlen_q is not None:
         for max_q, max_d, config in SHORT_CAUSAL:
             if seqlen_q <= max_q and head_dim <= max_d:
@@ -280,12 +302,22 @@ def attention_varlen_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 # -- the Triton kernel -----------------------------------------------------------------------
 
 @triton.jit
-def _load_kv(ptrs, start_n, b, kvh, n_ok, d_ok, MASKED: tl.constexpr, EVEN_D: tl.constexpr,
-             KV_TMA: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
-    """One [BLOCK_N, BLOCK_D] key or value block: through the descriptor ``ptrs`` (KV_TMA:
-    zero-filled past S_kv and D) or through pointers, masked where needed."""
+def _load_kv(ptrs, start_n, kv_b, kvh, n_ok, d_ok, MASKED: tl.constexpr, EVEN_D: tl.constexpr,
+             KV_TMA: tl.constexpr, VARLEN: tl.constexpr, BLOCK_N: tl.constexpr,
+             BLOCK_D: tl.constexpr):
+    """One [BLOCK_N, BLOCK_D] key or value block: through the descriptor ``ptrs`` (KV_TMA)
+    or through pointers, masked where needed. The descriptors: dense ones over [B, H_kv,
+    S_kv, D] at batch ``kv_b``, zero-filled past S_kv and D; varlen ones over [total_k, H_kv,
+    D] from key row ``kv_b + start_n`` (``kv_b`` the sequence's first key), zero-filled past
+    total_k and D. A varlen box runs on into the next sequence's keys: its masked blocks zero
+    those rows, so that a value there (even inf or NaN) never meets a zero probability."""
     if KV_TMA:
-        x = ptrs.load([b, kvh, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
+        if VARLEN:
+            x = ptrs.load([(kv_b + start_n).to(tl.int32), kvh, 0]).reshape(BLOCK_N, BLOCK_D)
+            if MASKED:
+                x = tl.where(n_ok, x, 0.0)
+        else:
+            x = ptrs.load([kv_b, kvh, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
     elif MASKED:
         if EVEN_D:
             x = tl.load(ptrs, mask=n_ok, other=0.0)
@@ -300,15 +332,16 @@ def _load_kv(ptrs, start_n, b, kvh, n_ok, d_ok, MASKED: tl.constexpr, EVEN_D: tl
 
 
 @triton.jit
-def _attn_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, b, kvh, offs_m, offs_n, offs_d, lo, hi,
+def _attn_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, kv_b, kvh, offs_m, offs_n, offs_d, lo, hi,
                 len_k, shift, qk_scale, stride_kn, stride_vn, HEAD_DIM,
                 MASKED: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
                 NEG_SCALE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                 PRECISION: tl.constexpr, KV_TMA: tl.constexpr, PRESCALE: tl.constexpr,
-                LAZY: tl.constexpr, LAZY_TAU: tl.constexpr, WARP_SPEC: tl.constexpr):
+                LAZY: tl.constexpr, LAZY_TAU: tl.constexpr, WARP_SPEC: tl.constexpr,
+                VARLEN: tl.constexpr):
     """Key blocks [lo, hi) of one program: the online-softmax update. MASKED blocks mask
     keys past len_k and, when CAUSAL, keys above the diagonal. PRESCALE: q already holds
-    the scale (times log2 e)."""
+    the scale (times log2 e). ``kv_b``: see :func:`_load_kv`."""
     if not KV_TMA:
         k_ptrs += lo * stride_kn
         v_ptrs += lo * stride_vn
@@ -316,7 +349,7 @@ def _attn_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, b, kvh, offs_m, offs_n, offs_d
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPEC):
         cols = start_n + offs_n
         n_ok = cols[:, None] < len_k
-        k = _load_kv(k_ptrs, start_n, b, kvh, n_ok, d_ok, MASKED, EVEN_D, KV_TMA,
+        k = _load_kv(k_ptrs, start_n, kv_b, kvh, n_ok, d_ok, MASKED, EVEN_D, KV_TMA, VARLEN,
                      BLOCK_N, BLOCK_D)
         qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
         if MASKED:
@@ -338,7 +371,7 @@ def _attn_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, b, kvh, offs_m, offs_n, offs_d
             p, alpha, m_ij = _unmasked_probs(qk, m_i, qk_scale, NEG_SCALE, PRESCALE, LAZY,
                                              LAZY_TAU)
         acc, l_i = _rescale(acc, l_i, p, alpha, LAZY)
-        v = _load_kv(v_ptrs, start_n, b, kvh, n_ok, d_ok, MASKED, EVEN_D, KV_TMA,
+        v = _load_kv(v_ptrs, start_n, kv_b, kvh, n_ok, d_ok, MASKED, EVEN_D, KV_TMA, VARLEN,
                      BLOCK_N, BLOCK_D)
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)
         m_i = m_ij
@@ -395,11 +428,12 @@ def _full_update(acc, l_i, m_i, qk, v, qk_scale, NEG_SCALE: tl.constexpr,
 
 
 @triton.jit
-def _attn_block_pipe(acc, l_i, m_i, q, k_ptrs, v_ptrs, b, kvh, offs_d, lo, hi,
+def _attn_block_pipe(acc, l_i, m_i, q, k_ptrs, v_ptrs, kv_b, kvh, offs_d, lo, hi,
                      qk_scale, stride_kn, stride_vn, HEAD_DIM,
                      EVEN_D: tl.constexpr, NEG_SCALE: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCK_D: tl.constexpr, PRECISION: tl.constexpr, KV_TMA: tl.constexpr,
-                     PRESCALE: tl.constexpr, LAZY: tl.constexpr, LAZY_TAU: tl.constexpr):
+                     PRESCALE: tl.constexpr, LAZY: tl.constexpr, LAZY_TAU: tl.constexpr,
+                     VARLEN: tl.constexpr):
     """The unmasked key blocks [lo, hi), software-pipelined by one block: the scores of
     block j + 1 are issued before the softmax of block j, so the tensor cores work on the
     next product while the exponentials of this one run (FlashAttention-3's intra-warpgroup
@@ -410,23 +444,24 @@ def _attn_block_pipe(acc, l_i, m_i, q, k_ptrs, v_ptrs, b, kvh, offs_d, lo, hi,
         if not KV_TMA:
             k_ptrs += lo * stride_kn
             v_ptrs += lo * stride_vn
-        k = _load_kv(k_ptrs, lo, b, kvh, n_ok, d_ok, False, EVEN_D, KV_TMA, BLOCK_N, BLOCK_D)
+        k = _load_kv(k_ptrs, lo, kv_b, kvh, n_ok, d_ok, False, EVEN_D, KV_TMA, VARLEN,
+                     BLOCK_N, BLOCK_D)
         qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
         for start_n in range(lo + BLOCK_N, hi, BLOCK_N):
             if not KV_TMA:
                 k_ptrs += BLOCK_N * stride_kn
-            k = _load_kv(k_ptrs, start_n, b, kvh, n_ok, d_ok, False, EVEN_D, KV_TMA,
-                         BLOCK_N, BLOCK_D)
+            k = _load_kv(k_ptrs, start_n, kv_b, kvh, n_ok, d_ok, False, EVEN_D, KV_TMA,
+                         VARLEN, BLOCK_N, BLOCK_D)
             qk_next = tl.dot(q, tl.trans(k), input_precision=PRECISION)
-            v = _load_kv(v_ptrs, start_n - BLOCK_N, b, kvh, n_ok, d_ok, False, EVEN_D, KV_TMA,
-                         BLOCK_N, BLOCK_D)
+            v = _load_kv(v_ptrs, start_n - BLOCK_N, kv_b, kvh, n_ok, d_ok, False, EVEN_D,
+                         KV_TMA, VARLEN, BLOCK_N, BLOCK_D)
             acc, l_i, m_i = _full_update(acc, l_i, m_i, qk, v, qk_scale, NEG_SCALE, PRESCALE,
                                          LAZY, LAZY_TAU, PRECISION)
             if not KV_TMA:
                 v_ptrs += BLOCK_N * stride_vn
             qk = qk_next
-        v = _load_kv(v_ptrs, hi - BLOCK_N, b, kvh, n_ok, d_ok, False, EVEN_D, KV_TMA,
-                     BLOCK_N, BLOCK_D)
+        v = _load_kv(v_ptrs, hi - BLOCK_N, kv_b, kvh, n_ok, d_ok, False, EVEN_D, KV_TMA,
+                     VARLEN, BLOCK_N, BLOCK_D)
         acc, l_i, m_i = _full_update(acc, l_i, m_i, qk, v, qk_scale, NEG_SCALE, PRESCALE,
                                      LAZY, LAZY_TAU, PRECISION)
     return acc, l_i, m_i
@@ -548,7 +583,7 @@ def _attn_tile(
         rows = tl.arange(0, BLOCK_M)
         q_ptrs = q_base + rows[:, None] * stride_qs + offs_d[None, :] * stride_qd
         if KV_TMA:
-            # K and V are descriptors over [B, H_kv, S_kv, D] (dense only)
+            # K and V are descriptors: over [B, H_kv, S_kv, D] (dense) or [total_k, H_kv, D]
             k_ptrs = K
             v_ptrs = V
         else:
@@ -578,23 +613,28 @@ def _attn_tile(
             end = tl.minimum(len_k, tl.maximum(start_m + BLOCK_M + shift, 0))
         else:
             end = len_k
+        # the descriptors' batch coordinate (dense) or first key row (varlen): see _load_kv
+        if VARLEN:
+            kv_b = k_start
+        else:
+            kv_b = b
         if PIPE:
             acc, l_i, m_i = _attn_block_pipe(
-                acc, l_i, m_i, q, k_ptrs, v_ptrs, b, kvh, offs_d, 0, full_end,
+                acc, l_i, m_i, q, k_ptrs, v_ptrs, kv_b, kvh, offs_d, 0, full_end,
                 qk_scale, stride_ks, stride_vs, HEAD_DIM,
                 EVEN_D, NEG_SCALE, BLOCK_N, BLOCK_D, PRECISION,
-                KV_TMA, PRESCALE, LAZY, LAZY_TAU)
+                KV_TMA, PRESCALE, LAZY, LAZY_TAU, VARLEN)
         else:
             acc, l_i, m_i = _attn_block(
-                acc, l_i, m_i, q, k_ptrs, v_ptrs, b, kvh, offs_m, offs_n, offs_d, 0, full_end,
-                len_k, shift, qk_scale, stride_ks, stride_vs, HEAD_DIM,
+                acc, l_i, m_i, q, k_ptrs, v_ptrs, kv_b, kvh, offs_m, offs_n, offs_d, 0,
+                full_end, len_k, shift, qk_scale, stride_ks, stride_vs, HEAD_DIM,
                 False, CAUSAL, EVEN_D, NEG_SCALE, BLOCK_N, BLOCK_D, PRECISION,
-                KV_TMA, PRESCALE, LAZY, LAZY_TAU, WARP_SPEC)
+                KV_TMA, PRESCALE, LAZY, LAZY_TAU, WARP_SPEC, VARLEN)
         acc, l_i, m_i = _attn_block(
-            acc, l_i, m_i, q, k_ptrs, v_ptrs, b, kvh, offs_m, offs_n, offs_d, full_end, end,
+            acc, l_i, m_i, q, k_ptrs, v_ptrs, kv_b, kvh, offs_m, offs_n, offs_d, full_end, end,
             len_k, shift, qk_scale, stride_ks, stride_vs, HEAD_DIM,
             True, CAUSAL, EVEN_D, NEG_SCALE, BLOCK_N, BLOCK_D, PRECISION,
-            KV_TMA, PRESCALE, LAZY, LAZY_TAU, WARP_SPEC)
+            KV_TMA, PRESCALE, LAZY, LAZY_TAU, WARP_SPEC, VARLEN)
 
         # rows that saw no key: l_i == 0 and acc == 0, written as zeros
         l_safe = tl.where(l_i == 0.0, 1.0, l_i)
@@ -867,28 +907,32 @@ def _num_sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def _tma_ok(t: torch.Tensor) -> bool:
-    """A 4-D [B, H_kv, S_kv, D] tensor a TMA descriptor can address: unit feature stride,
-    the other strides multiples of 16 bytes, a 16-byte aligned base."""
+def _tma_ok(t: torch.Tensor, rank: int = 4) -> bool:
+    """A key or value tensor of ``rank`` dims (4: dense ``[B, H_kv, S_kv, D]``; 3: varlen
+    ``[total_k, H_kv, D]``) a TMA descriptor can address: unit feature stride, the other
+    strides multiples of 16 bytes, a 16-byte aligned base, and (its coordinates are 32-bit)
+    every size below 2**31."""
     es = t.element_size()
-    return (t.dim() == 4 and t.stride(3) == 1 and t.data_ptr() % 16 == 0
-            and t.shape[3] * es >= 16
-            and all(t.stride(i) * es % 16 == 0 and t.stride(i) > 0 for i in range(3)))
+    last = rank - 1
+    return (t.dim() == rank and t.stride(last) == 1 and t.data_ptr() % 16 == 0
+            and t.shape[last] * es >= 16 and max(t.shape) < 2**31
+            and all(t.stride(i) * es % 16 == 0 and t.stride(i) > 0 for i in range(last)))
 
 
 def _launch(q, k, v, out, cu_q, cu_k, strides, S_q, S_kv, batch, H, H_kv, grid_m,
             scale, causal, bottom_right, varlen, config):
     D = q.shape[-1]
-    cfg = (attention_config(D, q.device.type, bool(causal), grid_m) if config is None
+    cfg = (attention_config(D, q.device.type, bool(causal), grid_m, varlen) if config is None
            else as_config(config))
     flags = cfg.flags()
     block_m, block_n = cfg.block_m, cfg.block_n
     block_d = max(16, triton.next_power_of_2(D))
     sc = 1.0 / math.sqrt(D) if scale is None else float(scale)
     group = H // H_kv
-    kv_tma = "tma" in flags and not varlen and _tma_ok(k) and _tma_ok(v)
+    rank = 3 if varlen else 4
+    kv_tma = "tma" in flags and _tma_ok(k, rank) and _tma_ok(v, rank)
     if kv_tma:
-        box = [1, 1, block_n, block_d]
+        box = [block_n, 1, block_d] if varlen else [1, 1, block_n, block_d]
         k_arg = TensorDescriptor(k, list(k.shape), list(k.stride()), box)
         v_arg = TensorDescriptor(v, list(v.shape), list(v.stride()), box)
     else:

@@ -205,6 +205,14 @@ def test_configs():
     assert attention_config(128, "cuda", True, max_long + 1) == CONFIGS[1][1]
     assert attention_config(128, "cuda", False, 16) == CONFIGS[1][1]
     assert attention_config(256, "cuda", True, 16) == CONFIGS[2][1]
+    # varlen calls take their own table where it covers the head size, causal or not
+    from opspec.kernels.attention import VARLEN_CONFIGS
+    (max_vd, vcfg), = VARLEN_CONFIGS
+    assert vcfg == AttnConfig(64, 64, 4, 3, "tma+gqa") and max_vd == 128
+    for causal, sq in ((False, None), (True, 16), (True, 8192), (True, 100000)):
+        assert attention_config(128, "cuda", causal, sq, varlen=True) == vcfg
+    assert attention_config(256, "cuda", True, 16, varlen=True) == CONFIGS[2][1]
+    assert attention_config(128, "cpu", varlen=True) == INTERPRETER_CONFIG
     # tuples: 4 fields are the base variant
     assert as_config((64, 32, 4, 2)) == AttnConfig(64, 32, 4, 2, "base", 0)
     assert as_config((64, 32, 4, 2, "tma+lazy")).flags() == {"tma", "lazy"}
@@ -299,7 +307,8 @@ ints = dict(stride_qb=H*S*D, stride_qh=S*D, stride_qs=D, stride_kb=8*S*D, stride
             BATCH=3, N_M=33)
 out = {}
 builds = [("dense", False, K.attention_config(D, "cuda")),
-          ("varlen", True, K.attention_config(D, "cuda")),
+          ("varlen", True, K.attention_config(D, "cuda", True, S, varlen=True)),
+          ("varlen-tma-lazy", True, K.AttnConfig(128, 64, 8, 3, "tma+lazy")),
           ("dense-short", False, K.attention_config(D, "cuda", True, 1024)),
           ("dense-tma-lazy", False, K.AttnConfig(128, 64, 8, 3, "tma+lazy")),
           ("dense-tma-pipe", False, K.AttnConfig(128, 64, 8, 2, "tma+pipe")),
@@ -316,29 +325,33 @@ for label, varlen, cfg in builds:
                   PDL=False)   # a plain launch (opspec.kernels.pdl), not a pointer below
     # the tensors: K and V as TMA descriptors in the TMA variants, the others pointers
     args = dict(ints, qk_scale="fp32")
+    box = f"{bn},1,{D}" if varlen else f"1,1,{bn},{D}"
     for name in fn.arg_names:
         if name not in consts and name not in args:
-            args[name] = (f"tensordesc<bf16[1,1,{bn},{D}]>" if tma and name in ("K", "V")
+            args[name] = (f"tensordesc<bf16[{box}]>" if tma and name in ("K", "V")
                           else "*i32" if name.startswith("CU_") else "*bf16")
-    c = sm90.build(fn, args, consts, warps, stages)
+    # the launcher's register cap too: spills show in the SASS (STL), not the PTX
+    c = sm90.build(fn, args, consts, warps, stages,
+                   **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
     ptx = c.ptx
     out[label] = {"wgmma": len(re.findall(r"wgmma\.mma_async", ptx)),
                   "tma": ptx.count("cp.async.bulk.tensor"), "want_tma": tma,
-                  "local": ptx.count(".local"), "shared": c.shared}
+                  "local": ptx.count(".local") + c.sass.count("STL"), "shared": c.shared}
 json.dump(out, sys.stdout)
 """
 
 
 def test_kernel_builds_for_sm90():
     """The causal kernel, dense and varlen, compiles for sm_90 with the D = 128 tiles as the
-    launcher specialises them (the default, the short-causal one, the TMA + lazy variant):
-    the products are wgmma, the TMA variant's loads are bulk tensor copies, nothing goes
-    to local memory, and the shared memory fits the H200's 227 KiB. In a fresh process: under the interpreter,
+    launcher specialises them (the default, the short-causal one, the TMA + lazy variant),
+    under their register caps: the products are wgmma, the TMA variants' loads (varlen's
+    default included) are bulk tensor copies, nothing goes to local memory (no spill in
+    the SASS), and the shared memory fits the H200's 227 KiB. In a fresh process: under the interpreter,
     triton.language is patched."""
     from sm90_build import run_script
 
     builds = run_script(_SM90_SCRIPT)
-    assert len(builds) == 6
+    assert len(builds) == 7
     for label, facts in builds.items():
         assert facts["wgmma"] > 0 and facts["local"] == 0, (label, facts)
         assert (facts["tma"] > 0) == facts["want_tma"], (label, facts)
@@ -367,12 +380,65 @@ def test_varlen_triton_matches_reference(q_lens, k_lens, H, H_kv, D, causal, dty
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("config", VARIANT_CONFIGS, ids=lambda c: f"{c[4]}-{c[0]}x{c[1]}")
 def test_varlen_triton_variants(config, causal):
-    # tma is dense-only (the pointer loads run); an empty sequence, len_q > len_k
+    # the tma variants load through [total_k, H_kv, D] descriptors; an empty sequence,
+    # len_q > len_k
     q, k, v, cq, ck = _varlen([5, 0, 40, 17], [9, 3, 40, 10], 4, 2, 32, torch.float16)
     out = torch.full_like(q, float("nan"))
     attention_varlen_triton(q, k, v, cq, ck, 40, out, None, causal, config=config)
     _close(out, _ref64(attention_varlen_reference, q, k, v, cq, ck, causal=causal),
            torch.float16)
+
+
+@needs_triton
+@pytest.mark.parametrize("config", [None, (16, 16, 4, 1, "tma"), (16, 16, 4, 1, "tma+pipe")],
+                         ids=["default", "tma", "tma-pipe"])
+def test_varlen_triton_keys_past_a_sequence_stay_out(config):
+    """A varlen TMA box runs past its sequence into the next one's keys: those rows must not
+    reach the output, even where the next sequence's values are NaN or inf (0 * NaN is NaN
+    in a product). Sequence 0 has 5 keys, so its last 16-key block holds 11 of sequence 1's;
+    sequence 1's values are NaN (its own output is NaN, as the reference's)."""
+    from opspec.kernels.attention import _tma_ok
+    q, k, v, cq, ck = _varlen([3, 4], [5, 20], 2, 1, 16, torch.float16, seed=3)
+    assert _tma_ok(k, 3) and _tma_ok(v, 3)
+    v[5:] = float("nan")
+    k[5:7] = float("inf")
+    for causal in (False, True):
+        out = torch.empty_like(q)
+        attention_varlen_triton(q, k, v, cq, ck, 4, out, None, causal, config=config)
+        want = _ref64(attention_varlen_reference, q, k, v, cq, ck, causal=causal)
+        assert torch.isfinite(out[:3]).all(), (config, causal)
+        _close(out[:3], want[:3], torch.float16)
+        assert torch.isnan(out[3:]).all() and torch.isnan(want[3:]).all()
+
+
+@needs_triton
+def test_launchers_ask_for_their_layout_config(monkeypatch):
+    """The tile launcher asks attention_config for the varlen table on varlen calls only."""
+    import opspec.kernels.attention as K
+    asked = []
+    real = K.attention_config
+
+    def spy(*args, **kwargs):
+        asked.append((args, kwargs))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(K, "attention_config", spy)
+    q, k, v, cq, ck = _varlen([20, 3], [20, 30], 2, 1, 16, torch.float16)
+    K.attention_varlen_triton(q, k, v, cq, ck, 20, torch.empty_like(q), None, True)
+    qd, kd, vd = _dense(1, 2, 1, 20, 20, 16, torch.float16)
+    K.attention_dense_triton(qd, kd, vd, torch.empty_like(qd), True)
+    assert [a[0][4] if len(a[0]) > 4 else a[1].get("varlen") for a in asked] == [True, False]
+
+
+def test_tma_ok_takes_descriptor_layouts_only():
+    from opspec.kernels.attention import _tma_ok
+    packed = torch.zeros(10, 6, 16, dtype=torch.float16)     # [T, H + 2 H_kv, D]
+    assert _tma_ok(packed[:, 2:4], 3)                        # a view of a packed tensor
+    assert not _tma_ok(packed[:, 2:4], 4)                    # not the dense rank
+    assert not _tma_ok(torch.zeros(10, 2, 4, dtype=torch.float16), 3)  # rows of 8 bytes
+    assert not _tma_ok(torch.zeros(10, 2, 16, dtype=torch.float16)[:, :, 1:9], 3)  # base
+    assert not _tma_ok(torch.zeros(16, 10, 2, dtype=torch.float16).permute(1, 2, 0), 3)
+    assert _tma_ok(torch.zeros(2, 2, 10, 16, dtype=torch.float16), 4)
 
 
 @needs_triton
