@@ -205,6 +205,14 @@ class NormTuning(NamedTuple):
     #: The rows kernel's cache policy for the rows it loads: ``""`` (none) or
     #: ``"evict_first"``.
     row_load_policy: str = ""
+    #: The rows kernel holds a row whose length is not a power of two as two tiles, the
+    #: largest power of two below ``N`` and a power-of-two remainder (4544 = 4096 + 512,
+    #: not 8192 with 3648 masked), where the two hold fewer elements than one tile of
+    #: ``next_power_of_2(N)``: fewer registers a row (sm_90 build under Triton 3.6, bf16
+    #: LayerNorm of 4544 at 8 warps: 64 -> 48), so more rows in flight an SM. RMSNorm, the
+    #: fused add and two-pass LayerNorm statistics only. Off: slower on every row it
+    #: changed (see the notes below TUNING).
+    split_rows: bool = False
 
 
 #: Why these values (the table as measured before the variants; the variants are off until an
@@ -307,6 +315,11 @@ class NormTuning(NamedTuple):
 #:   instructions in the loop of the [2048, 32768] LayerNorm build) ran 71.38 against
 #:   71.62 us (H200, row_probe.py, 2026-12-01, side by side; a second run of both was
 #:   disturbed): within noise, not kept.
+#: * split_rows off (H200, `opspec bench`, 2026-12-01, us, one tile -> two): LayerNorm of
+#:   Falcon-7B's [4096, 4544] bf16 27.9 -> 30.6 (4096 + 512), DiT-XL's [32768, 1152] bf16
+#:   37.5 -> 42.9 (1024 + 128, two rows a tile), RMSNorm of DeepSeek-V3's q-a [16384, 1536]
+#:   bf16 25.3 -> 29.1 (1024 + 512). Each tile's sums are a cross-warp reduction of their
+#:   own (LayerNorm: four in place of two), and the registers saved did not pay for them.
 TUNING = NormTuning(ln_stats="twopass", shift_limit=16.0, min_tile=4096, programs_per_sm=4,
                     per_thread_large=32, per_thread_mid=16, per_thread_small=8,
                     coop_min_block=0, coop_block=8192, coop_warps=8,
@@ -460,51 +473,74 @@ def _norm_fwd_rows_kernel(
     IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
     HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, USE_INT64: tl.constexpr,
     LATE_AFFINE: tl.constexpr, STATS: tl.constexpr = 0, SHIFT_LIMIT: tl.constexpr = 16.0,
-    GROUP: tl.constexpr = 8, ROW_POLICY: tl.constexpr = "",
+    GROUP: tl.constexpr = 8, ROW_POLICY: tl.constexpr = "", BLOCK_N2: tl.constexpr = 0,
     PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
     """``TILES`` tiles of ``ROWS`` whole rows per program, one after the other, each row held
-    in registers (``BLOCK_N >= N``). The weight and bias are loaded once per program, before
-    the rows so that their latency overlaps the row loads; or, with ``LATE_AFFINE``, once
-    per tile after its statistics, which keeps fewer registers live while the rows load
-    (more programs per SM, for an L2 round trip per tile). ``STATS`` picks how LayerNorm's
-    statistics are reduced (see :class:`NormTuning`); ``GROUP`` is the elements of a 16-byte
-    vector (``STATS == 2``); ``ROW_POLICY`` the cache policy of the row loads
+    in registers (``BLOCK_N >= N``, or with ``BLOCK_N2 > 0`` as two tiles: columns [0,
+    BLOCK_N) and [BLOCK_N, BLOCK_N + BLOCK_N2), masked past N; see ``norm_config``). The
+    weight and bias are loaded once per program, before the rows so that their latency
+    overlaps the row loads; or, with ``LATE_AFFINE``, once per tile after its statistics,
+    which keeps fewer registers live while the rows load (more programs per SM, for an L2
+    round trip per tile). ``STATS`` picks how LayerNorm's statistics are reduced (see
+    :class:`NormTuning`; two tiles take the two-pass form only); ``GROUP`` is the elements
+    of a 16-byte vector (``STATS == 2``); ``ROW_POLICY`` the cache policy of the row loads
     (``NormTuning.row_load_policy``)."""
+    tl.static_assert(BLOCK_N2 == 0 or IS_RMS or STATS == 0,
+                     "a row in two tiles takes LayerNorm's two-pass statistics only")
     overlap_start(PDL)
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     if USE_INT64:
         cols = cols.to(tl.int64)
     col_mask = cols < N
+    if BLOCK_N2 > 0:
+        cols2 = BLOCK_N + tl.arange(0, BLOCK_N2)
+        if USE_INT64:
+            cols2 = cols2.to(tl.int64)
+        col_mask2 = cols2 < N
 
     if HAS_WEIGHT and not LATE_AFFINE:
-        w = tl.load(w_ptr + cols * stride_w, mask=col_mask, other=0.0,
-                    eviction_policy="evict_last").to(tl.float32)
+        w = _vector_part(w_ptr, cols, stride_w, col_mask)
+        if BLOCK_N2 > 0:
+            w2 = _vector_part(w_ptr, cols2, stride_w, col_mask2)
     if HAS_BIAS and not LATE_AFFINE:
-        b = tl.load(b_ptr + cols * stride_b, mask=col_mask, other=0.0,
-                    eviction_policy="evict_last").to(tl.float32)
+        b = _vector_part(b_ptr, cols, stride_b, col_mask)
+        if BLOCK_N2 > 0:
+            b2 = _vector_part(b_ptr, cols2, stride_b, col_mask2)
 
     for t in tl.static_range(TILES):
         rows = (pid * TILES + t) * ROWS + tl.arange(0, ROWS)
         if USE_INT64:
             rows = rows.to(tl.int64)
         mask = (rows < M)[:, None] & col_mask[None, :]
-
-        x_offs = rows[:, None] * stride_xm + cols[None, :] * stride_xn
-        x = tl.load(x_ptr + x_offs, mask=mask, other=0.0, eviction_policy=ROW_POLICY)
-        x = x.to(tl.float32)
+        x = _row_part(x_ptr, rows, cols, stride_xm, stride_xn, mask, ROW_POLICY)
+        if BLOCK_N2 > 0:
+            mask2 = (rows < M)[:, None] & col_mask2[None, :]
+            x2 = _row_part(x_ptr, rows, cols2, stride_xm, stride_xn, mask2, ROW_POLICY)
         if HAS_RESIDUAL:
             # residual += input, rounded to the stored dtype; the norm is of the stored value.
-            r_offs = rows[:, None] * stride_rm + cols[None, :] * stride_rn
-            r = tl.load(r_ptr + r_offs, mask=mask, other=0.0, eviction_policy=ROW_POLICY)
-            s = (x + r.to(tl.float32)).to(r_ptr.dtype.element_ty)
-            tl.store(r_ptr + r_offs, s, mask=mask)
-            x = s.to(tl.float32)
+            x = _add_residual(x, r_ptr, rows, cols, stride_rm, stride_rn, mask, ROW_POLICY)
+            if BLOCK_N2 > 0:
+                x2 = _add_residual(x2, r_ptr, rows, cols2, stride_rm, stride_rn, mask2,
+                                   ROW_POLICY)
 
         if IS_RMS:
-            rstd = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps)
+            ss = tl.sum(x * x, axis=1)
+            if BLOCK_N2 > 0:
+                ss += tl.sum(x2 * x2, axis=1)
+            rstd = tl.rsqrt(ss / N + eps)
             y = x * rstd[:, None]
+            if BLOCK_N2 > 0:
+                y2 = x2 * rstd[:, None]
+        elif BLOCK_N2 > 0:
+            # the mean, then the centred sum of squares, each summed over both tiles
+            mean = (tl.sum(x, axis=1) + tl.sum(x2, axis=1)) / N
+            xc = tl.where(mask, x - mean[:, None], 0.0)
+            xc2 = tl.where(mask2, x2 - mean[:, None], 0.0)
+            rstd = tl.rsqrt((tl.sum(xc * xc, axis=1) + tl.sum(xc2 * xc2, axis=1)) / N + eps)
+            y = xc * rstd[:, None]
+            y2 = xc2 * rstd[:, None]
         else:
             if STATS == 1:
                 # the shift: each row's first element (column offset 0)
@@ -518,16 +554,52 @@ def _norm_fwd_rows_kernel(
             y = xc * rstd[:, None]
         if HAS_WEIGHT:
             if LATE_AFFINE:
-                w = tl.load(w_ptr + cols * stride_w, mask=col_mask, other=0.0,
-                            eviction_policy="evict_last").to(tl.float32)
+                w = _vector_part(w_ptr, cols, stride_w, col_mask)
             y = y * w[None, :]
+            if BLOCK_N2 > 0:
+                if LATE_AFFINE:
+                    w2 = _vector_part(w_ptr, cols2, stride_w, col_mask2)
+                y2 = y2 * w2[None, :]
         if HAS_BIAS:
             if LATE_AFFINE:
-                b = tl.load(b_ptr + cols * stride_b, mask=col_mask, other=0.0,
-                            eviction_policy="evict_last").to(tl.float32)
+                b = _vector_part(b_ptr, cols, stride_b, col_mask)
             y = y + b[None, :]
+            if BLOCK_N2 > 0:
+                if LATE_AFFINE:
+                    b2 = _vector_part(b_ptr, cols2, stride_b, col_mask2)
+                y2 = y2 + b2[None, :]
         y_offs = rows[:, None] * stride_ym + cols[None, :] * stride_yn
         tl.store(y_ptr + y_offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+        if BLOCK_N2 > 0:
+            y_offs2 = rows[:, None] * stride_ym + cols2[None, :] * stride_yn
+            tl.store(y_ptr + y_offs2, y2.to(y_ptr.dtype.element_ty), mask=mask2)
+
+
+@triton.jit
+def _vector_part(ptr, cols, stride, mask):
+    """The weight's or bias's elements at ``cols``, in float32 (kept in L2: every program
+    reads them)."""
+    return tl.load(ptr + cols * stride, mask=mask, other=0.0,
+                   eviction_policy="evict_last").to(tl.float32)
+
+
+@triton.jit
+def _row_part(ptr, rows, cols, stride_m, stride_n, mask, policy: tl.constexpr):
+    """The ``[rows, cols]`` tile of a row-major view, in float32, 0 where masked."""
+    x = tl.load(ptr + rows[:, None] * stride_m + cols[None, :] * stride_n, mask=mask,
+                other=0.0, eviction_policy=policy)
+    return x.to(tl.float32)
+
+
+@triton.jit
+def _add_residual(x, r_ptr, rows, cols, stride_m, stride_n, mask, policy: tl.constexpr):
+    """``residual += x`` on one tile, stored rounded to the residual's dtype; returns the
+    stored sum in float32."""
+    r_offs = rows[:, None] * stride_m + cols[None, :] * stride_n
+    r = tl.load(r_ptr + r_offs, mask=mask, other=0.0, eviction_policy=policy)
+    s = (x + r.to(tl.float32)).to(r_ptr.dtype.element_ty)
+    tl.store(r_ptr + r_offs, s, mask=mask)
+    return s.to(tl.float32)
 
 
 @triton.jit
@@ -996,8 +1068,8 @@ def _norm_fwd_packed_kernel(
 # -- launch configuration ---------------------------------------------------------------------
 
 class NormConfig(tuple):
-    """``(looped, rows, tiles, block, num_warps, chunks, stream, packed)``: the launch for
-    ``[M, N]``.
+    """``(looped, rows, tiles, block, num_warps, chunks, stream, packed, block2)``: the launch
+    for ``[M, N]``.
     The register kernel runs ``cdiv(M, rows * tiles)`` programs, each taking ``tiles``
     tiles of ``rows`` rows in turn; the looped kernel one program per row (``rows ==
     tiles == 1``) walking it in ``block``-element chunks; ``chunks > 0`` is the coop
@@ -1006,14 +1078,15 @@ class NormConfig(tuple):
     ``stream`` programs walking rows in ``block``-element chunks (``looped`` True);
     ``packed > 0`` is the packed kernel, a persistent grid of ``packed`` programs taking
     bfloat16 rows of up to ``block`` elements held as 32-bit words (``rows == tiles ==
-    1``)."""
+    1``); ``block2 > 0`` (register kernel only) holds each row as two tiles, ``block``
+    columns and ``block2`` more (``NormTuning.split_rows``)."""
 
     __slots__ = ()
 
     def __new__(cls, looped: bool, rows: int, tiles: int, block: int, num_warps: int,
-                chunks: int = 0, stream: int = 0, packed: int = 0):
+                chunks: int = 0, stream: int = 0, packed: int = 0, block2: int = 0):
         return super().__new__(cls, (looped, rows, tiles, block, num_warps, chunks, stream,
-                                     packed))
+                                     packed, block2))
 
     looped = property(lambda self: self[0])
     rows = property(lambda self: self[1])
@@ -1023,6 +1096,7 @@ class NormConfig(tuple):
     chunks = property(lambda self: self[5])
     stream = property(lambda self: self[6])
     packed = property(lambda self: self[7])
+    block2 = property(lambda self: self[8])
 
 
 def _next_pow2(n: int) -> int:
@@ -1118,8 +1192,15 @@ def norm_config(M: int, N: int, *, max_register_block: int = MAX_REGISTER_BLOCK,
     large = t.rms_per_thread_large if rms else t.per_thread_large
     per_thread = (large if programs >= target
                   else t.per_thread_mid if programs >= _SMS else t.per_thread_small)
-    num_warps = max(1, min(32, rows * block_n // (32 * per_thread)))
-    return NormConfig(False, rows, 1, block_n, num_warps)
+    head, tail = block_n, 0
+    if t.split_rows and N < block_n and (rms or t.ln_stats == "twopass"):
+        half = block_n // 2
+        if half + _next_pow2(N - half) < block_n:
+            head, tail = half, _next_pow2(N - half)
+    # a power of two of warps, at most per_thread elements a thread (the two tiles' sum
+    # need not be a power of two)
+    num_warps = max(1, min(32, _next_pow2(_cdiv(rows * (head + tail), 32 * per_thread))))
+    return NormConfig(False, rows, 1, head, num_warps, block2=tail)
 
 
 # -- launchers --------------------------------------------------------------------------------
@@ -1245,7 +1326,7 @@ def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
                                  "elements contiguous and 4-byte aligned (the weight and bias "
                                  "too), and no residual")
             cfg, words = plan(packed=False), None
-    looped, rows, tiles, block, num_warps, chunks, stream, packed = cfg
+    looped, rows, tiles, block, num_warps, chunks, stream, packed, block2 = cfg
     # The largest offset of the padded launch (whole tiles of rows, whole blocks of
     # columns, masked lanes included) decides int64 offsets.
     if looped or chunks:
@@ -1257,7 +1338,7 @@ def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
         grid, rows_ix, cols_ix = (packed,), R + packed, block
     else:
         grid = (_cdiv(R, rows * tiles),)
-        rows_ix, cols_ix = grid[0] * rows * tiles, block
+        rows_ix, cols_ix = grid[0] * rows * tiles, block + block2
     row_stride = max(abs(sxm), abs(som), abs(srm))
     col_stride = max(abs(sxn), abs(son), abs(srn), abs(sw), abs(sb))
     use_int64 = (rows_ix - 1) * row_stride + (cols_ix - 1) * col_stride > _INT32_LIMIT
@@ -1304,7 +1385,7 @@ def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
         # programs per SM (bfloat16 LayerNorm of 8192: 80 -> 63 registers, 3 -> 4 programs;
         # float32 LayerNorm of 4096: 126 -> 72, 4 -> 7), while 16-bit RMSNorm keeps its
         # count and gains nothing from the later load.
-        late = (block > _LATE_AFFINE_BLOCK
+        late = (block + block2 > _LATE_AFFINE_BLOCK
                 or grid[0] >= _TARGET_PROGRAMS and (not rms or dtype == torch.float32)
                 if late_affine is None else late_affine)
         extra = {} if rms else dict(STATS=stats, SHIFT_LIMIT=float(tun.shift_limit),
@@ -1312,8 +1393,8 @@ def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
         if not rms and late and tun.ln_maxnreg and grid[0] >= _TARGET_PROGRAMS:
             extra["maxnreg"] = tun.ln_maxnreg
         launch(_norm_fwd_rows_kernel, grid, *args, R, N, float(eps), *strides, ROWS=rows,
-               TILES=tiles, BLOCK_N=block, LATE_AFFINE=late, ROW_POLICY=tun.row_load_policy,
-               **extra, **flags)
+               TILES=tiles, BLOCK_N=block, BLOCK_N2=block2, LATE_AFFINE=late,
+               ROW_POLICY=tun.row_load_policy, **extra, **flags)
     # A written tensor that could not be viewed as rows was computed in a copy.
     if res_copied:
         residual.copy_(rv.view(residual.shape))

@@ -275,13 +275,61 @@ def test_stream_kernel_builds_for_sm90_without_spills():
         assert evict_hints(k["st"]) == ["L1::evict_first"], (name, k)
 
 
+# (rows, N, config): a row held as two tiles, the second masked past N; with several rows
+# and tiles a program, and a tail of one element.
+SPLIT = [(3, 150, NormConfig(False, 1, 1, 128, 1, block2=32)),
+         (5, 100, NormConfig(False, 2, 3, 64, 2, block2=64)),
+         (4, 257, NormConfig(False, 4, 1, 256, 4, block2=1)),
+         (2, 1152, NormConfig(False, 2, 1, 1024, 2, block2=128))]
+
+
+@pytest.mark.parametrize("late", [False, True], ids=["early", "late"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("R, N, cfg", SPLIT, ids=lambda v: str(v) if isinstance(v, int) else "")
+def test_rows_in_two_tiles(R, N, cfg, dtype, late):
+    """All three norms with a row as two tiles (NormTuning.split_rows) match the references:
+    the statistics summed over both tiles, the weight, bias and residual of both, the
+    output stored from both; rows strided apart (a column slice of a wider tensor)."""
+    wide = _randn(R, N + 24, dtype=dtype, scale=2.0, shift=1.5)
+    x = wide[:, 3:N + 3]
+    w, b = _randn(N, dtype=dtype, seed=1), _randn(N, dtype=dtype, seed=2)
+    out = torch.empty(R, N, dtype=dtype)
+    norm_fwd_triton(x, out, N, 1e-5, rms=False, weight=w, bias=b, config=cfg, late_affine=late)
+    _close(out, layer_norm_reference(x, (N,), w, b, 1e-5), dtype)
+    norm_fwd_triton(x, out, N, 1e-6, rms=True, weight=w, config=cfg, late_affine=late)
+    _close(out, rms_norm_reference(x, (N,), w, 1e-6), dtype)
+    norm_fwd_triton(x, out, N, 1e-6, rms=True, config=cfg, late_affine=late)
+    _close(out, rms_norm_reference(x, (N,), None, 1e-6), dtype)
+    xs, r = x.clone(), _randn(R, N, dtype=dtype, seed=3)
+    want_x, want_r = fused_add_rms_norm_reference(xs, r, w, 1e-6)
+    norm_fwd_triton(xs, xs, N, 1e-6, rms=True, weight=w, residual=r, config=cfg,
+                    late_affine=late)
+    _assert_sum(r, want_r)
+    _close(xs, want_x, dtype)
+
+
+def test_table_with_split_rows_runs_two_tiles():
+    """Under NormTuning.split_rows the launcher's own plan takes the two tiles for a length
+    like Falcon-7B's 4544 (4096 + 512) and gives the reference's output."""
+    x = _randn(3, 4544, dtype=torch.float16, shift=0.5)
+    w, b = _randn(4544, dtype=torch.float16, seed=1), _randn(4544, dtype=torch.float16, seed=2)
+    split = norm_mod.TUNING._replace(split_rows=True)
+    assert norm_config(3, 4544, in_bytes=2, tuning=split)[3::5] == (4096, 512)
+    out = torch.empty_like(x)
+    norm_fwd_triton(x, out, 4544, 1e-5, rms=False, weight=w, bias=b, tuning=split)
+    _close(out, layer_norm_reference(x, (4544,), w, b, 1e-5), torch.float16)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_rows_of_32k_stay_in_registers(dtype, monkeypatch):
     """A row of 16385 to 32768 elements takes the register kernel (32 warps), its affine
-    parameters loaded late whatever the grid (the register cap of 32 warps)."""
+    parameters loaded late whatever the grid (the register cap of 32 warps); so does it as
+    two tiles (NormTuning.split_rows: 16384 + 4096 for 20000)."""
     x = _randn(2, 20000, dtype=dtype, scale=0.5, shift=3.0)
     w, b = _randn(20000, dtype=dtype, seed=1), _randn(20000, dtype=dtype, seed=2)
-    assert norm_config(2, 20000) == (False, 1, 1, 32768, 32, 0, 0, 0)
+    assert norm_config(2, 20000) == (False, 1, 1, 32768, 32, 0, 0, 0, 0)
+    split = norm_mod.TUNING._replace(split_rows=True)
+    assert norm_config(2, 20000, tuning=split) == (False, 1, 1, 16384, 32, 0, 0, 0, 4096)
     seen = []
     real = norm_mod._norm_fwd_rows_kernel
 
@@ -296,7 +344,9 @@ def test_rows_of_32k_stay_in_registers(dtype, monkeypatch):
     out = torch.empty_like(x)
     layer_norm_triton(x, (20000,), w, b, 1e-5, out)
     _close(out, layer_norm_reference(x, (20000,), w, b, 1e-5), dtype)
-    assert seen == [True]
+    norm_fwd_triton(x, out, 20000, 1e-5, rms=False, weight=w, bias=b, tuning=split)
+    _close(out, layer_norm_reference(x, (20000,), w, b, 1e-5), dtype)
+    assert seen == [True, True]
 
 
 @pytest.mark.parametrize("cfg", [PACKED, TILED], ids=["packed", "tiled"])
@@ -437,45 +487,60 @@ def test_launcher_rejects_bad_arguments():
 def test_config_choice():
     # (looped, rows, tiles, block, num_warps). Prefill-sized grids: a row in registers, 32
     # elements a thread (more rows in flight per SM).
-    assert norm_config(4096, 4096) == (False, 1, 1, 4096, 4, 0, 0, 0)
-    assert norm_config(16384, 8192) == (False, 1, 1, 8192, 8, 0, 0, 0)
-    assert norm_config(8192, 7168) == (False, 1, 1, 8192, 8, 0, 0, 0)
-    assert norm_config(8192, 3584) == (False, 1, 1, 4096, 4, 0, 0, 0)
-    assert norm_config(2048, 16384) == (False, 1, 1, 16384, 16, 0, 0, 0)
+    assert norm_config(4096, 4096) == (False, 1, 1, 4096, 4, 0, 0, 0, 0)
+    assert norm_config(16384, 8192) == (False, 1, 1, 8192, 8, 0, 0, 0, 0)
+    assert norm_config(8192, 7168) == (False, 1, 1, 8192, 8, 0, 0, 0, 0)
+    assert norm_config(8192, 3584) == (False, 1, 1, 4096, 4, 0, 0, 0, 0)
+    assert norm_config(2048, 16384) == (False, 1, 1, 16384, 16, 0, 0, 0, 0)
     # Short rows are packed to a 4096-element tile while the grid stays large.
-    assert norm_config(131072, 128) == (False, 32, 1, 128, 4, 0, 0, 0)
-    assert norm_config(16384, 512) == (False, 8, 1, 512, 4, 0, 0, 0)
-    assert norm_config(16384, 1536) == (False, 2, 1, 2048, 4, 0, 0, 0)
+    assert norm_config(131072, 128) == (False, 32, 1, 128, 4, 0, 0, 0, 0)
+    assert norm_config(16384, 512) == (False, 8, 1, 512, 4, 0, 0, 0, 0)
+    assert norm_config(16384, 1536) == (False, 2, 1, 2048, 4, 0, 0, 0, 0)
+    assert norm_config(4096, 4544) == (False, 1, 1, 8192, 8, 0, 0, 0, 0)
+    # With NormTuning.split_rows, a row whose length is not a power of two takes two tiles
+    # (1024 + 512, not 2048 with 512 masked), warps for at most 32 a thread ...
+    split = norm_mod.TUNING._replace(split_rows=True)
+    assert norm_config(16384, 1536, tuning=split) == (False, 2, 1, 1024, 4, 0, 0, 0, 512)
+    assert norm_config(4096, 4544, tuning=split) == (False, 1, 1, 4096, 8, 0, 0, 0, 512)
+    assert norm_config(4, 16385, tuning=split) == (False, 1, 1, 16384, 32, 0, 0, 0, 1)
+    # ... not where the two would not be smaller (3072 + 1024 is no better than 4096)
+    assert norm_config(8192, 3584, tuning=split)[8] == 0
+    assert norm_config(8192, 7168, tuning=split)[8] == 0
+    # ... and not for LayerNorm's one-reduction statistics
+    assert norm_config(4096, 4544, tuning=split._replace(ln_stats="shifted"))[8] == 0
+    assert norm_config(4096, 4544, rms=True, in_bytes=2,
+                       tuning=split._replace(ln_stats="shifted", rms_reread_narrow_block=0)
+                       )[8] == 512
     # Smaller grids: fewer elements a thread, so that the few programs finish sooner.
-    assert norm_config(256, 4096) == (False, 1, 1, 4096, 8, 0, 0, 0)
-    assert norm_config(64, 128) == (False, 1, 1, 128, 1, 0, 0, 0)
-    assert norm_config(1, 4096) == (False, 1, 1, 4096, 16, 0, 0, 0)
-    assert norm_config(32, 8192) == (False, 1, 1, 8192, 32, 0, 0, 0)
-    assert norm_config(1, 16384) == (False, 1, 1, 16384, 32, 0, 0, 0)
+    assert norm_config(256, 4096) == (False, 1, 1, 4096, 8, 0, 0, 0, 0)
+    assert norm_config(64, 128) == (False, 1, 1, 128, 1, 0, 0, 0, 0)
+    assert norm_config(1, 4096) == (False, 1, 1, 4096, 16, 0, 0, 0, 0)
+    assert norm_config(32, 8192) == (False, 1, 1, 8192, 32, 0, 0, 0, 0)
+    assert norm_config(1, 16384) == (False, 1, 1, 16384, 32, 0, 0, 0, 0)
     # Rows of 32768 (LayerNorm of [2, 16384]) still in registers: 32 warps, 32 a thread.
-    assert norm_config(2048, 32768) == (False, 1, 1, 32768, 32, 0, 0, 0)
-    assert norm_config(4, 16385) == (False, 1, 1, 32768, 32, 0, 0, 0)
+    assert norm_config(2048, 32768) == (False, 1, 1, 32768, 32, 0, 0, 0, 0)
+    assert norm_config(4, 16385) == (False, 1, 1, 32768, 32, 0, 0, 0, 0)
     # Longer than the register block: the stream kernel, one program a row up to one per
     # SM, 32 KiB chunks at 32 warps; without it (a residual), the looped kernel.
     assert MAX_REGISTER_BLOCK == 32768
     assert norm_config(4, 32768).looped is False
-    assert norm_config(4, 32769) == (True, 1, 1, 8192, 32, 0, 4, 0)
-    assert norm_config(4, 32769, in_bytes=2) == (True, 1, 1, 16384, 32, 0, 4, 0)
-    assert norm_config(640, 196608) == (True, 1, 1, 8192, 32, 0, 132, 0)
-    assert norm_config(4, 32769, stream=False) == (True, 1, 1, 4096, 8, 0, 0, 0)
+    assert norm_config(4, 32769) == (True, 1, 1, 8192, 32, 0, 4, 0, 0)
+    assert norm_config(4, 32769, in_bytes=2) == (True, 1, 1, 16384, 32, 0, 4, 0, 0)
+    assert norm_config(640, 196608) == (True, 1, 1, 8192, 32, 0, 132, 0, 0)
+    assert norm_config(4, 32769, stream=False) == (True, 1, 1, 4096, 8, 0, 0, 0, 0)
     # Rows of 16385 to 32768 of 16-bit inputs on a grid of a row per SM or more: bfloat16
     # ones take the packed kernel (two programs of 32 warps an SM, at most one a row), the
     # others (float16; packed=False) the stream kernel; 32-bit ones, and fewer rows, stay in
     # registers.
-    assert norm_config(2048, 32768, in_bytes=2) == (False, 1, 1, 32768, 32, 0, 0, 264)
-    assert norm_config(200, 20000, in_bytes=2) == (False, 1, 1, 32768, 32, 0, 0, 200)
+    assert norm_config(2048, 32768, in_bytes=2) == (False, 1, 1, 32768, 32, 0, 0, 264, 0)
+    assert norm_config(200, 20000, in_bytes=2) == (False, 1, 1, 32768, 32, 0, 0, 200, 0)
     assert norm_config(2048, 32768, in_bytes=2, packed=False) == (True, 1, 1, 16384, 32, 0,
-                                                                  132, 0)
+                                                                  132, 0, 0)
     assert norm_config(132, 20000, in_bytes=2, packed=False) == (True, 1, 1, 16384, 32, 0,
-                                                                 132, 0)
+                                                                 132, 0, 0)
     for kw in ({}, {"packed": False}):
-        assert norm_config(131, 32768, in_bytes=2, **kw)[6:] == (0, 0)
-        assert norm_config(2048, 16384, in_bytes=2, **kw)[6:] == (0, 0)
+        assert norm_config(131, 32768, in_bytes=2, **kw)[6:] == (0, 0, 0)
+        assert norm_config(2048, 16384, in_bytes=2, **kw)[6:] == (0, 0, 0)
     assert norm_config(2048, 32768, in_bytes=4).packed == 0
     assert norm_config(2048, 32768, in_bytes=2, stream=False, packed=False).stream == 0
 

@@ -115,7 +115,7 @@ def test_table_picks_packed_for_bfloat16_only(rms, launches):
     x = _randn(5, n, scale=3.0, shift=1.0)
     w, b = _randn(n, seed=1), _randn(n, seed=2)
     bias = None if rms else b
-    assert norm_config(5, n, tuning=SMALL, in_bytes=2) == (False, 1, 1, 256, 1, 0, 0, 5)
+    assert norm_config(5, n, tuning=SMALL, in_bytes=2) == (False, 1, 1, 256, 1, 0, 0, 5, 0)
     out = torch.empty_like(x)
     norm_fwd_triton(x, out, n, 1e-5, rms=rms, weight=w, bias=bias, tuning=SMALL)
     torch.testing.assert_close(out.float(), _ref(rms, x, n, w, bias).float(), **TOL)

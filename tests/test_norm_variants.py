@@ -139,20 +139,20 @@ def test_coop_config_choice():
     # off in the table as measured: [2048, 32768] stays in registers
     assert norm_config(2048, 32768).chunks == 0
     on = TUNING._replace(coop_min_block=32768, coop_block=8192, coop_warps=8)
-    assert norm_config(2048, 32768, tuning=on) == (False, 1, 1, 8192, 8, 4, 0, 0)
+    assert norm_config(2048, 32768, tuning=on) == (False, 1, 1, 8192, 8, 4, 0, 0, 0)
     assert norm_config(2048, 16384, tuning=on).chunks == 0          # shorter rows: not coop
     assert norm_config(16, 32768, tuning=on).chunks == 0            # 64 programs: too few
     assert norm_config(2048, 32768, tuning=on._replace(coop_block=16384, coop_warps=16)) == \
-        (False, 1, 1, 16384, 16, 2, 0, 0)
+        (False, 1, 1, 16384, 16, 2, 0, 0, 0)
     assert norm_config(2048, 32768, tuning=on._replace(coop_block=4096, coop_warps=4)) == \
-        (False, 1, 1, 4096, 4, 8, 0, 0)
+        (False, 1, 1, 4096, 4, 8, 0, 0, 0)
     # chunks no longer than the register block; the warps scale with a chunk cut short
     assert norm_config(4096, 40000, tuning=on._replace(coop_block=65536, coop_warps=16)) == \
-        (False, 1, 1, 65536 // 2, 8, 2, 0, 0)
+        (False, 1, 1, 65536 // 2, 8, 2, 0, 0, 0)
     # rows longer than the register block, within coop_max_chunks: coop, else looped
-    assert norm_config(512, 65536, tuning=on) == (False, 1, 1, 8192, 8, 8, 0, 0)
+    assert norm_config(512, 65536, tuning=on) == (False, 1, 1, 8192, 8, 8, 0, 0, 0)
     assert norm_config(512, 2**20, tuning=on).looped
-    assert norm_config(2048, 32768, tuning=on, coop=False) == (False, 1, 1, 32768, 32, 0, 0, 0)
+    assert norm_config(2048, 32768, tuning=on, coop=False) == (False, 1, 1, 32768, 32, 0, 0, 0, 0)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -160,7 +160,7 @@ def test_coop_config_choice():
 def test_coop_layer_norm(stats, dtype):
     """N = 100 in chunks of 32 (the last chunk 4 elements), through the table (``tuning``)."""
     tun = COOP._replace(ln_stats=stats)
-    assert norm_config(5, 100, tuning=tun) == (False, 1, 1, 32, 1, 4, 0, 0)
+    assert norm_config(5, 100, tuning=tun) == (False, 1, 1, 32, 1, 4, 0, 0, 0)
     x = _randn(5, 100, dtype=dtype, scale=2.0, shift=7.0)
     w, b = _randn(100, dtype=dtype, seed=1), _randn(100, dtype=dtype, seed=2)
     for weight, bias in ((w, b), (None, b), (w, None), (None, None)):
@@ -222,8 +222,8 @@ def test_reread_config_choice():
     # off in the table; on, large grids take the looped kernel in chunks of reread_block
     assert not norm_config(8192, 7168).looped
     on = TUNING._replace(reread_block=2048)
-    assert norm_config(8192, 3584, tuning=on) == (True, 1, 1, 2048, 16, 0, 0, 0)
-    assert norm_config(8192, 1000, tuning=on) == (True, 1, 1, 1024, 16, 0, 0, 0)  # the row's block
+    assert norm_config(8192, 3584, tuning=on) == (True, 1, 1, 2048, 16, 0, 0, 0, 0)
+    assert norm_config(8192, 1000, tuning=on) == (True, 1, 1, 1024, 16, 0, 0, 0, 0)  # the row's block
     assert not norm_config(64, 3584, tuning=on).looped                     # a small grid
     assert norm_config(8192, 3584, tuning=on._replace(reread_warps=8)).num_warps == 8
 
@@ -233,9 +233,9 @@ def test_rms_norm_holds_16_a_thread_on_large_grids():
     # re-read); LayerNorm keeps 32
     no_reread = TUNING._replace(rms_reread_narrow_block=0)
     assert norm_config(16384, 8192, in_bytes=2, rms=True,
-                       tuning=no_reread) == (False, 1, 1, 8192, 16, 0, 0, 0)
-    assert norm_config(16384, 8192, in_bytes=2) == (False, 1, 1, 8192, 8, 0, 0, 0)
-    assert norm_config(131072, 128, in_bytes=2, rms=True) == (False, 32, 1, 128, 8, 0, 0, 0)
+                       tuning=no_reread) == (False, 1, 1, 8192, 16, 0, 0, 0, 0)
+    assert norm_config(16384, 8192, in_bytes=2) == (False, 1, 1, 8192, 8, 0, 0, 0, 0)
+    assert norm_config(131072, 128, in_bytes=2, rms=True) == (False, 32, 1, 128, 8, 0, 0, 0, 0)
     assert norm_config(16384, 512, in_bytes=2, rms=True).num_warps == 8      # 8 rows a tile
     assert norm_config(200, 8192, in_bytes=2, rms=True).num_warps == 16      # a mid grid
 
@@ -245,16 +245,16 @@ def test_rms_reread_of_float32_rows():
     # re-reads them in chunks of 2048 at 16 warps, and 16-bit rows of 4097-8192 elements in
     # chunks of 4096; longer rows, shorter 16-bit rows, LayerNorm and small grids keep
     # registers
-    assert norm_config(16384, 8192, in_bytes=2, rms=True) == (True, 1, 1, 4096, 16, 0, 0, 0)
-    assert norm_config(8192, 7168, in_bytes=2, rms=True) == (True, 1, 1, 4096, 16, 0, 0, 0)
+    assert norm_config(16384, 8192, in_bytes=2, rms=True) == (True, 1, 1, 4096, 16, 0, 0, 0, 0)
+    assert norm_config(8192, 7168, in_bytes=2, rms=True) == (True, 1, 1, 4096, 16, 0, 0, 0, 0)
     assert not norm_config(4096, 4096, in_bytes=2, rms=True).looped
     assert not norm_config(16384, 8192, in_bytes=2).looped
     assert not norm_config(16384, 8192, in_bytes=2, rms=True,
                            tuning=TUNING._replace(rms_reread_narrow_block=0)).looped
-    assert norm_config(8192, 3584, in_bytes=4, rms=True) == (True, 1, 1, 2048, 16, 0, 0, 0)
-    assert norm_config(8192, 8192, in_bytes=4, rms=True) == (True, 1, 1, 2048, 16, 0, 0, 0)
-    assert norm_config(4096, 8193, in_bytes=4, rms=True) == (False, 1, 1, 16384, 32, 0, 0, 0)
-    assert norm_config(2048, 32768, in_bytes=4, rms=True) == (False, 1, 1, 32768, 32, 0, 0, 0)
+    assert norm_config(8192, 3584, in_bytes=4, rms=True) == (True, 1, 1, 2048, 16, 0, 0, 0, 0)
+    assert norm_config(8192, 8192, in_bytes=4, rms=True) == (True, 1, 1, 2048, 16, 0, 0, 0, 0)
+    assert norm_config(4096, 8193, in_bytes=4, rms=True) == (False, 1, 1, 16384, 32, 0, 0, 0, 0)
+    assert norm_config(2048, 32768, in_bytes=4, rms=True) == (False, 1, 1, 32768, 32, 0, 0, 0, 0)
     assert not norm_config(8192, 3584, in_bytes=2, rms=True).looped
     assert not norm_config(8192, 3584, in_bytes=4).looped
     assert not norm_config(64, 3584, in_bytes=4, rms=True).looped
