@@ -132,6 +132,9 @@ def norm_variants(op: str, M: int, N: int, dtype: str, smoke: bool = False
                ("re-read 4096 x 16 warps", dict(reread_block=4096)),
                ("re-read 4096 x 8 warps", dict(reread_block=4096, reread_warps=8)),
                ("rows, evict_first row loads", dict(row_load_policy="evict_first"))] + out
+    if N != block and NK._next_pow2(N - block // 2) < block // 2:
+        # a row as two tiles, a power of two and the remainder (NormTuning.split_rows)
+        out += [("two tiles (split rows)", dict(split_rows=True))]
     if dtype == "bf16" and block >= (64 if smoke else 4096):
         # bfloat16 rows held as 32-bit words (two elements a register), a persistent grid
         # whose programs load their next row ahead: n a thread, k programs an SM
