@@ -859,19 +859,33 @@ def _split_plan(config, q_name: str, max_q: int, max_k: int, group: int, head_di
     return plan
 
 
+class _Head(NamedTuple):
+    """What both launchers derive from the head size and dtype: the padded head block, the
+    softmax scale (``1 / sqrt(D)`` unless given) and the products' precision."""
+
+    block_d: int
+    scale: float
+    precision: str
+
+
+def _head(q: torch.Tensor, scale: float | None) -> _Head:
+    D = q.shape[-1]
+    return _Head(max(16, triton.next_power_of_2(D)),
+                 1.0 / math.sqrt(D) if scale is None else float(scale),
+                 "ieee" if q.dtype == torch.float32 else "tf32")
+
+
 def _launch_decode(q, k, v, out, cu_q, cu_k, strides, S_q, S_kv, batch, H, H_kv,
                    scale, causal, bottom_right, varlen, plan: DecodePlan):
     D = q.shape[-1]
-    block_d = max(16, triton.next_power_of_2(D))
+    block_d, sc, precision = _head(q, scale)
     block_m = max(16, plan.block_g * plan.block_q)
-    sc = 1.0 / math.sqrt(D) if scale is None else float(scale)
     group = H // H_kv
     rows = batch * H_kv * plan.splits * block_m
     part = torch.empty(rows * block_d, dtype=torch.float32, device=q.device)
     stats = torch.empty(rows * 2, dtype=torch.float32, device=q.device)
     pdl = overlap_options(q.device)
     even_d = block_d == D
-    precision = "ieee" if q.dtype == torch.float32 else "tf32"
     launch(_attn_split_kernel, (plan.splits, batch * H_kv),
            q, k, v, part, stats, cu_q, cu_k, *strides[:12],
            S_q, S_kv, H_kv, group, D, sc * _LOG2E, plan.splits, plan.chunk,
@@ -926,8 +940,7 @@ def _launch(q, k, v, out, cu_q, cu_k, strides, S_q, S_kv, batch, H, H_kv, grid_m
            else as_config(config))
     flags = cfg.flags()
     block_m, block_n = cfg.block_m, cfg.block_n
-    block_d = max(16, triton.next_power_of_2(D))
-    sc = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    block_d, sc, precision = _head(q, scale)
     group = H // H_kv
     rank = 3 if varlen else 4
     kv_tma = "tma" in flags and _tma_ok(k, rank) and _tma_ok(v, rank)
@@ -947,8 +960,7 @@ def _launch(q, k, v, out, cu_q, cu_k, strides, S_q, S_kv, batch, H, H_kv, grid_m
         S_q, S_kv, H, group, D, sc * _LOG2E, batch, n_m,
         VARLEN=varlen, CAUSAL=bool(causal), BOTTOM_RIGHT=bottom_right,
         EVEN_D=(block_d == D), NEG_SCALE=(sc < 0),
-        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+        PRECISION=precision, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
         KV_TMA=kv_tma, PRESCALE="prescale" in flags, LAZY="lazy" in flags,
         LAZY_TAU=LAZY_TAU, GQA_ORDER="gqa" in flags, WARP_SPEC="ws" in flags,
         PIPE="pipe" in flags, PERSIST="persist" in flags,
