@@ -4,23 +4,16 @@ values loaded through TMA descriptors as through pointers (the timing itself nee
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "varlen_probe.py"
+from smoke_scripts import run_smoke
 
 
 def test_smoke_variants_run_and_descriptors_match_pointers():
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    res = subprocess.run([sys.executable, str(SCRIPT), "--smoke"], env=env,
-                         capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stderr
+    stderr = run_smoke("varlen_probe.py")
     diffs = {(m.group(1), m.group(2)): float(m.group(3)) for m in
-             re.finditer(r"^(smoke-\S+)\s+(\S+)\s+nan us .* diff (\S+)$", res.stderr, re.M)}
-    assert "failed" not in res.stderr
+             re.finditer(r"^(smoke-\S+)\s+(\S+)\s+nan us .* diff (\S+)$", stderr, re.M)}
+    assert "failed" not in stderr
     for row in ("smoke-causal", "smoke-full"):
         names = {name for (r, name) in diffs if r == row}
         assert {"default", "pointers", "tma-64x64-s3", "gqa-128x64-s3"} <= names, names
