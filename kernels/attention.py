@@ -96,9 +96,11 @@ _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
 #:   zero-filled, so no load masks; a varlen box that runs into the next sequence has those
 #:   rows zeroed in its masked block). Only where the strides allow (unit feature stride,
 #:   other strides multiples of 16 bytes, 16-byte aligned bases, sizes below 2**31);
-#:   elsewhere the pointer loads run. The default D = 128 config caps registers at 128 for
-#:   the TMA form: the pointer form under that cap spills (42 stores to local memory in the
-#:   sm_90 build under Triton 3.6), which is why varlen calls take descriptors too.
+#:   elsewhere the pointer loads run. The dense D = 128 config caps registers at 128 for
+#:   the TMA form; the pointer form under that cap spills (42 stores to local memory in the
+#:   sm_90 build under Triton 3.6), as varlen calls did before they had descriptors and
+#:   their own tile (VARLEN_CONFIGS), and as a dense call still does whose key or value
+#:   strides a descriptor cannot take.
 #: * ``prescale``: ``q * scale * log2(e)`` rounded to q's dtype once before the loop, so a
 #:   score costs a subtraction, not an FMA (one more rounding of q: about 2**-9 relative in
 #:   bfloat16).

@@ -22,7 +22,9 @@ plain Python from ``N`` and ``R``, with no autotuning at call time:
   for RMSNorm), where the rows in flight per SM (bounded by its registers) keep HBM busy,
   fewer on decode grids (see :func:`norm_config`). Triton specialises a unit column
   stride and sizes that are multiples of 16, so contiguous rows load and store as 128-bit
-  vectors.
+  vectors. A row whose length is not a power of two can be held as two tiles, the largest
+  power of two below it and a power-of-two remainder (``NormTuning.split_rows``; off, as
+  measured slower).
 * **packed** (bfloat16 rows of 16385 to 32768 elements on grids of a row per SM or more):
   the row held in registers once, as 32-bit words of two elements (half the registers of
   a float32 row; each use converts the words again), on a persistent grid of two programs
@@ -1146,7 +1148,9 @@ def norm_config(M: int, N: int, *, max_register_block: int = MAX_REGISTER_BLOCK,
     * a smaller grid: 16 elements a thread, and 8 under one program per SM (decode), so
       that the few programs finish sooner;
 
-    between 1 and 32 warps. A program takes one tile (``tiles == 1``): holding the weight
+    between 1 and 32 warps (with ``tuning.split_rows``, a row not a power of two may be two
+    tiles, ``block`` and ``block2``, the warps then from their sum). A program takes one
+    tile (``tiles == 1``): holding the weight
     across several tiles costs registers (64 -> 80 for two tiles of 8192 in bfloat16) and
     so rows in flight. Longer rows the stream kernel cannot take (``stream=False``) take
     the looped kernel with ``loop_block``-element chunks and 8 warps.
