@@ -488,9 +488,9 @@ def _norm_fwd_rows_kernel(
     :class:`NormTuning`; two tiles take the two-pass form only); ``GROUP`` is the elements
     of a 16-byte vector (``STATS == 2``); ``ROW_POLICY`` the cache policy of the row loads
     (``NormTuning.row_load_policy``)."""
+    overlap_start(PDL)
     tl.static_assert(BLOCK_N2 == 0 or IS_RMS or STATS == 0,
                      "a row in two tiles takes LayerNorm's two-pass statistics only")
-    overlap_start(PDL)
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     if USE_INT64:
