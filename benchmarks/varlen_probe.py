@@ -11,7 +11,7 @@ decode rows take the split path), rebuilt from their recorded sequence lengths w
 random inputs. Each variant's output is compared with the launcher's default (largest
 absolute difference), then every variant is timed ``--rounds`` times, interleaved, with
 CUDA events around one call after an L2 flush; the median is printed in microseconds with
-TFLOP/s over the visible query-key pairs.
+TFLOP/s from the row's roofline flops in ``bench.json`` (the visible query-key pairs).
 """
 
 from __future__ import annotations
@@ -74,23 +74,13 @@ def _rows(labels: set[str] | None) -> list[dict]:
         if (r["op"] == "GroupedQueryAttentionVarlenFwdOp" and r["dtypes"]["T"] == "bfloat16"
                 and p["max_seqlen_q"] > 16 and (labels is None or r["label"] in labels)):
             rows.append(dict(label=r["label"], q_lens=p["q_lens"], k_lens=p["k_lens"], H=p["H"],
-                             H_kv=p["H_kv"], D=p["D"], causal=bool(p.get("causal", False))))
+                             H_kv=p["H_kv"], D=p["D"], causal=bool(p.get("causal", False)),
+                             flops=r["flops"]))
     return rows
 
 
 def _offsets(lens):
     return torch.tensor([0] + lens, device=DEV).cumsum(0).to(torch.int32)
-
-
-def _pairs(q_lens, k_lens, causal: bool) -> int:
-    """Query-key pairs a call computes (bottom-right causal mask where causal)."""
-    total = 0
-    for lq, lk in zip(q_lens, k_lens):
-        if causal:
-            total += sum(max(0, min(lk, lk - lq + i + 1)) for i in range(lq))
-        else:
-            total += lq * lk
-    return total
 
 
 def _time(fn, flush: torch.Tensor) -> float:
@@ -121,7 +111,8 @@ def main(argv=None) -> int:
         cq, ck = _offsets(row["q_lens"]), _offsets(row["k_lens"])
         max_q, max_k = max(row["q_lens"]), max(row["k_lens"])
         default = attention_config(row["D"], "cuda", row["causal"], max_q, varlen=True)
-        flops = 4 * _pairs(row["q_lens"], row["k_lens"], row["causal"]) * row["H"] * row["D"]
+        # the op's roofline flops (visible query-key pairs), as the bench recorded them
+        flops = row.get("flops")
         outs, calls = {}, {}
         for name, cfg in _variants(default):
             out = torch.empty_like(q)
@@ -145,10 +136,10 @@ def main(argv=None) -> int:
         res = {}
         for name in calls:
             us = statistics.median(times[name]) if times[name] else float("nan")
-            res[name] = {"us": us, "tflops": flops / us / 1e6 if times[name] else None,
-                         "max_diff": diffs[name]}
+            tflops = flops / us / 1e6 if times[name] and flops else None
+            res[name] = {"us": us, "tflops": tflops, "max_diff": diffs[name]}
             print(f"{row['label']:22s} {name:28s} {us:9.1f} us "
-                  f"{flops / us / 1e6 if times[name] else float('nan'):6.0f} TFLOP/s "
+                  f"{float('nan') if tflops is None else tflops:6.0f} TFLOP/s "
                   f"diff {diffs[name]:.2e}", file=sys.stderr)
         results[row["label"]] = {"default": default._asdict(), "variants": res}
     if args.json:
