@@ -219,6 +219,19 @@ _BAND_TABLE: dict[tuple, BandConfig | None] = {
     ("avg", (3, 3), (1, 1), "wide"): BandConfig(rows=8),
     ("avg", (3, 3), (1, 1), "narrow"): BandConfig(cols_per_thread=2),
 }
+#: A third H200 sweep (pool_sweep.py, 2026-12-02) put tiles of 1024 outputs ahead of the
+#: 2x2/2 averages' 512 (ResNet-D bf16 batch 128 61.8 against 72.9 us), but `opspec bench
+#: AvgPool2dFwdOp --flush clean` with 1024 timed 61.3 / 120.1 / 11.9 us (ResNet-D bf16
+#: batch 128, 256, DenseNet bf16) where its last run with 512 had 60.5 / 118.3 / 11.8: the
+#: sweep's reading of the table was off there, and 512 stays.
+#: Tried in that sweep and not kept: (a) programs taking 2, 4 or 8 (planes, band, column block)
+#: tasks in turn (a loop around the kernel's body; the same per-task SASS): -2..+1 % on the
+#: 3x3/2 stems, up to 15 % slower on float32 and at 8 tasks; (b) two planes a program for
+#: the 16-bit stems, so that each lane of the warp has its own 16-byte column pair
+#: (one plane of 64 columns holds 32 lanes x 8-byte loads, float32 32 x 16-byte): Triton
+#: then lays the rows out [2 x 16] lanes and moves the third window column through shared
+#: memory (136 registers, barriers): 2.2x slower (ResNet-50 stem bf16 batch 128 163.6
+#: against 73.8 us). The 16-bit stems stay at 0.82-0.86x a copy, float32 at 1.0x.
 #: Outputs below which every class takes the older kernels (the smallest input measured
 #: since, the stem at batch 1, 200 k outputs, is above it).
 _BAND_MIN_OUTPUTS = 1 << 17

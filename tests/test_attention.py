@@ -282,15 +282,59 @@ def test_dense_triton_lazy_rescale_with_growing_and_shrinking_scores(variant):
 
 
 @needs_triton
-def test_dense_triton_tma_falls_back_where_strides_do_not_allow():
-    # a key/value row stride of 40 bytes (not a multiple of 16): the pointer loads run
-    B, S, H, H_kv, D = 1, 21, 2, 1, 16
-    kv = _randn(B, H_kv, S, D + 4, dtype=torch.float16, seed=6)[..., :D]
+def test_as_launched_drops_the_cap_with_the_descriptors():
+    from opspec.kernels.attention import AttnConfig, as_launched
+    tma = AttnConfig(128, 64, 8, 2, "tma+lazy", 128)
+    assert as_launched(tma, True) is tma
+    assert as_launched(tma, False) == AttnConfig(128, 64, 8, 2, "lazy", 0)
+    assert as_launched(AttnConfig(64, 64, 4, 3, "tma"), False) == AttnConfig(64, 64, 4, 3)
+    pointer = AttnConfig(128, 64, 8, 2, "lazy", 96)   # a cap asked for the pointer form stays
+    assert as_launched(pointer, False) is pointer
+
+
+@needs_triton
+def test_kv_for_loads_copies_only_rows_no_load_can_take():
+    from opspec.kernels.attention import kv_for_loads
+
+    def kv(D, pad, dtype=torch.bfloat16):
+        return _randn(1, 2, 32, D + pad, dtype=dtype, seed=5)[..., :D]
+
+    def decide(k, tma, rank=4):
+        k2, v2, desc = kv_for_loads(k, k, rank, tma)
+        return ("same" if k2 is k and v2 is k else
+                "copy" if k2.is_contiguous() and v2.is_contiguous() else "?"), desc
+
+    assert decide(kv(128, 0), True) == ("same", True)
+    assert decide(kv(128, 0), False) == ("same", False)
+    # 264-byte rows: no descriptor, and no alignment the pointer loads can prove
+    assert decide(kv(128, 4), True) == ("copy", True)
+    assert decide(kv(128, 4), False) == ("copy", False)
+    # 272-byte rows: a descriptor takes them; 136 elements are not a multiple of 16
+    assert decide(kv(128, 8), True) == ("same", True)
+    assert decide(kv(128, 8), False) == ("copy", False)
+    # an expanded head axis (stride 0): no descriptor, but aligned rows: no materialising
+    expanded = kv(128, 0)[:, :1].expand(1, 4, 32, 128)
+    assert decide(expanded, True) == ("same", False)
+    # a head size of 24: a contiguous copy would not be aligned either
+    assert decide(kv(24, 4), False) == ("same", False)
+    # varlen's packed [total_k, H_kv, D]
+    packed = _randn(40, 2, 132, dtype=torch.bfloat16, seed=6)[..., :128]
+    assert decide(packed, True, rank=3) == ("copy", True)
+
+
+@needs_triton
+@pytest.mark.parametrize("layout", ["padded-rows", "expanded-heads"])
+def test_dense_triton_keys_in_any_layout(layout):
+    # padded rows (40-byte rows: copied, then descriptors) and an expanded key/value head
+    # axis (stride 0: the pointer loads, the cap dropped), under a tma configuration
+    B, S, H, D = 1, 21, 4, 16
+    if layout == "padded-rows":
+        kv = _randn(B, 1, S, D + 4, dtype=torch.float16, seed=6)[..., :D]
+    else:
+        kv = _randn(B, 1, S, D, dtype=torch.float16, seed=6).expand(B, 2, S, D)
     q = _randn(B, H, S, D, dtype=torch.float16, seed=7)
-    from opspec.kernels.attention import _tma_ok
-    assert not _tma_ok(kv) and _tma_ok(q)
     out = torch.empty_like(q)
-    attention_dense_triton(q, kv, kv, out, True, config=(16, 16, 4, 1, "tma"))
+    attention_dense_triton(q, kv, kv, out, True, config=(16, 16, 4, 1, "tma", 64))
     _close(out, _ref64(attention_dense_reference, q, kv, kv, is_causal=True), torch.float16)
 
 
@@ -312,7 +356,13 @@ builds = [("dense", False, K.attention_config(D, "cuda")),
           ("dense-short", False, K.attention_config(D, "cuda", True, 1024)),
           ("dense-tma-lazy", False, K.AttnConfig(128, 64, 8, 3, "tma+lazy")),
           ("dense-tma-pipe", False, K.AttnConfig(128, 64, 8, 2, "tma+pipe")),
-          ("dense-tma-persist", False, K.AttnConfig(128, 64, 8, 2, "tma+persist"))]
+          ("dense-tma-persist", False, K.AttnConfig(128, 64, 8, 2, "tma+persist")),
+          # the default where a descriptor cannot take K or V: pointer loads, no cap ...
+          ("dense-pointer", False, K.as_launched(K.attention_config(D, "cuda"), False)),
+          # ... and, the control, the same pointer form under the TMA form's cap
+          ("control-pointer-capped", False,
+           K.as_launched(K.attention_config(D, "cuda"), False)._replace(
+               maxnreg=K.attention_config(D, "cuda").maxnreg))]
 for label, varlen, cfg in builds:
     bm, bn, warps, stages = cfg[:4]
     fl = cfg.flags()
@@ -351,7 +401,11 @@ def test_kernel_builds_for_sm90():
     from sm90_build import run_script
 
     builds = run_script(_SM90_SCRIPT)
-    assert len(builds) == 7
+    assert len(builds) == 9
+    # the control: the pointer form spills under the descriptor form's register cap, which
+    # is why as_launched drops the cap with the descriptors
+    control = builds.pop("control-pointer-capped")
+    assert control["local"] > 0 and not control["want_tma"], control
     for label, facts in builds.items():
         assert facts["wgmma"] > 0 and facts["local"] == 0, (label, facts)
         assert (facts["tma"] > 0) == facts["want_tma"], (label, facts)
