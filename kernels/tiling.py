@@ -13,8 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["H200_SMS", "INT32_LIMIT", "clip_tiles", "element_extent", "grouped_tile",
-           "sm_count", "vector_aligned"]
+__all__ = ["H200_SMS", "INT32_LIMIT", "aligned_rows", "clip_tiles", "element_extent",
+           "grouped_tile", "sm_count", "vector_aligned"]
 
 #: The H200's SM count: tables are written for it, and it stands in off CUDA (the
 #: interpreter).
@@ -47,6 +47,20 @@ def vector_aligned(t: torch.Tensor) -> bool:
     strides = t.stride()
     return (t.data_ptr() % 16 == 0 and 1 in strides
             and all(s == 1 or s % 16 == 0 or n == 1 for s, n in zip(strides, t.shape)))
+
+
+def aligned_rows(t: torch.Tensor) -> torch.Tensor:
+    """``t``, or a contiguous copy of it where its rows (a unit innermost stride) lie where
+    Triton can prove no 16-byte vectors (:func:`vector_aligned`: a view of longer rows, an
+    odd offset) and a contiguous copy's would be (rows of a multiple of 16 elements).
+
+    Why: the kernels read such rows element by element. H200, bfloat16 (benchmarks/
+    layout_probe.py, 2026-12-02), the 4096^3 GEMM with both operands views of rows 4
+    elements longer: 1158 us as views, 272 copied first, 181-188 on contiguous operands
+    (cuBLAS on the views 545)."""
+    if t.dim() < 2 or t.stride(-1) != 1 or t.shape[-1] % 16 or vector_aligned(t):
+        return t
+    return t.clone(memory_format=torch.contiguous_format)
 
 
 def clip_tiles(cfg: Config, M: int, N: int, K: int) -> Config:

@@ -249,6 +249,23 @@ def test_alignment_detection():
     assert not _is_aligned(torch.empty(32, 64, dtype=torch.float16)[:, ::2])  # no unit stride
 
 
+def test_aligned_rows_copies_only_rows_a_copy_aligns():
+    from opspec.kernels.tiling import aligned_rows, vector_aligned
+
+    x = torch.randn(32, 68).to(torch.bfloat16)
+    view = x[:, :64]                         # rows of 68: no 16-byte vectors past the first
+    got = aligned_rows(view)
+    assert got is not view and got.is_contiguous() and vector_aligned(got)
+    assert torch.equal(got, view) and got.data_ptr() != x.data_ptr()
+    odd = torch.empty(1000, dtype=torch.float16)[1:641].view(10, 64)   # base + 2 bytes
+    assert aligned_rows(odd) is not odd and vector_aligned(aligned_rows(odd))
+    for same in (torch.empty(32, 64, dtype=torch.float16),        # aligned already
+                 torch.empty(64, 32, dtype=torch.float16).t(),    # no unit row stride
+                 torch.empty(32, 24, dtype=torch.float16)[:, :20],  # a copy of 20 neither
+                 torch.empty(3, 32, 80, dtype=torch.float16)[:, :, :64]):  # 3-D, aligned
+        assert aligned_rows(same) is same
+
+
 # -- the TMA-descriptor kernel (interpreted here; routed to on Hopper GPUs) -----------------
 
 @pytest.mark.parametrize("layout", LAYOUTS, ids=_layout_id)

@@ -1,0 +1,20 @@
+"""`benchmarks/layout_probe.py --smoke`: every case runs on contiguous inputs and on views of
+padded rows through the interpreter, with the same output on both (the timing itself needs
+CUDA)."""
+
+from __future__ import annotations
+
+import re
+
+from smoke_scripts import run_smoke
+
+CASES = {"rms_norm", "layer_norm", "softmax", "silu_and_mul", "add", "sum", "gemm", "bmm",
+         "max_pool2d", "attention"}
+
+
+def test_smoke_every_case_gives_the_same_output_on_padded_rows():
+    stderr = run_smoke("layout_probe.py")
+    rows = dict(re.findall(r"^(\w+)\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+(\S+)$",
+                           stderr, re.M))
+    assert set(rows) == CASES, stderr
+    assert set(rows.values()) == {"same"}, rows
