@@ -516,12 +516,16 @@ class BranchGenerator:
             d = self.decl(s.decl, f"{role} {s.target}, dtype {n}")
             w(f"_d = {d}")
             # `or`, not a .get default: the default would be formatted on every call
-            w(f"{_lv(n)} = _DTYPE_NAMES.get({tv}.dtype) or str({tv}.dtype)")
             members = spec.forall[n].members
-            if members is not None:
-                w(f"if {_lv(n)} not in {tuple(sorted(members))!r}:")
+            if members is None:
+                w(f"{_lv(n)} = _DTYPE_NAMES.get({tv}.dtype) or str({tv}.dtype)")
+            else:
+                # bound after its check: a rejected dtype is not reported as bound
+                w(f"_v = _DTYPE_NAMES.get({tv}.dtype) or str({tv}.dtype)")
+                w(f"if _v not in {tuple(sorted(members))!r}:")
                 with w.indent():
-                    self.fail(d, repr(" | ".join(sorted(members))), _lv(n))
+                    self.fail(d, repr(" | ".join(sorted(members))), "_v")
+                w(f"{_lv(n)} = _v")
             self.bound.add(n)
             self.solved_from[n] = f"{role} {s.target}"
             return

@@ -265,6 +265,21 @@ def test_step4_mismatched_k_fails():
                  "expected K = 4 (from input a), got 5", "bound so far: T=float16, M=2, K=4")
 
 
+def test_rejected_dtype_is_not_reported_as_bound():
+    # T is bound after its members are checked: the message names what was bound before
+    op = GemmFwdOp()
+    with pytest.raises(SignatureError) as ei:
+        op(torch.ones(2, 4), torch.ones(4, 3))
+    expect_error(ei, SignatureError, "GemmFwdOp", "signature.inputs.a.dtype",
+                 "input a, dtype T: expected bfloat16 | float16, got float32")
+    assert "bound so far" not in str(ei.value)
+    # a later mismatch still reports T, bound from the first tensor
+    with pytest.raises(SignatureError) as ei:
+        op(torch.ones(2, 4, dtype=torch.float16), torch.ones(4, 3))
+    expect_error(ei, SignatureError, "GemmFwdOp", "signature.inputs.b.dtype",
+                 "expected T = float16 (from input a), got float32", "bound so far: T=float16")
+
+
 def test_step4_refinement_failing_names_the_rule(U):
     op = U.RtAffineFwdOp()
     with pytest.raises(SignatureError) as ei:
