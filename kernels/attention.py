@@ -970,7 +970,8 @@ def kv_for_loads(k: torch.Tensor, v: torch.Tensor, rank: int,
     (``tma``: the configuration asks for them). Descriptors where both tensors allow them
     (:func:`_tma_ok`); else the pointer loads where both rows are aligned (:func:`_pointer_ok`;
     an expanded, stride-0 head axis included); else a tensor that is neither is copied into
-    a fresh contiguous one, where that copy is (a head size that is a multiple of 16).
+    a fresh contiguous one, where the copy's rows are aligned for the form asked for (16
+    elements for the pointer loads, 16 bytes for descriptors).
 
     Why copy: the pointer form on rows it cannot prove aligned ran 3.3x slower than a copy
     followed by the descriptor form (H200, bf16, B = 4, 32 / 8 heads, 4096 keys, D = 128,
@@ -983,8 +984,11 @@ def kv_for_loads(k: torch.Tensor, v: torch.Tensor, rank: int,
         return k, v, False
 
     def fixed(t):
-        if _pointer_ok(t, rank) or (tma and _tma_ok(t, rank)) or t.shape[-1] % 16:
+        if _pointer_ok(t, rank) or (tma and _tma_ok(t, rank)):
             return t
+        row = t.shape[-1]
+        if row % 16 and not (tma and row * t.element_size() % 16 == 0):
+            return t        # a contiguous copy's rows would not be aligned either
         return t.clone(memory_format=torch.contiguous_format)
 
     k, v = fixed(k), fixed(v)

@@ -315,7 +315,9 @@ def test_kv_for_loads_copies_only_rows_no_load_can_take():
     # an expanded head axis (stride 0): no descriptor, but aligned rows: no materialising
     expanded = kv(128, 0)[:, :1].expand(1, 4, 32, 128)
     assert decide(expanded, True) == ("same", False)
-    # a head size of 24: a contiguous copy would not be aligned either
+    # a head size of 24: a contiguous copy's 48-byte rows suit descriptors, not the pointer
+    # loads (24 elements)
+    assert decide(kv(24, 4), True) == ("copy", True)
     assert decide(kv(24, 4), False) == ("same", False)
     # varlen's packed [total_k, H_kv, D]
     packed = _randn(40, 2, 132, dtype=torch.bfloat16, seed=6)[..., :128]
