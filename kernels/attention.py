@@ -99,11 +99,11 @@ _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
 #:   rows zeroed in its masked block). Only where the strides allow (unit feature stride,
 #:   other strides multiples of 16 bytes, 16-byte aligned bases, sizes below 2**31);
 #:   elsewhere the pointer loads run. The dense D = 128 config caps registers at 128 for
-#:   the TMA form; the pointer form under that cap spills (42 stores to local memory in the
-#:   sm_90 build under Triton 3.6), as varlen calls did before they had descriptors and
-#:   their own tile (VARLEN_CONFIGS); so a call whose key or value strides a descriptor
-#:   cannot take runs the pointer form without the cap (:func:`as_launched`), on aligned
-#:   rows, else on a contiguous copy of the keys and values (:func:`kv_for_loads`).
+#:   the TMA form; the pointer form under that cap spills (44 stores to local memory in the
+#:   sm_90 build under Triton 3.6; 42 in varlen's), as varlen calls did before they had
+#:   descriptors and their own tile (VARLEN_CONFIGS); so a call whose key or value strides
+#:   a descriptor cannot take runs the pointer form without the cap (:func:`as_launched`),
+#:   on aligned rows, else on a contiguous copy of the keys and values (:func:`kv_for_loads`).
 #: * ``prescale``: ``q * scale * log2(e)`` rounded to q's dtype once before the loop, so a
 #:   score costs a subtraction, not an FMA (one more rounding of q: about 2**-9 relative in
 #:   bfloat16).
@@ -945,7 +945,7 @@ def as_launched(cfg: AttnConfig, descriptors_ok: bool) -> AttnConfig:
     descriptor cannot take the keys or values (``descriptors_ok`` False, see
     :func:`_tma_ok`), their loads fall back to pointers and the register cap goes with
     ``tma``: the cap is sized for the descriptor form, and the pointer form spills under it
-    (42 stores to local memory in the sm_90 build of the D = 128 default under Triton 3.6,
+    (44 stores to local memory in the sm_90 build of the D = 128 default under Triton 3.6,
     none uncapped)."""
     flags = cfg.flags()
     if "tma" not in flags or descriptors_ok:
