@@ -48,16 +48,38 @@ def _rand(*shape, scale=1.0):
 
 def _cases(smoke: bool):
     """(name, make) pairs; make() returns (inputs, the padded positions, op, eager): op and
-    eager take the inputs; positions name the inputs given padded rows."""
-    from opspec.ops import (AddFwdOp, BmmFwdOp, GemmFwdOp, GroupedQueryAttentionDenseFwdOp,
-                            LayerNormFwdOp, MaxPool2dFwdOp, RMSNormFwdOp, SiluAndMulFwdOp,
-                            SoftmaxFwdOp, SumFwdOp)
+    eager take the inputs (eager None: no eager column); positions name the inputs given
+    padded rows."""
+    from opspec.ops import (AddFwdOp, BmmFwdOp, FusedAddRMSNormFwdOp, GemmFwdOp,
+                            GroupedQueryAttentionDenseFwdOp, GroupedQueryAttentionVarlenFwdOp,
+                            LayerNormFwdOp, MaxPool2dFwdOp, RMSNormFwdOp, RotaryEmbeddingFwdOp,
+                            SiluAndMulFwdOp, SoftmaxFwdOp, SumFwdOp)
     R, D = (48, 40) if smoke else (16384, 4096)
     I = 48 if smoke else 14336
     M = 32 if smoke else 4096
     B, S, hd = (2, 32, 16) if smoke else (32, 1024, 128)
     P = (2, 3, 12, 12) if smoke else (32, 64, 112, 112)
     A = (1, 4, 2, 24, 16) if smoke else (4, 32, 8, 2048, 128)   # B, H, H_kv, S, D
+    # decode: sequences, keys a sequence (one query each); RoPE: tokens, positions
+    Q, L = (3, 20) if smoke else (16, 4096)
+    T, npos = (10, 32) if smoke else (8192, 8192)
+
+    def decode():
+        B, H, H_kv, _, hd = A
+        cu_q = torch.arange(Q + 1, device=DEV, dtype=torch.int32)
+        op = GroupedQueryAttentionVarlenFwdOp(1, L)
+        return ([_rand(Q, H, hd), _rand(Q * L, H_kv, hd), _rand(Q * L, H_kv, hd), cu_q,
+                 cu_q * L], [1, 2], op, None)
+
+    def rope():
+        H, H_kv, hd = A[1], A[2], A[4]
+        pos = torch.randint(0, npos, (T,), device=DEV)
+        return ([pos, _rand(T, H * hd), _rand(T, H_kv * hd), _rand(npos, hd)], [1, 2],
+                RotaryEmbeddingFwdOp(hd, True), None)
+
+    def fused_add_rms_norm():
+        return ([_rand(R, D), _rand(R, D), _rand(D) + 1.0], [0, 1], FusedAddRMSNormFwdOp(1e-5),
+                None)
 
     def norm(cls, ref):
         def make():
@@ -86,7 +108,18 @@ def _cases(smoke: bool):
                                GroupedQueryAttentionDenseFwdOp(True),
                                lambda q, k, v: F.scaled_dot_product_attention(
                                    q, k, v, is_causal=True, enable_gqa=True))),
+        # in place on their inputs, or with no single eager function: no eager column
+        ("decode_attn", decode),
+        ("rope", rope),
+        ("fused_add_rms", fused_add_rms_norm),
     ]
+
+
+def _tensors(result) -> list:
+    """The tensors an op returned (none for an in-place op)."""
+    if result is None:
+        return []
+    return list(result) if isinstance(result, tuple) else [result]
 
 
 def _time_ms(fn) -> float:
@@ -121,13 +154,12 @@ def main(argv=None) -> int:
         inputs, padded_at, op, eager = make()
         views = [_padded(t, args.pad) if i in padded_at else t for i, t in enumerate(inputs)]
         assert all(not views[i].is_contiguous() for i in padded_at)
-        want = op(*inputs)
-        got = op(*views)
-        same = all(torch.equal(a, b) for a, b in zip(
-            want if isinstance(want, tuple) else (want,), got if isinstance(got, tuple) else (got,)))
+        # the outputs and the inputs after the call (the in-place ops write theirs)
+        want, got = _tensors(op(*inputs)) + inputs, _tensors(op(*views)) + views
+        same = len(want) == len(got) and all(torch.equal(a, b) for a, b in zip(want, got))
         t_c = _time_ms(lambda: op(*inputs))
         t_p = _time_ms(lambda: op(*views))
-        t_e = _time_ms(lambda: eager(*views))
+        t_e = _time_ms(lambda: eager(*views)) if eager is not None else float("nan")
         row = {"case": name, "contig_us": t_c * 1e3, "padded_us": t_p * 1e3,
                "ratio": t_p / t_c, "eager_padded_us": t_e * 1e3, "speedup_eager": t_e / t_p,
                "same_output": same}
