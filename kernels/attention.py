@@ -65,6 +65,7 @@ import triton.language as tl
 
 from opspec.kernels.launch import launch
 from opspec.kernels.pdl import overlap_options, overlap_start
+from opspec.kernels.tiling import contiguous_copy
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 __all__ = [
@@ -971,7 +972,8 @@ def kv_for_loads(k: torch.Tensor, v: torch.Tensor, rank: int,
     (:func:`_tma_ok`); else the pointer loads where both rows are aligned (:func:`_pointer_ok`;
     an expanded, stride-0 head axis included); else a tensor that is neither is copied into
     a fresh contiguous one, where the copy's rows are aligned for the form asked for (16
-    elements for the pointer loads, 16 bytes for descriptors).
+    elements for the pointer loads, 16 bytes for descriptors) and the device has memory for
+    it (:func:`~opspec.kernels.tiling.contiguous_copy`).
 
     Why copy: the pointer form on rows it cannot prove aligned ran 3.3x slower than a copy
     followed by the descriptor form (H200, bf16, B = 4, 32 / 8 heads, 4096 keys, D = 128,
@@ -989,7 +991,8 @@ def kv_for_loads(k: torch.Tensor, v: torch.Tensor, rank: int,
         row = t.shape[-1]
         if row % 16 and not (tma and row * t.element_size() % 16 == 0):
             return t        # a contiguous copy's rows would not be aligned either
-        return t.clone(memory_format=torch.contiguous_format)
+        c = contiguous_copy(t)
+        return t if c is None else c     # (no memory for a copy: the element loads)
 
     k, v = fixed(k), fixed(v)
     return k, v, tma and _tma_ok(k, rank) and _tma_ok(v, rank)

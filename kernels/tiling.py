@@ -13,8 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["H200_SMS", "INT32_LIMIT", "aligned_rows", "clip_tiles", "element_extent",
-           "grouped_tile", "sm_count", "vector_aligned"]
+__all__ = ["H200_SMS", "INT32_LIMIT", "aligned_rows", "clip_tiles", "contiguous_copy",
+           "element_extent", "grouped_tile", "sm_count", "vector_aligned"]
 
 #: The H200's SM count: tables are written for it, and it stands in off CUDA (the
 #: interpreter).
@@ -60,7 +60,19 @@ def aligned_rows(t: torch.Tensor) -> torch.Tensor:
     (cuBLAS on the views 545)."""
     if t.dim() < 2 or t.stride(-1) != 1 or t.shape[-1] % 16 or vector_aligned(t):
         return t
-    return t.clone(memory_format=torch.contiguous_format)
+    c = contiguous_copy(t)
+    return t if c is None else c
+
+
+def contiguous_copy(t: torch.Tensor) -> torch.Tensor | None:
+    """A fresh contiguous copy of ``t`` (16-byte aligned, as the allocator's blocks are), or
+    None where the device has no memory for it: the copies the launchers make for speed
+    (:func:`aligned_rows`, the attention launcher's keys and values) are dropped then, and
+    the kernel reads ``t`` as it is, slower, rather than the call failing."""
+    try:
+        return t.clone(memory_format=torch.contiguous_format)
+    except torch.cuda.OutOfMemoryError:
+        return None
 
 
 def clip_tiles(cfg: Config, M: int, N: int, K: int) -> Config:

@@ -325,6 +325,25 @@ def test_kv_for_loads_copies_only_rows_no_load_can_take():
 
 
 @needs_triton
+def test_kv_for_loads_reads_in_place_without_memory_for_a_copy(monkeypatch):
+    import opspec.kernels.tiling as T
+    from opspec.kernels.attention import kv_for_loads
+
+    def clone_without_memory(self, **kw):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+
+    # the helper turns the allocator's error into None ...
+    monkeypatch.setattr(torch.Tensor, "clone", clone_without_memory)
+    assert T.contiguous_copy(torch.ones(2, 16)) is None
+    monkeypatch.undo()
+    # ... and the keys and values are then read where they are
+    monkeypatch.setattr("opspec.kernels.attention.contiguous_copy", lambda t: None)
+    k = _randn(1, 2, 32, 132, dtype=torch.bfloat16, seed=5)[..., :128]
+    k2, v2, desc = kv_for_loads(k, k, 4, True)
+    assert k2 is k and v2 is k and not desc
+
+
+@needs_triton
 @pytest.mark.parametrize("layout", ["padded-rows", "expanded-heads"])
 def test_dense_triton_keys_in_any_layout(layout):
     # padded rows (40-byte rows: copied, then descriptors) and an expanded key/value head

@@ -266,6 +266,13 @@ def test_aligned_rows_copies_only_rows_a_copy_aligns():
         assert aligned_rows(same) is same
 
 
+def test_aligned_rows_keeps_the_operand_without_memory_for_a_copy(monkeypatch):
+    import opspec.kernels.tiling as T
+    monkeypatch.setattr(T, "contiguous_copy", lambda t: None)
+    view = torch.randn(32, 68).to(torch.bfloat16)[:, :64]
+    assert T.aligned_rows(view) is view
+
+
 # -- the TMA-descriptor kernel (interpreted here; routed to on Hopper GPUs) -----------------
 
 @pytest.mark.parametrize("layout", LAYOUTS, ids=_layout_id)
