@@ -38,7 +38,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="PATH", help="write the results as JSON")
     p.add_argument("--plot", metavar="PATH", help="draw efficiency and speedup as a PNG "
                                                   "(needs matplotlib)")
-    p.add_argument("--cases", metavar="SUBSTR", help="only cases whose id contains SUBSTR")
+    p.add_argument("--cases", metavar="SUBSTR[,SUBSTR...]",
+                   help="only cases whose id contains one of these substrings")
     p.add_argument("--max-elems", type=int, metavar="N",
                    help="skip cases whose inputs hold more than N elements")
     p.add_argument("--quick", action="store_true",

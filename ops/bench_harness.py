@@ -85,7 +85,8 @@ class Settings:
 
     device: str = "cpu"
     baselines: tuple[str, ...] | None = None  # None: every registered baseline available here
-    case_filter: str | None = None            # keep cases whose id contains this substring
+    case_filter: str | None = None            # keep cases whose id contains one of these
+                                              # comma-separated substrings
     max_elems: int | None = None              # skip cases with more input elements than this
     quick: bool = False
     pairs: int = 2             # A B C C B A pairs of passes
@@ -323,13 +324,15 @@ def _input_elems(case) -> int:
 
 
 def select_cases(op_cls: type, settings: Settings, cases: Sequence | None = None) -> list:
-    """The op's workload cases (or `cases`), filtered by `case_filter` and `max_elems`."""
+    """The op's workload cases (or `cases`), filtered by `case_filter` (a case whose id
+    contains one of its comma-separated substrings) and `max_elems`."""
     if cases is None:
         from opspec.ops.workloads import cases as workload_cases
         cases = workload_cases(op_cls)
+    wanted = [w for w in (settings.case_filter or "").split(",") if w]
     out = []
     for c in cases:
-        if settings.case_filter and settings.case_filter not in c.id:
+        if wanted and not any(w in c.id for w in wanted):
             continue
         if settings.max_elems is not None and _input_elems(c) > settings.max_elems:
             continue

@@ -312,6 +312,11 @@ def test_case_filter_and_max_elems():
         == ["big"]
     real = H.select_cases(GemmFwdOp, _settings(case_filter="decode"))
     assert real and all("decode" in c.id for c in real)
+    # comma-separated: a case matching any of them, in the workload's order
+    both = H.select_cases(GemmFwdOp, _settings(case_filter="decode,prefill"))
+    assert {c.id for c in both} == {c.id for c in H.select_cases(GemmFwdOp, _settings())
+                                    if "decode" in c.id or "prefill" in c.id}
+    assert len(both) > len(real)
 
 
 def test_passes_are_interleaved_a_b_c_c_b_a():
