@@ -55,11 +55,10 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from opspec.kernels.launch import LaunchMemo, launch
 from opspec.kernels.pdl import overlap_options, overlap_start
 from opspec.kernels.tiling import H200_SMS as _NUM_SMS
-from opspec.kernels.tiling import INT32_LIMIT
+from opspec.kernels.tiling import INT32_LIMIT, aligned_rows
 from opspec.kernels.tiling import clip_tiles as _clip
 from opspec.kernels.tiling import grouped_tile
 from opspec.kernels.tiling import sm_count as _num_sms
-from opspec.kernels.tiling import aligned_rows
 from opspec.kernels.tiling import vector_aligned as _is_aligned
 
 __all__ = [
