@@ -994,7 +994,7 @@ def kv_for_loads(k: torch.Tensor, v: torch.Tensor, rank: int,
         c = contiguous_copy(t)
         return t if c is None else c     # (no memory for a copy: the element loads)
 
-    k, v = fixed(k), fixed(v)
+    k, v = (fixed(k),) * 2 if v is k else (fixed(k), fixed(v))   # one tensor: one copy
     return k, v, tma and _tma_ok(k, rank) and _tma_ok(v, rank)
 
 

@@ -322,6 +322,12 @@ def test_kv_for_loads_copies_only_rows_no_load_can_take():
     # varlen's packed [total_k, H_kv, D]
     packed = _randn(40, 2, 132, dtype=torch.bfloat16, seed=6)[..., :128]
     assert decide(packed, True, rank=3) == ("copy", True)
+    # one tensor as keys and values: one copy
+    k2, v2, _ = kv_for_loads(kv(128, 4), kv(128, 4), 4, True)
+    assert k2 is not v2
+    same = kv(128, 4)
+    k2, v2, _ = kv_for_loads(same, same, 4, True)
+    assert k2 is v2 and k2 is not same
 
 
 @needs_triton
