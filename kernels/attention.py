@@ -1012,8 +1012,11 @@ def _launch(q, k, v, out, cu_q, cu_k, strides, S_q, S_kv, batch, H, H_kv, grid_m
     cfg = (attention_config(D, q.device.type, bool(causal), grid_m, varlen) if config is None
            else as_config(config))
     rank = 3 if varlen else 4
-    k, v, descriptors = kv_for_loads(k, v, rank, "tma" in cfg.flags())
-    strides = (*strides[:4], *_kv_strides(k, varlen), *_kv_strides(v, varlen), *strides[12:])
+    k2, v2, descriptors = kv_for_loads(k, v, rank, "tma" in cfg.flags())
+    if k2 is not k or v2 is not v:     # a copy: its strides
+        k, v = k2, v2
+        strides = (*strides[:4], *_kv_strides(k, varlen), *_kv_strides(v, varlen),
+                   *strides[12:])
     cfg = as_launched(cfg, descriptors)
     flags = cfg.flags()
     block_m, block_n = cfg.block_m, cfg.block_n

@@ -538,8 +538,10 @@ def gemm_triton(
     if config is None:
         if a.is_cuda:   # (the interpreter's tests keep the strided operands)
             # rows a descriptor takes stay: 8 elements longer ran 246 us as views, 268 copied
-            a, b = (t if _descriptor_ok(t) else aligned_rows(t) for t in (a, b))
-            M, N, K, sa, sb = _check(a, b, trans_a, trans_b, out)
+            a2, b2 = (t if _descriptor_ok(t) else aligned_rows(t) for t in (a, b))
+            if a2 is not a or b2 is not b:     # a copy: its strides
+                a, b = a2, b2
+                M, N, K, sa, sb = _check(a, b, trans_a, trans_b, out)
         if tma_eligible(a, b, out):
             tma = tma_config_for(M, N, K, trans_b)
             if tma is not None:
