@@ -96,7 +96,7 @@ def run(names) -> None:
                 fn = lambda: RK.rotary_embedding_triton(pos, q, k, cache, hs, neox)  # noqa: E731
                 label = f"opspec {plan}"
             elif var == "unaligned":  # the same plan without the 16-byte row hint
-                fn = lambda: _rows(pos, q, k, cache, hs, neox, *plan, aligned=False)  # noqa: E731
+                fn = lambda: _rows(pos, q, k, cache, hs, neox, *plan, aligned=1)  # noqa: E731
                 label = f"opspec {plan} unaligned"
             else:
                 br, warps = var

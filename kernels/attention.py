@@ -65,7 +65,7 @@ import triton.language as tl
 
 from opspec.kernels.launch import launch
 from opspec.kernels.pdl import overlap_options, overlap_start
-from opspec.kernels.tiling import contiguous_copy
+from opspec.kernels.tiling import as_multiple, contiguous_copy, row_multiple
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 __all__ = [
@@ -737,14 +737,26 @@ def _attn_split_kernel(
     VARLEN: tl.constexpr, CAUSAL: tl.constexpr, BOTTOM_RIGHT: tl.constexpr,
     EVEN_D: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, ALIGN: tl.constexpr = 1,
     PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
     """Chunk ``program_id(0)`` of the keys of key/value head ``kvh`` of sequence ``b``
     (``program_id(1) = b * H_kv + kvh``) against the GROUP query heads of that head: the
     chunk's running max and sum (log2 domain) and unnormalised output, float32, into
-    ``STATS`` / ``PART`` at row ``program_id(1) * SPLITS + chunk``."""
+    ``STATS`` / ``PART`` at row ``program_id(1) * SPLITS + chunk``. ``ALIGN``: a power of
+    two the host checked to divide the query, key and value strides but the features'
+    (:func:`opspec.kernels.tiling.row_multiple`: a cache of rows 8 elements longer than
+    the head is then read in 16-byte vectors)."""
     overlap_start(PDL)
+    stride_qb = as_multiple(stride_qb, ALIGN)
+    stride_qh = as_multiple(stride_qh, ALIGN)
+    stride_qs = as_multiple(stride_qs, ALIGN)
+    stride_kb = as_multiple(stride_kb, ALIGN)
+    stride_kh = as_multiple(stride_kh, ALIGN)
+    stride_ks = as_multiple(stride_ks, ALIGN)
+    stride_vb = as_multiple(stride_vb, ALIGN)
+    stride_vh = as_multiple(stride_vh, ALIGN)
+    stride_vs = as_multiple(stride_vs, ALIGN)
     split = tl.program_id(0)
     bk = tl.program_id(1)
     b = bk // H_kv
@@ -894,13 +906,16 @@ def _launch_decode(q, k, v, out, cu_q, cu_k, strides, S_q, S_kv, batch, H, H_kv,
     stats = torch.empty(rows * 2, dtype=torch.float32, device=q.device)
     pdl = overlap_options(q.device)
     even_d = block_d == D
+    qkv = strides[:12]
+    align = (row_multiple(q.element_size(), *qkv[0:3], *qkv[4:7], *qkv[8:11])
+             if qkv[3] == qkv[7] == qkv[11] == 1 else 1)
     launch(_attn_split_kernel, (plan.splits, batch * H_kv),
            q, k, v, part, stats, cu_q, cu_k, *strides[:12],
            S_q, S_kv, H_kv, group, D, sc * _LOG2E, plan.splits, plan.chunk,
            VARLEN=varlen, CAUSAL=bool(causal), BOTTOM_RIGHT=bottom_right, EVEN_D=even_d,
            PRECISION=precision, BLOCK_G=plan.block_g, BLOCK_Q=plan.block_q, BLOCK_M=block_m,
-           BLOCK_N=plan.block_n, BLOCK_D=block_d, num_warps=plan.num_warps, num_stages=3,
-           **pdl)
+           BLOCK_N=plan.block_n, BLOCK_D=block_d, ALIGN=align, num_warps=plan.num_warps,
+           num_stages=3, **pdl)
     launch(_attn_combine_kernel, (batch * H_kv,),
            out, part, stats, cu_q, cu_k, *strides[12:],
            S_q, S_kv, H_kv, group, D, plan.splits, plan.chunk,

@@ -57,7 +57,7 @@ import triton.language as tl
 from opspec.kernels.activation import StreamConfig, _cdiv, _pow2, pick_config, stream_grid
 from opspec.kernels.launch import launch
 from opspec.kernels.pdl import overlap_options, overlap_start
-from opspec.kernels.tiling import INT32_LIMIT
+from opspec.kernels.tiling import INT32_LIMIT, as_multiple, row_multiple
 
 __all__ = [
     "BINARY_OPS",
@@ -474,9 +474,19 @@ def _binary_kernel(
     PERSIST: tl.constexpr,           # fewer programs than tiles: each loops over tiles
     A_POLICY: tl.constexpr,          # a's eviction hint ('', 'evict_first', 'evict_last')
     B_POLICY: tl.constexpr,
+    ALIGN: tl.constexpr = 1,         # divides N and the row strides (tiling.row_multiple)
     PDL: tl.constexpr = False,       # launched dependent (opspec.kernels.pdl)
 ):
     overlap_start(PDL)
+    N = as_multiple(N, ALIGN)
+    a_s0 = as_multiple(a_s0, ALIGN)
+    a_s1 = as_multiple(a_s1, ALIGN)
+    a_s2 = as_multiple(a_s2, ALIGN)
+    a_s3 = as_multiple(a_s3, ALIGN)
+    b_s0 = as_multiple(b_s0, ALIGN)
+    b_s1 = as_multiple(b_s1, ALIGN)
+    b_s2 = as_multiple(b_s2, ALIGN)
+    b_s3 = as_multiple(b_s3, ALIGN)
     pid = tl.program_id(0)
     if PERSIST:
         for t in tl.range(pid, n_tiles, tl.num_programs(0)):
@@ -579,8 +589,17 @@ def _launch_of(geometry: Sequence[tuple[int, int, int]], offs: tuple[int, int, i
                    constexprs=dict(OUTER=len(outer), A_BCAST_C=a_sn == 0, B_BCAST_C=b_sn == 0,
                                    BLOCK_R=block_r, BLOCK_C=block_c, USE_INT64=use_int64,
                                    MASK_R=R % block_r != 0, MASK_C=N % block_c != 0,
-                                   **policies),
+                                   ALIGN=_row_hint(N, sa, sb, a_sn, b_sn), **policies),
                    num_warps=num_warps, config=cfg)
+
+
+def _row_hint(N: int, sa: list[int], sb: list[int], a_sn: int, b_sn: int) -> int:
+    """The power of two the 2-D kernel rebuilds ``N`` and the row strides as multiples of
+    (:func:`opspec.kernels.tiling.row_multiple`; any element size: a multiple of 8 is one
+    of 4 too), where both operands' columns are unit-stride or broadcast."""
+    if a_sn not in (0, 1) or b_sn not in (0, 1):
+        return 1
+    return row_multiple(1, N, *sa, *sb)
 
 
 def _split(geometry, offs: tuple[int, int, int], cfg: StreamConfig, into: list) -> None:

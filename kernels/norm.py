@@ -72,7 +72,7 @@ import triton.language as tl
 from opspec.kernels.coop import arrive_and_wait
 from opspec.kernels.launch import launch
 from opspec.kernels.pdl import overlap_options, overlap_start
-from opspec.kernels.tiling import INT32_LIMIT
+from opspec.kernels.tiling import INT32_LIMIT, as_multiple, row_multiple
 
 __all__ = [
     "DEFAULT_RMS_EPS",
@@ -476,6 +476,7 @@ def _norm_fwd_rows_kernel(
     HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, USE_INT64: tl.constexpr,
     LATE_AFFINE: tl.constexpr, STATS: tl.constexpr = 0, SHIFT_LIMIT: tl.constexpr = 16.0,
     GROUP: tl.constexpr = 8, ROW_POLICY: tl.constexpr = "", BLOCK_N2: tl.constexpr = 0,
+    ALIGN: tl.constexpr = 1,
     PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
     """``TILES`` tiles of ``ROWS`` whole rows per program, one after the other, each row held
@@ -487,8 +488,13 @@ def _norm_fwd_rows_kernel(
     round trip per tile). ``STATS`` picks how LayerNorm's statistics are reduced (see
     :class:`NormTuning`; two tiles take the two-pass form only); ``GROUP`` is the elements
     of a 16-byte vector (``STATS == 2``); ``ROW_POLICY`` the cache policy of the row loads
-    (``NormTuning.row_load_policy``)."""
+    (``NormTuning.row_load_policy``). ``ALIGN``: a power of two the host checked to divide
+    ``N`` and the row strides (:func:`opspec.kernels.tiling.row_multiple`)."""
     overlap_start(PDL)
+    N = as_multiple(N, ALIGN)
+    stride_xm = as_multiple(stride_xm, ALIGN)
+    stride_rm = as_multiple(stride_rm, ALIGN)
+    stride_ym = as_multiple(stride_ym, ALIGN)
     tl.static_assert(BLOCK_N2 == 0 or IS_RMS or STATS == 0,
                      "a row in two tiles takes LayerNorm's two-pass statistics only")
     pid = tl.program_id(0)
@@ -612,6 +618,7 @@ def _norm_fwd_looped_kernel(
     BLOCK: tl.constexpr,
     IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
     HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, USE_INT64: tl.constexpr,
+    ALIGN: tl.constexpr = 1,
     PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
     """One row per program, walked in ``BLOCK`` chunks (rows too long for registers, or
@@ -620,8 +627,11 @@ def _norm_fwd_looped_kernel(
     known trip count, so the compiler unrolls them and issues a pass's loads together
     instead of one chunk's at a time, and full chunks drop their masks (H200, RMSNorm
     bfloat16 [16384, 8192] in one 8192 chunk at 16 warps: 149.5 us with ``N`` a run-time
-    value, 125.1 as a constant)."""
+    value, 125.1 as a constant). ``ALIGN`` divides the row strides (see the rows kernel)."""
     overlap_start(PDL)
+    stride_xm = as_multiple(stride_xm, ALIGN)
+    stride_rm = as_multiple(stride_rm, ALIGN)
+    stride_ym = as_multiple(stride_ym, ALIGN)
     row = tl.program_id(0)
     base = tl.arange(0, BLOCK)
     if USE_INT64:
@@ -698,7 +708,7 @@ def _norm_fwd_coop_kernel(
     BLOCK: tl.constexpr, FB: tl.constexpr, C_POW2: tl.constexpr,
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
     USE_INT64: tl.constexpr, STATS: tl.constexpr, SHIFT_LIMIT: tl.constexpr,
-    GROUP: tl.constexpr,
+    GROUP: tl.constexpr, ALIGN: tl.constexpr = 1,
     PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
     """A row cut into ``C`` chunks of ``BLOCK`` elements, one program a chunk, the row's ``C``
@@ -714,8 +724,12 @@ def _norm_fwd_coop_kernel(
     program still waiting after ``spin`` polls computes the row's statistics itself from
     global memory (slow, correct: nothing here writes the input). Triton's interpreter runs
     programs one after another; with ``spin == 0`` every chunk but a row's last takes that
-    path, so both are tested on the CPU."""
+    path, so both are tested on the CPU. ``ALIGN`` divides ``N`` and the row strides (see
+    the rows kernel)."""
     overlap_start(PDL)
+    N = as_multiple(N, ALIGN)
+    stride_xm = as_multiple(stride_xm, ALIGN)
+    stride_ym = as_multiple(stride_ym, ALIGN)
     ticket = tl.atomic_add(cnt_ptr, 1)
     row = ticket // C
     c = ticket - row * C
@@ -831,7 +845,7 @@ def _norm_fwd_stream_kernel(
     stride_xm, stride_xn, stride_ym, stride_yn, stride_w, stride_b,
     BLOCK_R: tl.constexpr, VEC: tl.constexpr, EVEN: tl.constexpr,
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
-    USE_INT64: tl.constexpr, SHIFT_LIMIT: tl.constexpr,
+    USE_INT64: tl.constexpr, SHIFT_LIMIT: tl.constexpr, ALIGN: tl.constexpr = 1,
     PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
     """A persistent grid (rows ``pid, pid + G, ...``), each row walked twice in chunks of
@@ -846,8 +860,12 @@ def _norm_fwd_stream_kernel(
     the shifted sums lose precision, takes one more pass for the centred sum of squares
     (see :class:`NormTuning`). ``EVEN``: ``N`` is a multiple of the chunk, and no access
     but the next row's is masked (the kernel is bound by instruction issue as much as by
-    HBM: a mask is two instructions an element)."""
+    HBM: a mask is two instructions an element). ``ALIGN`` divides ``N`` and the row
+    strides (see the rows kernel)."""
     overlap_start(PDL)
+    N = as_multiple(N, ALIGN)
+    stride_xm = as_multiple(stride_xm, ALIGN)
+    stride_ym = as_multiple(stride_ym, ALIGN)
     BLOCK: tl.constexpr = BLOCK_R * VEC
     pid = tl.program_id(0)
     G = tl.num_programs(0)
@@ -995,7 +1013,7 @@ def _norm_fwd_packed_kernel(
     M, NW, N, eps, stride_xm, stride_ym,
     PART_W: tl.constexpr, IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr,
     HAS_BIAS: tl.constexpr, USE_INT64: tl.constexpr, SHIFT_LIMIT: tl.constexpr,
-    FB: tl.constexpr,
+    FB: tl.constexpr, ALIGN: tl.constexpr = 1,
     PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
     """Bfloat16 rows held in registers as ``NW = N / 2`` int32 words, two elements a word,
@@ -1010,8 +1028,12 @@ def _norm_fwd_packed_kernel(
     precision (``K`` more than ``sqrt(SHIFT_LIMIT)`` standard deviations from the mean)
     the centred sum of squares is taken again from a re-read of the row in ``FB``-word
     chunks, as the stream kernel does. The parts are written one after the other, each
-    with its own weight and bias."""
+    with its own weight and bias. ``ALIGN`` divides ``NW`` and the row strides, in words
+    (see the rows kernel)."""
     overlap_start(PDL)
+    NW = as_multiple(NW, ALIGN)
+    stride_xm = as_multiple(stride_xm, ALIGN)
+    stride_ym = as_multiple(stride_ym, ALIGN)
     pid = tl.program_id(0)
     G = tl.num_programs(0)
     c0 = tl.arange(0, PART_W)
@@ -1356,6 +1378,10 @@ def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
                  **overlap_options(device))
     stats = _STATS[tun.ln_stats]
     group = min(block, max(1, 16 // x.element_size()))
+    # vectorised row accesses where Triton cannot see the alignment (rows of 1000 elements,
+    # views of longer rows): opspec.kernels.tiling.row_multiple
+    align = (row_multiple(x.element_size(), N, sxm, som, srm)
+             if sxn == son == 1 and srn in (0, 1) else 1)
     if chunks:
         # [ticket counter, arrivals per row] zeroed; then the partials of each chunk.
         cnt = torch.zeros(1 + R, dtype=torch.int32, device=device)
@@ -1365,14 +1391,14 @@ def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
         launch(_norm_fwd_coop_kernel, grid, xv, args[2], args[3], ov, ws, cnt, R, N, chunks,
                spin, float(eps), sxm, sxn, som, son, sw, sb, BLOCK=block,
                FB=min(block, _COOP_FB), C_POW2=_next_pow2(chunks), STATS=stats,
-               SHIFT_LIMIT=float(tun.shift_limit), GROUP=group,
+               SHIFT_LIMIT=float(tun.shift_limit), GROUP=group, ALIGN=align,
                **({"maxnreg": tun.coop_maxnreg} if tun.coop_maxnreg else {}), **flags)
     elif stream:
         vec = max(1, min(block, 16 // x.element_size()))
         flags.pop("HAS_RESIDUAL")
         launch(_norm_fwd_stream_kernel, grid, xv, args[2], args[3], ov, R, N, float(eps),
                sxm, sxn, som, son, sw, sb, BLOCK_R=block // vec, VEC=vec, EVEN=N % block == 0,
-               SHIFT_LIMIT=float(tun.shift_limit), **flags)
+               SHIFT_LIMIT=float(tun.shift_limit), ALIGN=align, **flags)
     elif packed:
         xw, ow, ww, bw = words
         launch(_norm_fwd_packed_kernel, grid, xw, xw if ww is None else ww,
@@ -1380,9 +1406,11 @@ def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
                PART_W=max(1, block // 8), IS_RMS=rms, HAS_WEIGHT=w is not None,
                HAS_BIAS=b is not None, USE_INT64=use_int64,
                SHIFT_LIMIT=float(tun.shift_limit), FB=min(max(1, block // 8), _COOP_FB),
+               ALIGN=row_multiple(4, N // 2, sxm // 2, som // 2),
                num_warps=num_warps, **overlap_options(device))
     elif looped:
-        launch(_norm_fwd_looped_kernel, grid, *args, N, float(eps), *strides, BLOCK=block, **flags)
+        launch(_norm_fwd_looped_kernel, grid, *args, N, float(eps), *strides, BLOCK=block,
+               ALIGN=align, **flags)
     else:
         # On large grids, LayerNorm and float32 load the weight and bias after the
         # statistics: compiled for sm_90 this frees 15-50 registers a thread and adds
@@ -1398,7 +1426,7 @@ def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
             extra["maxnreg"] = tun.ln_maxnreg
         launch(_norm_fwd_rows_kernel, grid, *args, R, N, float(eps), *strides, ROWS=rows,
                TILES=tiles, BLOCK_N=block, BLOCK_N2=block2, LATE_AFFINE=late,
-               ROW_POLICY=tun.row_load_policy, **extra, **flags)
+               ROW_POLICY=tun.row_load_policy, ALIGN=align, **extra, **flags)
     # A written tensor that could not be viewed as rows was computed in a copy.
     if res_copied:
         residual.copy_(rv.view(residual.shape))

@@ -78,7 +78,7 @@ import triton.language as tl
 
 from opspec.kernels.launch import launch
 from opspec.kernels.pdl import overlap_options, overlap_start
-from opspec.kernels.tiling import INT32_LIMIT
+from opspec.kernels.tiling import INT32_LIMIT, as_multiple, row_multiple
 
 __all__ = [
     "REDUCTIONS",
@@ -640,9 +640,16 @@ def _row_reduce_kernel(
     FINISH: tl.constexpr = False,    # the row's last program reduces its partials
     NS_POW2: tl.constexpr = 1,       # FINISH: the split count rounded up to a power of 2
     FIN_MEAN: tl.constexpr = False,  # FINISH: divide the total by n_div
+    ALIGN: tl.constexpr = 1,         # divides R, the split and the row strides (s_r == 1)
     PDL: tl.constexpr = False,       # launched dependent (opspec.kernels.pdl)
 ):
     overlap_start(PDL)
+    # rebuilt as multiples the host checked (opspec.kernels.tiling.row_multiple), so that
+    # rows of 1000 elements, or views of longer rows, load in vectors
+    R = as_multiple(R, ALIGN)
+    s_o = as_multiple(s_o, ALIGN)
+    s_i = as_multiple(s_i, ALIGN)
+    r_per_split = as_multiple(r_per_split, ALIGN)
     pid_m = tl.program_id(0)
     pid_s = tl.program_id(1)
     if USE_INT64:
@@ -854,7 +861,9 @@ def _row(x, out_flat, lay: Layout, lp: Launch, *, reduce_code, final, cast_ty, a
         REDUCE=reduce_code, FINAL=final, CAST_TY=cast_ty, ACC_TY=acc_ty,
         HAS_INNER=I > 1, BLOCK_M=lp.block_m, BLOCK_R=lp.block_r, ONE_BLOCK=lp.one_block,
         UNROLL=lp.unroll, EVEN_M=n_rows % lp.block_m == 0, USE_INT64=use_int64,
-        PREFETCH=lp.prefetch and not lp.one_block, num_warps=lp.num_warps, **extra,
+        PREFETCH=lp.prefetch and not lp.one_block, num_warps=lp.num_warps,
+        ALIGN=(row_multiple(x.element_size(), lay.R, s_o, s_i, lp.r_per_split)
+               if lay.s_r == 1 else 1), **extra,
         **overlap_options(x.device),
     )
 

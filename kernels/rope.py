@@ -131,19 +131,21 @@ def _rope_rows_kernel(
     stride_p, stride_qt, stride_qh, stride_kt, stride_kh, stride_d,
     stride_cp, stride_cr,
     BR: tl.constexpr, HALF: tl.constexpr, IS_NEOX: tl.constexpr, USE_INT64: tl.constexpr,
-    ALIGNED: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,
     PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
     overlap_start(PDL)
     # Row (t, v) of the [T, V] head rows (V = H + H_kv) is query head v (v < H) or key head
     # v - H of token t; BR consecutive rows a program (see the module's docstring). The row
-    # pointer, a select of two pointers, carries no alignment of its own: with ALIGNED (the
-    # host has proved both bases and the token and head strides 16-byte aligned) it is
-    # declared a multiple of 16 bytes, so the rows' loads and stores are 16-byte vectors in
-    # the sm_90 build (bf16 with an fp32 cache: 64 -> 32 registers); without, they are
-    # scalar (the cos/sin rows' are 16-byte either way). Timed on the H200 the two forms
-    # tie (benchmarks/rope_probe.py, 2026-12-01: Llama-3-8B 16k tokens 85.9 / 85.8 us,
-    # 70B 149.4 / 149.2, MLA 143.7 / 144.1): the rows are bound by HBM either way.
+    # pointer, a select of two pointers, carries no alignment of its own: ROW_ALIGN (bytes,
+    # the power of two up to 16 the host has proved to divide both bases and the token and
+    # head strides) declares it, so the rows' loads and stores are 16-byte vectors in the
+    # sm_90 build at 16 (bf16 with an fp32 cache: 64 -> 32 registers), 8-byte ones at 8,
+    # and scalar at 1 or 2 (the cos/sin rows' are 16-byte either way). Timed on the H200
+    # the 16-byte and scalar forms tie on contiguous rows (benchmarks/rope_probe.py,
+    # 2026-12-01: Llama-3-8B 16k tokens 85.9 / 85.8 us, 70B 149.4 / 149.2, MLA 143.7 /
+    # 144.1), but on rows 4 elements longer (8-byte starts) the scalar form ran 1.43x the
+    # contiguous time (benchmarks/layout_probe.py, 2026-12-02).
     rows = tl.program_id(0) * BR + tl.arange(0, BR)
     rmask = rows < n_rows
     if USE_INT64:
@@ -152,8 +154,8 @@ def _rope_rows_kernel(
     v = rows - tok * V
     base = tl.where(v < H, q_ptr + (tok * stride_qt + v * stride_qh),
                     k_ptr + (tok * stride_kt + (v - H) * stride_kh))
-    if ALIGNED:
-        base = tl.multiple_of(base, 16)
+    if ROW_ALIGN > 1:
+        base = tl.multiple_of(base, ROW_ALIGN)
     pos = tl.load(pos_ptr + tok * stride_p, mask=rmask, other=0).to(tl.int64)
     # A position outside the cache (undefined by the spec) reads row 0, never past the
     # cache, and turns its token by angle 0 (cos 1, sin 0).
@@ -258,13 +260,19 @@ def rotary_embedding_triton(positions: torch.Tensor, query: torch.Tensor, key: t
     _launch(positions, query, key, cos_sin_cache, is_neox, br, num_warps, T, (H, sq), (H_kv, sk))
 
 
-def _rows_aligned(x: torch.Tensor, heads: tuple[int, tuple[int, int, int]]) -> bool:
-    """Whether every head row of ``x`` starts on a 16-byte boundary: its base, and its token
-    and head strides in bytes, are multiples of 16 (rows of no heads impose nothing)."""
+def _row_align(x: torch.Tensor, heads: tuple[int, tuple[int, int, int]]) -> int:
+    """The power of two, up to 16, of bytes that every head row of ``x`` starts on: it
+    divides the base and the token and head strides in bytes (rows of no heads impose
+    nothing: 16)."""
     n, (st, sh, _) = heads
+    if n == 0:
+        return 16
     size = x.element_size()
-    return n == 0 or (x.data_ptr() % 16 == 0 and (st * size) % 16 == 0
-                      and (sh * size) % 16 == 0)
+    bits = x.data_ptr() | (st * size) | (sh * size)
+    align = 16
+    while align > 1 and bits % align:
+        align //= 2
+    return align
 
 
 def _launch(positions, query, key, cos_sin_cache, is_neox, br, num_warps, T, q_heads, k_heads,
@@ -273,8 +281,8 @@ def _launch(positions, query, key, cos_sin_cache, is_neox, br, num_warps, T, q_h
     benchmarks/rope_probe.py, calls it with other values than rope_plan's); ``q_heads`` and
     ``k_heads``: ``(heads, strides)`` from _heads_layout. Query and key rows share one
     launch when their features have one stride, else each has its own. ``aligned``: the
-    kernel's ALIGNED (None: proved here from the bases and strides; the probe passes
-    False to time the unhinted form)."""
+    kernel's ROW_ALIGN in bytes (None: proved here from the bases and strides; the probe
+    passes 1 to time the unhinted form)."""
     (H, sq), (H_kv, sk) = q_heads, k_heads
     if H_kv and sq[2] != sk[2]:
         for x, heads in ((query, q_heads), (key, k_heads)):
@@ -283,7 +291,7 @@ def _launch(positions, query, key, cos_sin_cache, is_neox, br, num_warps, T, q_h
                         (0, heads[1]), aligned)
         return
     if aligned is None:
-        aligned = _rows_aligned(query, q_heads) and _rows_aligned(key, k_heads)
+        aligned = min(_row_align(query, q_heads), _row_align(key, k_heads))
     max_position, rotary_dim = cos_sin_cache.shape
     half = rotary_dim // 2
     V = H + H_kv
@@ -295,4 +303,4 @@ def _launch(positions, query, key, cos_sin_cache, is_neox, br, num_warps, T, q_h
            positions, query, key, cos_sin_cache, T * V, V, H, half, max_position,
            sp, sq[0], sq[1], sk[0], sk[1], sq[2], sc[0], sc[1],
            BR=br, HALF=_pow2(half), IS_NEOX=bool(is_neox), USE_INT64=use_int64,
-           ALIGNED=bool(aligned), num_warps=num_warps, **overlap_options(query.device))
+           ROW_ALIGN=int(aligned), num_warps=num_warps, **overlap_options(query.device))

@@ -36,7 +36,7 @@ from opspec.kernels.activation import (
 )
 from opspec.kernels.launch import LaunchMemo
 from opspec.kernels.pdl import overlap_options, overlap_start
-from opspec.kernels.tiling import INT32_LIMIT
+from opspec.kernels.tiling import INT32_LIMIT, as_multiple, row_multiple
 
 __all__ = [
     "GATED_TABLE",
@@ -170,10 +170,14 @@ def _gated_kernel(
     USE_INT64: tl.constexpr,
     PERSIST: tl.constexpr,       # fewer programs than tiles: each loops over tiles
     LOAD_POLICY: tl.constexpr,   # '' or 'evict_first'
+    ALIGN: tl.constexpr = 1,     # divides N and the row strides (tiling.row_multiple)
     PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
     """``out = act(x[:, :N]) * x[:, N:]`` with the math in fp32."""
     overlap_start(PDL)
+    N = as_multiple(N, ALIGN)
+    stride_xm = as_multiple(stride_xm, ALIGN)
+    stride_om = as_multiple(stride_om, ALIGN)
     pid = tl.program_id(0)
     if PERSIST:
         for t in tl.range(pid, n_tiles, tl.num_programs(0)):
@@ -262,6 +266,8 @@ def gated_triton(x: torch.Tensor, out: torch.Tensor, act: str,
                      ACT=code, BLOCK_M=block_m, BLOCK_N=block_n, MASK_M=M % block_m != 0,
                      MASK_N=N % block_n != 0, USE_INT64=use_int64, PERSIST=persist,
                      LOAD_POLICY="evict_first" if cfg.evict_first else "",
+                     ALIGN=(row_multiple(x.element_size(), N, x.stride(0), out.stride(0))
+                            if x.stride(1) == out.stride(1) == 1 else 1),
                      num_warps=num_warps, **overlap_options(x.device))
     return out
 

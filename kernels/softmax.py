@@ -83,7 +83,7 @@ import triton.language as tl
 from opspec.kernels.coop import arrive_and_wait
 from opspec.kernels.launch import LaunchMemo, launch
 from opspec.kernels.pdl import overlap_options, overlap_start
-from opspec.kernels.tiling import INT32_LIMIT
+from opspec.kernels.tiling import INT32_LIMIT, as_multiple, row_multiple
 
 __all__ = [
     "SoftmaxPlan",
@@ -335,8 +335,13 @@ def _rows_load(x_ptr, rows, cols, n_rows, N, sxr, sxn, EVEN: tl.constexpr):
 def _rows_kernel(x_ptr, out_ptr, n_rows, N, sxr, sxn, sor, son,
                  ROWS: tl.constexpr, TILES: tl.constexpr, BLOCK_N: tl.constexpr,
                  LOG: tl.constexpr, USE_INT64: tl.constexpr, EVEN: tl.constexpr = False,
-                 PDL: tl.constexpr = False):
+                 ALIGN: tl.constexpr = 1, PDL: tl.constexpr = False):
     overlap_start(PDL)   # launched dependent (opspec.kernels.pdl)
+    # ALIGN: a power of two the host checked to divide N and the row strides
+    # (opspec.kernels.tiling.row_multiple), so that the row accesses vectorise.
+    N = as_multiple(N, ALIGN)
+    sxr = as_multiple(sxr, ALIGN)
+    sor = as_multiple(sor, ALIGN)
     # TILES consecutive tiles of ROWS whole rows per program, each in registers; with
     # several, the next tile is loaded (as stored) before the current one is reduced and
     # written, so that loads stay in flight through the reductions and stores. EVEN: rows
@@ -438,8 +443,11 @@ def _looped_pass2(x_row, o_row, offs, N, sxn, son, shift, BLOCK: tl.constexpr, o
 def _looped_kernel(x_ptr, out_ptr, n_rows, N, sxr, sxn, sor, son,
                    BLOCK_R: tl.constexpr, VEC: tl.constexpr, LOG: tl.constexpr,
                    USE_INT64: tl.constexpr, FFMA_LIMIT: tl.constexpr,
-                   PDL: tl.constexpr = False):
+                   ALIGN: tl.constexpr = 1, PDL: tl.constexpr = False):
     overlap_start(PDL)   # launched dependent (opspec.kernels.pdl)
+    N = as_multiple(N, ALIGN)       # as in _rows_kernel
+    sxr = as_multiple(sxr, ALIGN)
+    sor = as_multiple(sor, ALIGN)
     BLOCK: tl.constexpr = BLOCK_R * VEC
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -483,8 +491,12 @@ def _looped_kernel(x_ptr, out_ptr, n_rows, N, sxr, sxn, sor, son,
 @triton.jit
 def _coop_kernel(x_ptr, out_ptr, ws_ptr, cnt_ptr, n_rows, N, G, spin, sxr, sxn, sor, son,
                  BLOCK: tl.constexpr, FB: tl.constexpr, G_POW2: tl.constexpr,
-                 LOG: tl.constexpr, USE_INT64: tl.constexpr, PDL: tl.constexpr = False):
+                 LOG: tl.constexpr, USE_INT64: tl.constexpr, ALIGN: tl.constexpr = 1,
+                 PDL: tl.constexpr = False):
     overlap_start(PDL)   # launched dependent (opspec.kernels.pdl)
+    N = as_multiple(N, ALIGN)       # as in _rows_kernel
+    sxr = as_multiple(sxr, ALIGN)
+    sor = as_multiple(sor, ALIGN)
     # One program per BLOCK-element chunk of a row, the G chunks of a row cooperating: each
     # holds its chunk in registers, publishes the chunk's (max, sum), waits until the row's
     # G partials are in and writes its chunk from registers. One read and one write of HBM.
@@ -1101,18 +1113,19 @@ def softmax_triton(x: torch.Tensor, dim: int, out: torch.Tensor, log: bool = Fal
                          f"tiles of {plan.rows * plan.tiles} rows; got {outer} rows of {n}")
     # every launch dependent where the device allows it (opspec.kernels.pdl)
     pdl = overlap_options(x.device)
+    align = row_multiple(x.element_size(), n, sxo, soo) if sxn == 1 and son == 1 else 1
     if plan.kind == "rows":
         # Replayed with x and out themselves, so only where x3 and o3 view them.
         _PREPARED.launch(key if x3.data_ptr() == x.data_ptr() else None, 2, _rows_kernel,
                          (plan.grid,), x3, o3, outer, n, sxo, sxn, soo, son,
                          ROWS=plan.rows, TILES=plan.tiles, BLOCK_N=plan.block, LOG=log,
-                         USE_INT64=use_int64, EVEN=plan.even, num_warps=plan.num_warps,
-                         **pdl)
+                         USE_INT64=use_int64, EVEN=plan.even, ALIGN=align,
+                         num_warps=plan.num_warps, **pdl)
     elif plan.kind == "looped":
         launch(_looped_kernel, (plan.grid,), x3, o3, outer, n, sxo, sxn, soo, son,
                BLOCK_R=plan.block // plan.vec, VEC=plan.vec, LOG=log,
-               USE_INT64=use_int64, FFMA_LIMIT=FFMA_LIMIT[out.dtype], num_warps=plan.num_warps,
-               **pdl)
+               USE_INT64=use_int64, FFMA_LIMIT=FFMA_LIMIT[out.dtype], ALIGN=align,
+               num_warps=plan.num_warps, **pdl)
     elif plan.kind == "coop":
         # [ticket counter, arrivals per row] zeroed; then (max, sum) per chunk.
         cnt = torch.zeros(1 + outer, dtype=torch.int32, device=x.device)
@@ -1121,7 +1134,7 @@ def softmax_triton(x: torch.Tensor, dim: int, out: torch.Tensor, log: bool = Fal
         launch(_coop_kernel, (plan.grid,), x3, o3, ws, cnt, outer, n, plan.chunks, spin,
                sxo, sxn, soo, son, BLOCK=plan.block, FB=min(plan.block, 1024),
                G_POW2=triton.next_power_of_2(plan.chunks), LOG=log,
-               USE_INT64=use_int64, num_warps=plan.num_warps, **pdl)
+               USE_INT64=use_int64, ALIGN=align, num_warps=plan.num_warps, **pdl)
     elif plan.kind == "split":
         ws = torch.empty(2 * outer * plan.chunks, dtype=torch.float32, device=x.device)
         launch(_split_partials_kernel, (plan.grid,), x3, o3, ws, outer, n, plan.chunks, sxo,

@@ -185,18 +185,19 @@ def test_triton_views_of_a_fused_qkv_tensor(is_neox):
 
 
 @needs_triton
-@pytest.mark.parametrize("offset", [0, 1, 8], ids=lambda o: f"offset{o}")
-def test_triton_row_alignment_hint(monkeypatch, offset):
-    """The rows are declared 16-byte aligned (ALIGNED) only where every head row starts on a
-    16-byte boundary: bf16 views of a fused qkv tensor at element offset 0 or 8 (16 bytes)
-    are, one at offset 1 is not; both give the reference's result."""
+@pytest.mark.parametrize("offset, want", [(0, 16), (1, 2), (4, 8), (8, 16)],
+                         ids=["offset0", "offset1", "offset4", "offset8"])
+def test_triton_row_alignment_hint(monkeypatch, offset, want):
+    """The rows are declared aligned (ROW_ALIGN, bytes) to the power of two up to 16 that
+    every head row starts on: bf16 views of a fused qkv tensor at element offset 0 or 8 (16
+    bytes) on 16, at offset 4 on 8, at offset 1 on 2; all give the reference's result."""
     import opspec.kernels.rope as rope
 
     seen = []
     real = rope.launch
 
     def spy(kernel, grid, *args, **kwargs):
-        seen.append(kwargs["ALIGNED"])
+        seen.append(kwargs["ROW_ALIGN"])
         return real(kernel, grid, *args, **kwargs)
 
     monkeypatch.setattr(rope, "launch", spy)
@@ -212,12 +213,12 @@ def test_triton_row_alignment_hint(monkeypatch, offset):
         rotary_embedding_triton(pos, q, k, cache, D, is_neox)
         _close(q, rq, torch.bfloat16)
         _close(k, rk, torch.bfloat16)
-    assert seen == [offset != 1] * 2
-    # a head stride of 24 bytes: the rows of the second head are not 16-byte aligned
+    assert seen == [want] * 2
+    # a head stride of 24 bytes: the rows of the second head start on 8-byte boundaries
     seen.clear()
     pos, q, k, cache = _data(3, 2, 1, 12, 8, 4, torch.bfloat16)
     rotary_embedding_triton(pos, q, k, cache, 12, True)
-    assert seen == [False]
+    assert seen == [8]
 
 
 @needs_triton
@@ -543,14 +544,15 @@ import opspec.kernels.rope as K
 import sm90_build as sm90
 
 
-def build(T, H, H_kv, R, dt, cache_dt, neox, int64=False, aligned=True):
+def build(T, H, H_kv, R, dt, cache_dt, neox, int64=False, aligned=16):
     size = {"bf16": 2, "fp16": 2, "fp32": 4}[dt]
     br, warps = K.rope_plan(T * (H + H_kv), R, size)
     args = dict(pos_ptr="*i64", q_ptr="*" + dt, k_ptr="*" + dt, cache_ptr="*" + cache_dt,
                 n_rows=T * (H + H_kv), V=H + H_kv, H=H, half=R // 2, max_position=8192,
                 stride_p=1, stride_qt=H * 128, stride_qh=128, stride_kt=H_kv * 128,
                 stride_kh=128, stride_d=1, stride_cp=R, stride_cr=1)
-    cexpr = dict(BR=br, HALF=K._pow2(R // 2), IS_NEOX=neox, USE_INT64=int64, ALIGNED=aligned)
+    cexpr = dict(BR=br, HALF=K._pow2(R // 2), IS_NEOX=neox, USE_INT64=int64,
+                 ROW_ALIGN=aligned)
     k = sm90.build(K._rope_rows_kernel, args, cexpr, warps)
     return {"local": k.local, "loads": [sm90.strip_hints(o) for o in k.loads],
             "stores": list(k.stores), "regs": k.registers, "br": br, "warps": warps}
@@ -562,8 +564,9 @@ out = {
     "llama-fp32": build(4096, 32, 8, 128, "fp32", "fp32", True),
     "mla-gptj-bf16": build(16384, 128, 1, 64, "bf16", "bf16", False),
     "int64": build(16384, 32, 8, 128, "bf16", "bf16", True, int64=True),
-    "unaligned-neox-bf16": build(16384, 32, 8, 128, "bf16", "bf16", True, aligned=False),
-    "unaligned-gptj-bf16": build(16384, 128, 1, 64, "bf16", "bf16", False, aligned=False),
+    "unaligned-neox-bf16": build(16384, 32, 8, 128, "bf16", "bf16", True, aligned=1),
+    "unaligned-gptj-bf16": build(16384, 128, 1, 64, "bf16", "bf16", False, aligned=1),
+    "8-byte-neox-bf16": build(16384, 32, 8, 128, "bf16", "bf16", True, aligned=8),
 }
 json.dump(out, sys.stdout)
 """
@@ -572,12 +575,16 @@ json.dump(out, sys.stdout)
 def test_rows_kernel_builds_for_sm90():
     """The table's launches of the prefill rows compile for sm_90 with no spills and at most
     96 registers a thread (so 4-warp programs stay many an SM), reading each token's cos/sin
-    in 16-byte vectors. With ALIGNED (16-byte row starts, proved on the host) the rows' own
-    loads and stores are 16-byte vectors too; without, the row pointer (a select of the
-    query's and the key's) carries no alignment and they are 2-byte ones."""
+    in 16-byte vectors. With ROW_ALIGN 16 (16-byte row starts, proved on the host) the rows'
+    own loads and stores are 16-byte vectors too, with 8 8-byte ones; without (1), the row
+    pointer (a select of the query's and the key's) carries no alignment and they are
+    2-byte ones."""
     from sm90_build import run_script
 
     built = run_script(_ROWS_BUILD)
+    half = built.pop("8-byte-neox-bf16")
+    assert set(half["stores"]) == {"st.global.v2.b32"}, half["stores"]
+    assert "ld.global.v2.b32" in half["loads"] and "ld.global.b16" not in half["loads"], half
     for name, k in built.items():
         assert k["local"] == 0 and k["regs"] <= 96, (name, k)
         assert any(op.endswith(".v4.b32") for op in k["loads"]), (name, k["loads"])
