@@ -42,7 +42,7 @@ import triton.language as tl
 from opspec.kernels.launch import LaunchMemo, launch
 from opspec.kernels.pdl import overlap_options, overlap_start
 from opspec.kernels.tiling import sm_count
-from opspec.kernels.tiling import INT32_LIMIT
+from opspec.kernels.tiling import INT32_LIMIT, as_multiple, row_multiple
 
 __all__ = [
     "ACTIVATIONS",
@@ -59,6 +59,9 @@ __all__ = [
 
 #: The activations, by name, and the constexpr code the kernels switch on.
 ACTIVATIONS = {"relu": 0, "silu": 1, "gelu": 2, "gelu_tanh": 3}
+#: The strided kernel's code for no activation: the values as they are (opspec.kernels.
+#: row_copy's contiguous copies).
+COPY = -1
 
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
 _TILE = 2048          # elements per program of the strided kernel
@@ -204,9 +207,12 @@ def gelu_erf_fp32(x):
 
 @triton.jit
 def _activate(x, ACT: tl.constexpr):
-    """``act(x)`` in fp32 (ReLU is exact either way: the cast back restores x)."""
+    """``act(x)`` in fp32 (ReLU is exact either way: the cast back restores x); ``x`` itself
+    for ``COPY``."""
     xf = x.to(tl.float32)
-    if ACT == 0:
+    if ACT == -1:
+        y = x
+    elif ACT == 0:
         # NaN passes through (xf <= 0 is false for it); -0.0 gives +0.0, as torch.relu on
         # CUDA does (torch's CPU kernel keeps -0.0; this kernel runs on CUDA).
         y = tl.where(xf <= 0, 0.0, xf)
@@ -294,9 +300,13 @@ def _activation_2d_kernel(
     BLOCK_R: tl.constexpr,
     BLOCK_C: tl.constexpr,
     USE_INT64: tl.constexpr,
+    ALIGN: tl.constexpr = 1,     # divides C and the row strides (tiling.row_multiple)
     PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
     overlap_start(PDL)
+    C = as_multiple(C, ALIGN)
+    stride_xr = as_multiple(stride_xr, ALIGN)
+    stride_or = as_multiple(stride_or, ALIGN)
     pid = tl.program_id(0)
     rows = (pid // n_col_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)
     cols = (pid % n_col_blocks) * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -360,12 +370,15 @@ def _launch_flat(x: torch.Tensor, out: torch.Tensor, code: int,
                      num_warps=cfg.num_warps, **overlap_options(x.device))
 
 
-def _launch_2d(x: torch.Tensor, out: torch.Tensor, R: int, C: int, sx, so, code: int) -> None:
+def _launch_2d(x: torch.Tensor, out: torch.Tensor, R: int, C: int, sx, so, code: int,
+               tile: int = _TILE, num_warps: int = 4) -> None:
+    """The strided kernel over ``x`` and ``out`` viewed as ``[R, C]`` with strides ``sx`` and
+    ``so`` (``code``: an ACTIVATIONS value, or COPY), in tiles of ``tile`` elements."""
     # Columns are the unit-stride axis when there is one: put it last.
     if sx[1] != 1 and sx[0] == 1:
         R, C, sx, so = C, R, (sx[1], sx[0]), (so[1], so[0])
-    block_c = min(_pow2(C), _TILE)
-    block_r = min(_pow2(R), max(1, _TILE // block_c))
+    block_c = min(_pow2(C), tile)
+    block_r = min(_pow2(R), max(1, tile // block_c))
     n_row_blocks, n_col_blocks = _cdiv(R, block_r), _cdiv(C, block_c)
     # The furthest element a (masked-off) lane can address, rows and columns both padded.
     pad_r, pad_c = n_row_blocks * block_r, n_col_blocks * block_c
@@ -373,8 +386,10 @@ def _launch_2d(x: torch.Tensor, out: torch.Tensor, R: int, C: int, sx, so, code:
                 (pad_r - 1) * abs(so[0]) + (pad_c - 1) * abs(so[1]))
     launch(_activation_2d_kernel, (n_row_blocks * n_col_blocks,),
            x, out, R, C, n_col_blocks, sx[0], sx[1], so[0], so[1],
-           ACT=code, BLOCK_R=block_r, BLOCK_C=block_c,
-           USE_INT64=reach > _INT32_LIMIT, num_warps=4, **overlap_options(x.device))
+           ACT=code, BLOCK_R=block_r, BLOCK_C=block_c, USE_INT64=reach > _INT32_LIMIT,
+           ALIGN=(row_multiple(x.element_size(), C, sx[0], so[0])
+                  if sx[1] == so[1] == 1 else 1),
+           num_warps=num_warps, **overlap_options(x.device))
 
 
 def activation_triton(x: torch.Tensor, out: torch.Tensor, act: str,

@@ -66,7 +66,7 @@ from opspec.kernels.devices import TRITON_INTERPRETED
 from opspec.kernels.gemm import gemm_tile
 from opspec.kernels.pdl import overlap_options, overlap_start
 from opspec.kernels.tiling import H200_SMS as _NUM_SMS
-from opspec.kernels.tiling import INT32_LIMIT
+from opspec.kernels.tiling import INT32_LIMIT, as_multiple, row_multiple
 from opspec.kernels.tiling import clip_tiles as _clip
 from opspec.kernels.tiling import grouped_tile
 from opspec.kernels.tiling import sm_count as _num_sms
@@ -185,9 +185,20 @@ def _bmm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, EVEN_K: tl.constexpr, USE_INT64: tl.constexpr,
     INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    ALIGN: tl.constexpr = 1,     # divides N, K and the row and matrix strides
     PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
     overlap_start(PDL)
+    # rebuilt as multiples the host checked (opspec.kernels.tiling.row_multiple): operands
+    # in rows 4 or 8 elements longer than they hold load in 8- or 16-byte vectors
+    N = as_multiple(N, ALIGN)
+    K = as_multiple(K, ALIGN)
+    stride_ab = as_multiple(stride_ab, ALIGN)
+    stride_am = as_multiple(stride_am, ALIGN)
+    stride_bb = as_multiple(stride_bb, ALIGN)
+    stride_bk = as_multiple(stride_bk, ALIGN)
+    stride_cb = as_multiple(stride_cb, ALIGN)
+    stride_cm = as_multiple(stride_cm, ALIGN)
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -262,6 +273,10 @@ def bmm_triton(input: torch.Tensor, mat2: torch.Tensor, out: torch.Tensor,
     use_int64 = max(_matrix_extent(input), _matrix_extent(mat2), _matrix_extent(out)) > _INT32_LIMIT
     grid = (B * triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n),)
     upcast = TRITON_INTERPRETED and input.dtype == torch.bfloat16
+    (sab, sam, sak), (sbb, sbk, sbn), (scb, scm, scn) = (input.stride(), mat2.stride(),
+                                                         out.stride())
+    align = (row_multiple(input.element_size(), N, K, sab, sam, sbb, sbk, scb, scm)
+             if sak == sbn == scn == 1 else 1)
     launch(_bmm_kernel, grid,
         input, mat2, out, M, N, K,
         input.stride(0), input.stride(1), input.stride(2),
@@ -270,7 +285,7 @@ def bmm_triton(input: torch.Tensor, mat2: torch.Tensor, out: torch.Tensor,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
         EVEN_K=K % cfg.block_k == 0, USE_INT64=use_int64,
         INPUT_PRECISION="ieee" if upcast else precision if input.dtype == torch.float32 else "tf32",
-        UPCAST=upcast, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        UPCAST=upcast, ALIGN=align, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **overlap_options(input.device),
     )
     return out

@@ -10,6 +10,7 @@ import torch
 
 from opspec.kernels.bmm import bmm_reference, bmm_triton
 from opspec.kernels.devices import REFERENCE_DEVICES, TRITON_DEVICES
+from opspec.kernels.tiling import aligned_rows
 from opspec.ops.dispatch import CallSpec, Kernel, KernelInterface
 
 
@@ -88,6 +89,9 @@ class BmmReferenceKernel(Kernel, BmmFwdInterface):
     general = True
 
     def forward(self, input, mat2, out):
+        if input.is_cuda and input.dtype in (torch.float16, torch.bfloat16):
+            # rows cuBLAS cannot read in 16-byte vectors are copied first (tiling.aligned_rows)
+            input, mat2 = (aligned_rows(t, bytes_only=True) for t in (input, mat2))
         if input.is_cuda or input.dtype in (torch.float32, torch.float64):
             return torch.bmm(input, mat2, out=out)  # straight into out: no copy
         out.copy_(bmm_reference(input, mat2))

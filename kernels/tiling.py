@@ -13,9 +13,9 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["H200_SMS", "INT32_LIMIT", "aligned_rows", "as_multiple", "clip_tiles",
-           "contiguous_copy", "element_extent", "grouped_tile", "row_multiple", "sm_count",
-           "vector_aligned"]
+__all__ = ["H200_SMS", "INT32_LIMIT", "aligned_rows", "as_multiple", "byte_aligned",
+           "clip_tiles", "contiguous_copy", "element_extent", "grouped_tile", "row_multiple",
+           "sm_count", "vector_aligned"]
 
 #: The H200's SM count: tables are written for it, and it stands in off CUDA (the
 #: interpreter).
@@ -84,16 +84,35 @@ def as_multiple(value, M: tl.constexpr):
         return value
 
 
-def aligned_rows(t: torch.Tensor) -> torch.Tensor:
+def byte_aligned(t: torch.Tensor) -> bool:
+    """Whether ``t``'s rows (a unit innermost stride) start on 16-byte boundaries: its base
+    and every other stride (of a dimension longer than 1) in bytes are multiples of 16 --
+    what a library that checks the addresses themselves (cuBLAS) needs for its vector
+    loads, whatever the rows' length in elements."""
+    size = t.element_size()
+    return (t.data_ptr() % 16 == 0 and t.dim() > 0 and t.stride(-1) == 1
+            and all(s * size % 16 == 0 or n == 1 for s, n in zip(t.stride()[:-1], t.shape)))
+
+
+def aligned_rows(t: torch.Tensor, *, bytes_only: bool = False) -> torch.Tensor:
     """``t``, or a contiguous copy of it where its rows (a unit innermost stride) lie where
     Triton can prove no 16-byte vectors (:func:`vector_aligned`: a view of longer rows, an
-    odd offset) and a contiguous copy's would be (rows of a multiple of 16 elements).
+    odd offset) and a contiguous copy's would be (rows of a multiple of 16 elements). With
+    ``bytes_only``, where the rows are not 16-byte aligned (:func:`byte_aligned`) and a
+    copy's would be: the rule for cuBLAS.
 
-    Why: the kernels read such rows element by element. H200, bfloat16 (benchmarks/
-    layout_probe.py, 2026-12-02), the 4096^3 GEMM with both operands views of rows 4
-    elements longer: 1158 us as views, 272 copied first, 181-188 on contiguous operands
-    (cuBLAS on the views 545)."""
-    if t.dim() < 2 or t.stride(-1) != 1 or t.shape[-1] % 16 or vector_aligned(t):
+    Why: the kernels read such rows element by element, and cuBLAS takes slower kernels
+    for them. H200, bfloat16 (benchmarks/layout_probe.py, 2026-12-02), the 4096^3 GEMM with
+    both operands views of rows 4 elements longer: 1158 us as views, 272 copied first by
+    torch, 222 by :mod:`opspec.kernels.row_copy`, 185 on contiguous operands (cuBLAS on the
+    views 544); cuBLAS's batched product of [32, 1024, 128] by [32, 128, 1024] on such views
+    70.9 us, 39.2 on such copies, 28.3 on contiguous operands."""
+    if t.dim() < 2 or t.stride(-1) != 1:
+        return t
+    if bytes_only:
+        if t.shape[-1] * t.element_size() % 16 or byte_aligned(t):
+            return t
+    elif t.shape[-1] % 16 or vector_aligned(t):
         return t
     c = contiguous_copy(t)
     return t if c is None else c
@@ -103,8 +122,15 @@ def contiguous_copy(t: torch.Tensor) -> torch.Tensor | None:
     """A fresh contiguous copy of ``t`` (16-byte aligned, as the allocator's blocks are), or
     None where the device has no memory for it: the copies the launchers make for speed
     (:func:`aligned_rows`, the attention launcher's keys and values) are dropped then, and
-    the kernel reads ``t`` as it is, slower, rather than the call failing."""
+    the kernel reads ``t`` as it is, slower, rather than the call failing. On CUDA, rows of
+    unit stride are copied by :func:`opspec.kernels.row_copy.copy_rows` (vectors as wide
+    as their strides allow; torch's copy of such a view goes element by element)."""
     try:
+        if t.is_cuda:
+            from opspec.kernels.row_copy import copy_rows   # (it imports this module)
+            c = copy_rows(t)
+            if c is not None:
+                return c
         return t.clone(memory_format=torch.contiguous_format)
     except torch.cuda.OutOfMemoryError:
         return None

@@ -266,6 +266,24 @@ def test_aligned_rows_copies_only_rows_a_copy_aligns():
         assert aligned_rows(same) is same
 
 
+def test_aligned_rows_bytes_only_is_cublas_rule():
+    """With ``bytes_only`` (cuBLAS's rule) rows that start on 16-byte boundaries stay, even
+    where their stride is not a multiple of 16 elements; rows 4 bf16 elements longer are
+    copied; rows whose copy would not be aligned either stay."""
+    from opspec.kernels.tiling import aligned_rows, byte_aligned
+
+    x8 = torch.randn(32, 72).to(torch.bfloat16)[:, :64]     # 144-byte rows
+    assert byte_aligned(x8) and aligned_rows(x8, bytes_only=True) is x8
+    assert aligned_rows(x8) is not x8                        # Triton's rule copies it
+    x4 = torch.randn(32, 68).to(torch.bfloat16)[:, :64]     # 136-byte rows
+    assert not byte_aligned(x4)
+    got = aligned_rows(x4, bytes_only=True)
+    assert got is not x4 and got.is_contiguous() and byte_aligned(got) and torch.equal(got, x4)
+    short = torch.randn(32, 9).to(torch.bfloat16)[:, :6]    # a copy of 12-byte rows neither
+    assert aligned_rows(short, bytes_only=True) is short
+    assert not byte_aligned(torch.empty(8, 16, dtype=torch.bfloat16).t())   # no unit rows
+
+
 def test_aligned_rows_keeps_the_operand_without_memory_for_a_copy(monkeypatch):
     import opspec.kernels.tiling as T
     monkeypatch.setattr(T, "contiguous_copy", lambda t: None)

@@ -1,6 +1,6 @@
 """Row alignment hints (``opspec.kernels.tiling.row_multiple`` / ``as_multiple``): the
-launchers of the norms, softmax, SiluAndMul, the 2-D binary ops, the row reductions and
-decode attention pass the power of two that divides a call's row lengths and strides, the
+launchers of the norms, softmax, SiluAndMul, the 2-D binary ops, the row reductions, the
+pointer BMM kernel and decode attention pass the power of two that divides a call's row lengths and strides, the
 kernels rebuild those values as multiples of it, and the sm_90 builds then read rows 8
 elements longer than they hold in 16-byte vectors.
 
@@ -268,6 +268,69 @@ def test_binary_on_padded_rows_carries_the_hint(N, pad_a, pad_b, want, op):
     _same(y, want_y)
     ref = a.float() + b if op == "add" else a.float() * b
     torch.testing.assert_close(y, ref)
+
+
+@needs_triton
+@pytest.mark.parametrize("pad, want", [(0, 1), (4, 4), (8, 8), (2, 2)])
+def test_bmm_pointer_kernel_on_padded_rows_carries_the_hint(pad, want):
+    """The pointer BMM kernel on operands of rows ``pad`` elements longer: the hint divides
+    N, K and the operands' strides (the output is contiguous)."""
+    from opspec.kernels.bmm import BmmConfig, bmm_triton
+    a = _randn(3, 40, 48, dtype=torch.float16, seed=14)
+    b = _randn(3, 48, 32, dtype=torch.float16, seed=15)
+    cfg = BmmConfig(16, 16, 16, 1, 1, 1)
+    want_y = bmm_triton(a, b, torch.empty(3, 40, 32, dtype=a.dtype, device=DEV), cfg)
+    y = torch.empty(3, 40, 32, dtype=a.dtype, device=DEV)
+    with recording() as launches:
+        bmm_triton(_padded(a, pad), _padded(b, pad), y, cfg)
+    assert _aligns(launches, "_bmm_kernel") == [want]
+    _same(y, want_y)
+    torch.testing.assert_close(y.float(), a.float() @ b.float(), rtol=1e-2, atol=1e-2)
+
+
+@needs_triton
+@pytest.mark.parametrize("shape, pad, want", [((64, 1024), 4, 4), ((3, 40, 128), 8, 8),
+                                              ((5, 33), 3, 1), ((2, 3, 7, 16), 0, 1),
+                                              ((130, 4100), 4, 4)])
+def test_copy_rows_is_a_contiguous_copy(shape, pad, want):
+    """The vectorised row copy (the activations' strided kernel with no activation) gives
+    the view's values in a fresh contiguous tensor, for row strides that take 16-, 8- or
+    2-byte vectors, odd row lengths and tails, with the hint the strides allow."""
+    from opspec.kernels.activation import COPY
+    from opspec.kernels.row_copy import copy_rows
+    x = _padded(_randn(*shape, dtype=torch.float16, seed=16), pad)
+    with recording() as launches:
+        got = copy_rows(x)
+    assert [(kern.__name__, kw["ACT"]) for kern, _, _, kw in launches] == [
+        ("_activation_2d_kernel", COPY)]
+    assert _aligns(launches, "_activation_2d_kernel") == [want]
+    assert got.is_contiguous() and got.data_ptr() != x.data_ptr() and torch.equal(got, x)
+
+
+@needs_triton
+@pytest.mark.parametrize("pad, want", [(8, 8), (4, 4), (0, 1)])
+def test_activation_on_padded_rows_carries_the_hint(pad, want):
+    """An activation of a view of rows ``pad`` elements longer (out padded the same) runs the
+    strided kernel with the hint."""
+    from opspec.kernels.activation import activation_triton
+    x = _randn(6, 48, dtype=torch.float16, seed=18)
+    xp, yp = _padded(x, pad), _padded(torch.zeros_like(x), pad)
+    with recording() as launches:
+        activation_triton(xp, yp, "silu")
+    two_d = _aligns(launches, "_activation_2d_kernel")
+    assert two_d == ([want] if pad else [])           # contiguous: the flat kernel
+    torch.testing.assert_close(yp.float(), F.silu(x.float()), rtol=1e-2, atol=1e-3)
+
+
+@needs_triton
+def test_copy_rows_declines_what_it_cannot_view_as_rows():
+    """No unit innermost stride, or leading dimensions that do not collapse: None, and the
+    caller copies another way."""
+    from opspec.kernels.row_copy import copy_rows
+    x = _randn(4, 6, 8, dtype=torch.bfloat16, seed=17)
+    assert copy_rows(x.transpose(1, 2)) is None
+    assert copy_rows(x[:, ::2]) is not None                  # rows 16 apart: they collapse
+    assert copy_rows(x.transpose(0, 1)) is None              # leading axes out of order
 
 
 # ============================================================================ sm_90 builds
