@@ -749,9 +749,16 @@ def _col_reduce_kernel(
     EVEN_I: tl.constexpr = False,    # I % BLOCK_I == 0: no column mask
     ACC_2D: tl.constexpr = True,     # a [BLOCK_R, BLOCK_I] accumulator, else [BLOCK_I]
     PREFETCH: tl.constexpr = False,  # the loop loads its next rows before adding these
+    ALIGN: tl.constexpr = 1,         # divides I and the row strides (s_i == os_i == 1)
     PDL: tl.constexpr = False,       # one of an overlapped launch pair (opspec.kernels.pdl)
 ):
     overlap_start(PDL)
+    # as in the row kernel: columns of 1000, or rows of a view of longer ones, in vectors
+    I = as_multiple(I, ALIGN)
+    s_o = as_multiple(s_o, ALIGN)
+    s_r = as_multiple(s_r, ALIGN)
+    os_o = as_multiple(os_o, ALIGN)
+    os_s = as_multiple(os_s, ALIGN)
     pid = tl.program_id(0)
     pid_s = tl.program_id(1)
     if USE_INT64:
@@ -895,6 +902,8 @@ def _col(x, out_flat, lay: Layout, lp: Launch, *, reduce_code, final, cast_ty, a
         BLOCK_R=lp.block_r, BLOCK_I=lp.block_i, ONE_BLOCK=lp.one_block, USE_INT64=use_int64,
         EVEN_I=I % lp.block_i == 0, ACC_2D=lp.acc_2d or lp.one_block,
         PREFETCH=lp.prefetch and not lp.one_block, num_warps=lp.num_warps,
+        ALIGN=(row_multiple(x.element_size(), I, s_o, lay.s_r, os_o, os_s)
+               if s_i == 1 and os_i == 1 else 1),
         **(pdl or {"PDL": False}),
     )
 

@@ -1,6 +1,7 @@
 """Row alignment hints (``opspec.kernels.tiling.row_multiple`` / ``as_multiple``): the
-launchers of the norms, softmax, SiluAndMul, the 2-D binary ops, the row reductions, the
-pointer BMM kernel and decode attention pass the power of two that divides a call's row lengths and strides, the
+launchers of the norms, softmax, SiluAndMul, the 2-D binary ops, the strided activations
+(and the row copy), the row and column reductions, the pointer BMM kernel and decode
+attention pass the power of two that divides a call's row lengths and strides, the
 kernels rebuild those values as multiples of it, and the sm_90 builds then read rows 8
 elements longer than they hold in 16-byte vectors.
 
@@ -250,6 +251,32 @@ def test_row_reduction_on_padded_rows_carries_the_hint(N, pad, dtype, want, redu
 
 
 @needs_triton
+@pytest.mark.parametrize("reduction", ["sum", "amax"])
+@pytest.mark.parametrize("C, pad, want", [(40, 0, 8), (48, 4, 4), (48, 8, 8), (48, 0, 1)])
+@pytest.mark.parametrize("splits", [None, 3], ids=["one-launch", "split"])
+def test_column_reduction_on_padded_rows_carries_the_hint(C, pad, want, reduction, splits):
+    """The column reduction (over dim 0 of rows padded by ``pad``, or of rows of 40): the
+    hint divides the column count and the row strides, partials' included."""
+    from opspec.kernels.reduction import reduction_triton
+    x = _randn(70, C, dtype=torch.float16, seed=19)
+    want_y = reduction_triton(x, torch.empty(C, dtype=x.dtype, device=DEV), (0,), reduction,
+                              num_splits=splits)
+    y = torch.empty(C, dtype=x.dtype, device=DEV)
+    with recording() as launches:
+        reduction_triton(_padded(x, pad), y, (0,), reduction, num_splits=splits)
+    cols = [(args, kw) for kern, _, args, kw in launches
+            if kern.__name__ == "_col_reduce_kernel"]
+    assert cols and cols[0][1].get("ALIGN", 1) == want, launches
+    for args, kw in cols[1:]:    # a split's second pass, over the float32 partials
+        I, s_o, s_r, os_o, os_s = args[2], args[4], args[6], args[9], args[11]
+        assert kw.get("ALIGN", 1) == row_multiple(args[0].element_size(), I, s_o, s_r,
+                                                  os_o, os_s)
+    _same(y, want_y)
+    ref = getattr(torch, reduction)(x.float(), 0)
+    torch.testing.assert_close(y.float(), ref, rtol=2e-2, atol=5e-2)
+
+
+@needs_triton
 @pytest.mark.parametrize("op", ["add", "mul"])
 @pytest.mark.parametrize("N, pad_a, pad_b, want", [(48, 8, 0, 8), (48, 4, 8, 4), (48, 2, 0, 2),
                                                    (40, 0, 0, 1), (48, 8, 8, 8)])
@@ -338,9 +365,11 @@ def test_copy_rows_declines_what_it_cannot_view_as_rows():
 _BUILD_SCRIPT = r"""
 import json, sys
 from collections import Counter
+import triton.language as tl
 from sm90_build import build
 import opspec.kernels.norm as NK
 import opspec.kernels.softmax as SK
+import opspec.kernels.reduction as RK
 
 def norm_rows(stride, align):
     ty = "*bf16"
@@ -359,11 +388,21 @@ def softmax_rows(n, stride, align):
              ALIGN=align)
     return build(SK._rows_kernel, args, c, 4)
 
+def column_sum(align):
+    # the first pass of a float32 sum over dim 0 of a [4096, 1000] bfloat16 tensor
+    args = dict(x_ptr="*bf16", out_ptr="*fp32", I=1000, R=4096, s_o=0, s_i=1, s_r=1000,
+                n_i_blocks=1, r_per_split=64, os_o=1000, os_i=1, os_s=1000, n_div=4096)
+    c = dict(REDUCE=0, FINAL=False, CAST_TY=None, ACC_TY=tl.float32, BLOCK_R=8, BLOCK_I=1024,
+             ONE_BLOCK=False, USE_INT64=False, EVEN_I=False, ACC_2D=False, PREFETCH=True,
+             ALIGN=align)
+    return build(RK._col_reduce_kernel, args, c, 4)
+
 out = {}
 for name, b in (("norm-4104-hint", norm_rows(4104, 8)), ("norm-4104-none", norm_rows(4104, 1)),
                 ("norm-4100-hint", norm_rows(4100, 4)),
                 ("softmax-1000-hint", softmax_rows(1000, 1000, 8)),
-                ("softmax-1000-none", softmax_rows(1000, 1000, 1))):
+                ("softmax-1000-none", softmax_rows(1000, 1000, 1)),
+                ("colsum-1000-hint", column_sum(8)), ("colsum-1000-none", column_sum(1))):
     out[name] = dict(Counter(op for op in b.loads if "evict_last" not in op))
 json.dump(out, sys.stdout)
 """
@@ -373,8 +412,9 @@ def test_hint_vectorises_the_row_loads_in_sm90_builds():
     """Compiled for sm_90 (bfloat16): LayerNorm's rows kernel on rows 4104 elements apart
     loads each thread's 32 elements as 4 16-byte vectors with the hint (8) and as 32 16-bit
     loads without it; rows 4100 apart (hint 4) as 8-byte vectors. Softmax's rows kernel on
-    contiguous rows of 1000 likewise. (The weight and bias loads, marked evict_last, are
-    left out: they are vectors either way.)"""
+    contiguous rows of 1000 likewise, and the column sum over dim 0 of a [4096, 1000]
+    tensor. (The weight and bias loads, marked evict_last, are left out: they are vectors
+    either way.)"""
     from sm90_build import run_script
 
     built = run_script(_BUILD_SCRIPT)
@@ -383,3 +423,5 @@ def test_hint_vectorises_the_row_loads_in_sm90_builds():
     assert built["norm-4100-hint"] == {"ld.global.v2.b32": 8}, built
     assert set(built["softmax-1000-hint"]) == {"ld.global.v4.b32"}, built
     assert set(built["softmax-1000-none"]) == {"ld.global.b16"}, built
+    assert set(built["colsum-1000-hint"]) == {"ld.global.v4.b32"}, built
+    assert set(built["colsum-1000-none"]) == {"ld.global.b16"}, built
