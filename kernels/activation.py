@@ -304,9 +304,10 @@ def _activation_2d_kernel(
     PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
     overlap_start(PDL)
-    C = as_multiple(C, ALIGN)
-    stride_xr = as_multiple(stride_xr, ALIGN)
-    stride_or = as_multiple(stride_or, ALIGN)
+    if ALIGN > 1:
+        C = as_multiple(C, ALIGN)
+        stride_xr = as_multiple(stride_xr, ALIGN)
+        stride_or = as_multiple(stride_or, ALIGN)
     pid = tl.program_id(0)
     rows = (pid // n_col_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)
     cols = (pid % n_col_blocks) * BLOCK_C + tl.arange(0, BLOCK_C)

@@ -748,15 +748,16 @@ def _attn_split_kernel(
     (:func:`opspec.kernels.tiling.row_multiple`: a cache of rows 8 elements longer than
     the head is then read in 16-byte vectors)."""
     overlap_start(PDL)
-    stride_qb = as_multiple(stride_qb, ALIGN)
-    stride_qh = as_multiple(stride_qh, ALIGN)
-    stride_qs = as_multiple(stride_qs, ALIGN)
-    stride_kb = as_multiple(stride_kb, ALIGN)
-    stride_kh = as_multiple(stride_kh, ALIGN)
-    stride_ks = as_multiple(stride_ks, ALIGN)
-    stride_vb = as_multiple(stride_vb, ALIGN)
-    stride_vh = as_multiple(stride_vh, ALIGN)
-    stride_vs = as_multiple(stride_vs, ALIGN)
+    if ALIGN > 1:
+        stride_qb = as_multiple(stride_qb, ALIGN)
+        stride_qh = as_multiple(stride_qh, ALIGN)
+        stride_qs = as_multiple(stride_qs, ALIGN)
+        stride_kb = as_multiple(stride_kb, ALIGN)
+        stride_kh = as_multiple(stride_kh, ALIGN)
+        stride_ks = as_multiple(stride_ks, ALIGN)
+        stride_vb = as_multiple(stride_vb, ALIGN)
+        stride_vh = as_multiple(stride_vh, ALIGN)
+        stride_vs = as_multiple(stride_vs, ALIGN)
     split = tl.program_id(0)
     bk = tl.program_id(1)
     b = bk // H_kv

@@ -478,15 +478,16 @@ def _binary_kernel(
     PDL: tl.constexpr = False,       # launched dependent (opspec.kernels.pdl)
 ):
     overlap_start(PDL)
-    N = as_multiple(N, ALIGN)
-    a_s0 = as_multiple(a_s0, ALIGN)
-    a_s1 = as_multiple(a_s1, ALIGN)
-    a_s2 = as_multiple(a_s2, ALIGN)
-    a_s3 = as_multiple(a_s3, ALIGN)
-    b_s0 = as_multiple(b_s0, ALIGN)
-    b_s1 = as_multiple(b_s1, ALIGN)
-    b_s2 = as_multiple(b_s2, ALIGN)
-    b_s3 = as_multiple(b_s3, ALIGN)
+    if ALIGN > 1:
+        N = as_multiple(N, ALIGN)
+        a_s0 = as_multiple(a_s0, ALIGN)
+        a_s1 = as_multiple(a_s1, ALIGN)
+        a_s2 = as_multiple(a_s2, ALIGN)
+        a_s3 = as_multiple(a_s3, ALIGN)
+        b_s0 = as_multiple(b_s0, ALIGN)
+        b_s1 = as_multiple(b_s1, ALIGN)
+        b_s2 = as_multiple(b_s2, ALIGN)
+        b_s3 = as_multiple(b_s3, ALIGN)
     pid = tl.program_id(0)
     if PERSIST:
         for t in tl.range(pid, n_tiles, tl.num_programs(0)):

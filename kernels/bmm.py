@@ -191,14 +191,15 @@ def _bmm_kernel(
     overlap_start(PDL)
     # rebuilt as multiples the host checked (opspec.kernels.tiling.row_multiple): operands
     # in rows 4 or 8 elements longer than they hold load in 8- or 16-byte vectors
-    N = as_multiple(N, ALIGN)
-    K = as_multiple(K, ALIGN)
-    stride_ab = as_multiple(stride_ab, ALIGN)
-    stride_am = as_multiple(stride_am, ALIGN)
-    stride_bb = as_multiple(stride_bb, ALIGN)
-    stride_bk = as_multiple(stride_bk, ALIGN)
-    stride_cb = as_multiple(stride_cb, ALIGN)
-    stride_cm = as_multiple(stride_cm, ALIGN)
+    if ALIGN > 1:
+        N = as_multiple(N, ALIGN)
+        K = as_multiple(K, ALIGN)
+        stride_ab = as_multiple(stride_ab, ALIGN)
+        stride_am = as_multiple(stride_am, ALIGN)
+        stride_bb = as_multiple(stride_bb, ALIGN)
+        stride_bk = as_multiple(stride_bk, ALIGN)
+        stride_cb = as_multiple(stride_cb, ALIGN)
+        stride_cm = as_multiple(stride_cm, ALIGN)
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)

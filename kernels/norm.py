@@ -491,10 +491,11 @@ def _norm_fwd_rows_kernel(
     (``NormTuning.row_load_policy``). ``ALIGN``: a power of two the host checked to divide
     ``N`` and the row strides (:func:`opspec.kernels.tiling.row_multiple`)."""
     overlap_start(PDL)
-    N = as_multiple(N, ALIGN)
-    stride_xm = as_multiple(stride_xm, ALIGN)
-    stride_rm = as_multiple(stride_rm, ALIGN)
-    stride_ym = as_multiple(stride_ym, ALIGN)
+    if ALIGN > 1:
+        N = as_multiple(N, ALIGN)
+        stride_xm = as_multiple(stride_xm, ALIGN)
+        stride_rm = as_multiple(stride_rm, ALIGN)
+        stride_ym = as_multiple(stride_ym, ALIGN)
     tl.static_assert(BLOCK_N2 == 0 or IS_RMS or STATS == 0,
                      "a row in two tiles takes LayerNorm's two-pass statistics only")
     pid = tl.program_id(0)
@@ -629,9 +630,10 @@ def _norm_fwd_looped_kernel(
     bfloat16 [16384, 8192] in one 8192 chunk at 16 warps: 149.5 us with ``N`` a run-time
     value, 125.1 as a constant). ``ALIGN`` divides the row strides (see the rows kernel)."""
     overlap_start(PDL)
-    stride_xm = as_multiple(stride_xm, ALIGN)
-    stride_rm = as_multiple(stride_rm, ALIGN)
-    stride_ym = as_multiple(stride_ym, ALIGN)
+    if ALIGN > 1:
+        stride_xm = as_multiple(stride_xm, ALIGN)
+        stride_rm = as_multiple(stride_rm, ALIGN)
+        stride_ym = as_multiple(stride_ym, ALIGN)
     row = tl.program_id(0)
     base = tl.arange(0, BLOCK)
     if USE_INT64:
@@ -727,9 +729,10 @@ def _norm_fwd_coop_kernel(
     path, so both are tested on the CPU. ``ALIGN`` divides ``N`` and the row strides (see
     the rows kernel)."""
     overlap_start(PDL)
-    N = as_multiple(N, ALIGN)
-    stride_xm = as_multiple(stride_xm, ALIGN)
-    stride_ym = as_multiple(stride_ym, ALIGN)
+    if ALIGN > 1:
+        N = as_multiple(N, ALIGN)
+        stride_xm = as_multiple(stride_xm, ALIGN)
+        stride_ym = as_multiple(stride_ym, ALIGN)
     ticket = tl.atomic_add(cnt_ptr, 1)
     row = ticket // C
     c = ticket - row * C
@@ -863,9 +866,10 @@ def _norm_fwd_stream_kernel(
     HBM: a mask is two instructions an element). ``ALIGN`` divides ``N`` and the row
     strides (see the rows kernel)."""
     overlap_start(PDL)
-    N = as_multiple(N, ALIGN)
-    stride_xm = as_multiple(stride_xm, ALIGN)
-    stride_ym = as_multiple(stride_ym, ALIGN)
+    if ALIGN > 1:
+        N = as_multiple(N, ALIGN)
+        stride_xm = as_multiple(stride_xm, ALIGN)
+        stride_ym = as_multiple(stride_ym, ALIGN)
     BLOCK: tl.constexpr = BLOCK_R * VEC
     pid = tl.program_id(0)
     G = tl.num_programs(0)
@@ -1031,9 +1035,10 @@ def _norm_fwd_packed_kernel(
     with its own weight and bias. ``ALIGN`` divides ``NW`` and the row strides, in words
     (see the rows kernel)."""
     overlap_start(PDL)
-    NW = as_multiple(NW, ALIGN)
-    stride_xm = as_multiple(stride_xm, ALIGN)
-    stride_ym = as_multiple(stride_ym, ALIGN)
+    if ALIGN > 1:
+        NW = as_multiple(NW, ALIGN)
+        stride_xm = as_multiple(stride_xm, ALIGN)
+        stride_ym = as_multiple(stride_ym, ALIGN)
     pid = tl.program_id(0)
     G = tl.num_programs(0)
     c0 = tl.arange(0, PART_W)

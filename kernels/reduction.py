@@ -646,10 +646,11 @@ def _row_reduce_kernel(
     overlap_start(PDL)
     # rebuilt as multiples the host checked (opspec.kernels.tiling.row_multiple), so that
     # rows of 1000 elements, or views of longer rows, load in vectors
-    R = as_multiple(R, ALIGN)
-    s_o = as_multiple(s_o, ALIGN)
-    s_i = as_multiple(s_i, ALIGN)
-    r_per_split = as_multiple(r_per_split, ALIGN)
+    if ALIGN > 1:
+        R = as_multiple(R, ALIGN)
+        s_o = as_multiple(s_o, ALIGN)
+        s_i = as_multiple(s_i, ALIGN)
+        r_per_split = as_multiple(r_per_split, ALIGN)
     pid_m = tl.program_id(0)
     pid_s = tl.program_id(1)
     if USE_INT64:
@@ -754,11 +755,12 @@ def _col_reduce_kernel(
 ):
     overlap_start(PDL)
     # as in the row kernel: columns of 1000, or rows of a view of longer ones, in vectors
-    I = as_multiple(I, ALIGN)
-    s_o = as_multiple(s_o, ALIGN)
-    s_r = as_multiple(s_r, ALIGN)
-    os_o = as_multiple(os_o, ALIGN)
-    os_s = as_multiple(os_s, ALIGN)
+    if ALIGN > 1:
+        I = as_multiple(I, ALIGN)
+        s_o = as_multiple(s_o, ALIGN)
+        s_r = as_multiple(s_r, ALIGN)
+        os_o = as_multiple(os_o, ALIGN)
+        os_s = as_multiple(os_s, ALIGN)
     pid = tl.program_id(0)
     pid_s = tl.program_id(1)
     if USE_INT64:

@@ -175,9 +175,10 @@ def _gated_kernel(
 ):
     """``out = act(x[:, :N]) * x[:, N:]`` with the math in fp32."""
     overlap_start(PDL)
-    N = as_multiple(N, ALIGN)
-    stride_xm = as_multiple(stride_xm, ALIGN)
-    stride_om = as_multiple(stride_om, ALIGN)
+    if ALIGN > 1:
+        N = as_multiple(N, ALIGN)
+        stride_xm = as_multiple(stride_xm, ALIGN)
+        stride_om = as_multiple(stride_om, ALIGN)
     pid = tl.program_id(0)
     if PERSIST:
         for t in tl.range(pid, n_tiles, tl.num_programs(0)):

@@ -339,9 +339,10 @@ def _rows_kernel(x_ptr, out_ptr, n_rows, N, sxr, sxn, sor, son,
     overlap_start(PDL)   # launched dependent (opspec.kernels.pdl)
     # ALIGN: a power of two the host checked to divide N and the row strides
     # (opspec.kernels.tiling.row_multiple), so that the row accesses vectorise.
-    N = as_multiple(N, ALIGN)
-    sxr = as_multiple(sxr, ALIGN)
-    sor = as_multiple(sor, ALIGN)
+    if ALIGN > 1:
+        N = as_multiple(N, ALIGN)
+        sxr = as_multiple(sxr, ALIGN)
+        sor = as_multiple(sor, ALIGN)
     # TILES consecutive tiles of ROWS whole rows per program, each in registers; with
     # several, the next tile is loaded (as stored) before the current one is reduced and
     # written, so that loads stay in flight through the reductions and stores. EVEN: rows
@@ -445,9 +446,10 @@ def _looped_kernel(x_ptr, out_ptr, n_rows, N, sxr, sxn, sor, son,
                    USE_INT64: tl.constexpr, FFMA_LIMIT: tl.constexpr,
                    ALIGN: tl.constexpr = 1, PDL: tl.constexpr = False):
     overlap_start(PDL)   # launched dependent (opspec.kernels.pdl)
-    N = as_multiple(N, ALIGN)       # as in _rows_kernel
-    sxr = as_multiple(sxr, ALIGN)
-    sor = as_multiple(sor, ALIGN)
+    if ALIGN > 1:
+        N = as_multiple(N, ALIGN)       # as in _rows_kernel
+        sxr = as_multiple(sxr, ALIGN)
+        sor = as_multiple(sor, ALIGN)
     BLOCK: tl.constexpr = BLOCK_R * VEC
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -494,9 +496,10 @@ def _coop_kernel(x_ptr, out_ptr, ws_ptr, cnt_ptr, n_rows, N, G, spin, sxr, sxn, 
                  LOG: tl.constexpr, USE_INT64: tl.constexpr, ALIGN: tl.constexpr = 1,
                  PDL: tl.constexpr = False):
     overlap_start(PDL)   # launched dependent (opspec.kernels.pdl)
-    N = as_multiple(N, ALIGN)       # as in _rows_kernel
-    sxr = as_multiple(sxr, ALIGN)
-    sor = as_multiple(sor, ALIGN)
+    if ALIGN > 1:
+        N = as_multiple(N, ALIGN)       # as in _rows_kernel
+        sxr = as_multiple(sxr, ALIGN)
+        sor = as_multiple(sor, ALIGN)
     # One program per BLOCK-element chunk of a row, the G chunks of a row cooperating: each
     # holds its chunk in registers, publishes the chunk's (max, sum), waits until the row's
     # G partials are in and writes its chunk from registers. One read and one write of HBM.

@@ -682,7 +682,7 @@ for label, (g, bq, bn, D, warps) in {"d128": (4, 1, 64, 128, 4),
     bm = max(16, g * bq)
     fn = K._attn_split_kernel
     consts = dict(VARLEN=True, CAUSAL=True, BOTTOM_RIGHT=True, EVEN_D=True, PRECISION="tf32",
-                  BLOCK_G=g, BLOCK_Q=bq, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=D, PDL=True,
+                  BLOCK_G=g, BLOCK_Q=bq, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=D, PDL=True, ALIGN=1,
                   stride_qb=0, stride_kb=0, stride_vb=0, stride_qd=1, stride_kd=1, stride_vd=1)
     args = {n: ("*fp32" if n in ("PART", "STATS") else "*i32" if n.startswith("CU_")
                 else "fp32" if n == "qk_scale" else "*bf16" if n in ("Q", "K", "V") else "i32")
