@@ -94,7 +94,7 @@ import triton.language as tl
 from opspec.kernels.devices import TRITON_INTERPRETED
 from opspec.kernels.launch import launch
 from opspec.kernels.pdl import overlap_options, overlap_start
-from opspec.kernels.tiling import INT32_LIMIT
+from opspec.kernels.tiling import INT32_LIMIT, pow2_dividing
 
 __all__ = [
     "BandConfig",
@@ -1139,13 +1139,6 @@ class BandLaunch:
     oalign: int
 
 
-def _pow2_dividing(values, most: int) -> int:
-    a = most
-    while a > 1 and any(v % a for v in values):
-        a //= 2
-    return a
-
-
 def band_launch(x4: torch.Tensor, mode: str, g: Pool2dGeometry, cfg: BandConfig) -> BandLaunch:
     """The band launch of ``cfg`` for the 4-D input ``x4`` (see ``BandConfig``)."""
     N, C, H, W = x4.shape
@@ -1179,8 +1172,8 @@ def band_launch(x4: torch.Tensor, mode: str, g: Pool2dGeometry, cfg: BandConfig)
     sn, sc, sh, _ = x4.stride()
     merge = N == 1 or sn == C * sc
     xvals = [sc, sh, W] + ([] if merge else [sn])
-    xalign = _pow2_dividing(xvals, most) if cfg.align else 1
-    oalign = _pow2_dividing([W_out, H_out * W_out], most) if cfg.align else 1
+    xalign = pow2_dividing(xvals, most) if cfg.align else 1
+    oalign = pow2_dividing([W_out, H_out * W_out], most) if cfg.align else 1
     return BandLaunch(rows, planes, block_w, num_warps, pair, native, xalign, oalign)
 
 

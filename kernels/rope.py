@@ -44,7 +44,7 @@ import triton.language as tl
 
 from opspec.kernels.launch import launch
 from opspec.kernels.pdl import overlap_options, overlap_start
-from opspec.kernels.tiling import INT32_LIMIT
+from opspec.kernels.tiling import INT32_LIMIT, pow2_dividing
 
 __all__ = [
     "rotary_embedding_reference",
@@ -265,14 +265,8 @@ def _row_align(x: torch.Tensor, heads: tuple[int, tuple[int, int, int]]) -> int:
     divides the base and the token and head strides in bytes (rows of no heads impose
     nothing: 16)."""
     n, (st, sh, _) = heads
-    if n == 0:
-        return 16
     size = x.element_size()
-    bits = x.data_ptr() | (st * size) | (sh * size)
-    align = 16
-    while align > 1 and bits % align:
-        align //= 2
-    return align
+    return 16 if n == 0 else pow2_dividing((x.data_ptr(), st * size, sh * size), 16)
 
 
 def _launch(positions, query, key, cos_sin_cache, is_neox, br, num_warps, T, q_heads, k_heads,

@@ -14,8 +14,8 @@ import triton
 import triton.language as tl
 
 __all__ = ["H200_SMS", "INT32_LIMIT", "aligned_rows", "as_multiple", "byte_aligned",
-           "clip_tiles", "contiguous_copy", "element_extent", "grouped_tile", "row_multiple",
-           "sm_count", "vector_aligned"]
+           "clip_tiles", "contiguous_copy", "element_extent", "grouped_tile", "pow2_dividing",
+           "row_multiple", "sm_count", "vector_aligned"]
 
 #: The H200's SM count: tables are written for it, and it stands in off CUDA (the
 #: interpreter).
@@ -50,6 +50,18 @@ def vector_aligned(t: torch.Tensor) -> bool:
             and all(s == 1 or s % 16 == 0 or n == 1 for s, n in zip(strides, t.shape)))
 
 
+def pow2_dividing(values, most: int) -> int:
+    """The largest power of two up to ``most`` (a power of two) that divides every one of
+    ``values`` (0 divides nothing out; a negative value counts by its magnitude)."""
+    bits = 0
+    for v in values:
+        bits |= v       # the low bits of every value (two's complement: negatives too)
+    m = most
+    while m > 1 and bits % m:
+        m //= 2
+    return m
+
+
 def row_multiple(element_size: int, *values: int) -> int:
     """The power of two, at most a 16-byte vector's elements, that divides every one of
     ``values`` (row lengths and strides, in elements; 0 divides nothing out), where Triton
@@ -63,15 +75,8 @@ def row_multiple(element_size: int, *values: int) -> int:
     them as 32 16-bit words a thread at 128 registers; with the multiple, 4 16-byte vectors
     at 89, as for rows of 4096.) The base addresses are Triton's to check: a base that is
     not 16-byte aligned still gets element loads, correctly."""
-    bits = 0
-    for v in values:
-        bits |= v       # the low bits of every value (two's complement: negatives too)
-    if bits % 16 == 0:
-        return 1
-    m = max(1, 16 // element_size)
-    while m > 1 and bits % m:
-        m //= 2
-    return m
+    m = pow2_dividing(values, 16)
+    return 1 if m == 16 else min(m, max(1, 16 // element_size))
 
 
 @triton.jit

@@ -63,6 +63,17 @@ def test_row_multiple_is_the_largest_power_of_two_short_of_triton(element_size, 
     assert 2 * m > vector or any(v % (2 * m) for v in values)
 
 
+@given(st.sampled_from([1, 2, 4, 8, 16]),
+       st.lists(st.integers(-(1 << 20), 1 << 20), min_size=1, max_size=6))
+def test_pow2_dividing_is_the_largest_power_of_two_up_to_most(most, values):
+    """The helper row_multiple, RoPE's byte hint and the pool's alignments share."""
+    from opspec.kernels.tiling import pow2_dividing
+    m = pow2_dividing(values, most)
+    assert m & (m - 1) == 0 and 1 <= m <= most
+    assert all(v % m == 0 for v in values)
+    assert m == most or any(v % (2 * m) for v in values)
+
+
 # ============================================================================ the kernels
 
 def _padded(t: torch.Tensor, pad: int) -> torch.Tensor:
