@@ -12,6 +12,8 @@ softmax kernel's chunk, warps, programs per SM and register cap; the coop kernel
 and warps (float32 logits); the norm stream kernel's chunk, warps and programs per SM.
 Every variant's output is compared with torch. Case names: `softmax-vocab-bf16`,
 `logsoftmax-vocab-bf16`, `logsoftmax-vocab-bf16fp32` (float32 results), `softmax-vocab-fp32`,
+`softmax-decode-RxN-DTYPE` / `logsoftmax-decode-RxN-DTYPE` (decode logits: the split plan
+against split and coop with other chunks; DTYPE bf16, fp16, fp32 or bf16fp32),
 `layernorm-32k-bf16` or
 `layernorm-RxN-DTYPE` (bf16, fp16, fp32). Not part of the package.
 """
@@ -97,6 +99,28 @@ def _softmax_case(name, dt):
     return x.numel() * (x.element_size() + out.element_size()), fns, ref, out
 
 
+def _decode_case(name, dt):
+    # "softmax-decode-RxN-bf16[fp32]": a decode step's logits, too few rows for the
+    # persistent kernels: the table's split plan against split and coop with other chunks
+    out_dt = torch.float32 if name.endswith("fp32") else dt
+    M, N = map(int, name.split("-")[2].split("x"))
+    x = torch.randn(M, N, device="cuda", dtype=dt) * 3
+    out = torch.empty(M, N, device="cuda", dtype=out_dt)
+    log = name.startswith("log")
+    fns = {"opspec": lambda: SK.softmax_triton(x, -1, out, log=log)}
+    table = SK.softmax_plan(M, N, 1, x.element_size(), sm_count=_sms())
+    print(f"{name}: table {table}")
+    for kind, blk, wp in (("split", 4096, 8), ("split", 8192, 16), ("split", 16384, 16),
+                          ("coop", 2048, 4), ("coop", 4096, 4), ("coop", 4096, 8),
+                          ("coop", 8192, 8), ("coop", 8192, 16), ("coop", 16384, 16)):
+        ch = triton.cdiv(N, blk)
+        plan = SK.SoftmaxPlan(kind, blk, wp, M * ch, chunks=ch)
+        fns[f"{kind}{blk}/{wp}w"] = (
+            lambda plan=plan: SK.softmax_triton(x, -1, out, log=log, plan=plan))
+    ref = (torch.log_softmax if log else torch.softmax)(x.float(), -1).to(out_dt)
+    return x.numel() * (x.element_size() + out.element_size()), fns, ref, out
+
+
 def _layernorm_case(name, dt):
     size = name.split("-")[1]
     M, N = (2048, 32768) if size == "32k" else map(int, size.split("x"))
@@ -122,6 +146,8 @@ def _case(name):
     dt = _DTYPES.get(name.rsplit("-", 1)[1].replace("bf16fp32", "bf16"))
     if dt is None:
         raise SystemExit(f"unknown dtype in case {name!r}")
+    if name.startswith(("softmax-decode", "logsoftmax-decode")):
+        return _decode_case(name, dt)
     if name.startswith(("softmax-vocab", "logsoftmax-vocab")):
         return _softmax_case(name, dt)
     if name.startswith("layernorm-"):

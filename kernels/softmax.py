@@ -223,6 +223,19 @@ class RowTuning(NamedTuple):
 #:   log-softmax [4096, 128256] 580 -> 556 and [4096, 129280] 593 -> 566, but fp16
 #:   log-softmax 557 -> 600, bf16 softmax 589 -> 603, bf16 -> fp32 log-softmax [2048,
 #:   128256] 471 -> 477. Mixed, so the length stays a run-time value.
+#: * Not kept (H200, benchmarks/row_probe.py, 2026-12-02, us): the two passes one row
+#:   apart, each chunk step writing a chunk of row r (read the step before) beside reading
+#:   the same chunk of the program's next row from HBM, so that every step reads and
+#:   writes as a copy does. [4096, 128256] bf16 softmax 713.6 (64 KiB chunks a row, 32
+#:   warps; 32 KiB 717.7, 16 KiB at 16 warps 794.9, two programs an SM 791.2-806.6)
+#:   against the table's 590.3; log-softmax 708.2 / 572.0; fp16 softmax 712.2 / 566.5;
+#:   bf16 -> fp32 log-softmax [2048, 128256] 525.4 / 467.9.
+#: * split for decode logits (too few rows for the grid), the table against other chunks
+#:   and coop (same probe and day, us): [32, 128256] bf16 -> fp32 softmax 13.73 against
+#:   split 4096 at 8 warps 13.04 and coop 14.14-19.07; [64, 129280] bf16 17.22 / 16.37 /
+#:   17.60-26.51; [128, 128256] bf16 30.14 / 29.04 / 30.50-45.04; but the [32, 128256] log-
+#:   softmax 12.98 / 13.57 and float32 [8, 151936] 9.38 / 10.02: within 5 % either way and
+#:   not one direction, so the table stays.
 ROW_TUNING = RowTuning(row_tile=8192, row_programs=4, row_per_thread=32, row_tiles=1,
                        row_tiles_min_programs=8, coop_block=16384, coop_warps=16,
                        coop_max_chunks=64, loop_chunk_bytes=64 * 1024, loop_thread_bytes=64,
