@@ -474,6 +474,16 @@ _TC_TMA_ONE_TOKEN = (2, 4)     # (warps, stages) at M = 1
 # sum. ncu (4 warps, 3 stages): L1/shared 90 % busy, 6-7-way bank conflicts on the
 # reduction's shared stores and loads, DRAM 16 % busy. At 2 warps (little to sum, 32
 # planes) it still took 198 us, at 94-114 registers a thread.
+# Nor (H200, 2026-12-02, bfloat16, us): the prefill kernel's swapped product at M = 16 (the
+# dequantized weight as wgmma's register A operand, x.T from shared memory as a 16-column
+# B), with a K split over programs added, the product in two halves (low nibbles against
+# x's even columns, high ones against its odd columns, so no byte permute a weight
+# interleaves them back: 794 -> 613 SASS instructions a 128 x 128 step) and the nibbles
+# taken out by inline PTX (-> 575). Best against the table: 28672 x 8192 94.5 (64 x 128
+# tiles) / 83.3, 8192 x 28672 84.3 (64 x 128, 4 splits) / 77.6, 57344 x 8192 167.0 /
+# 143.1, 14336 x 4096 30.0 / 28.3; the two halves gained 15-25 % on the swapped kernel,
+# the inline PTX -4..+6 %. At 3.6 bytes of weight a warp instruction, against 4.9 for
+# this kernel and 6.0-6.7 for the M = 1 one, it is issue that bounds it.
 _TC_TMA_WIDE: tuple[int, int, int] | None = (2, 4, 4)     # None: the MMA kernel at M > 8
 # ... where N gives at least _TC_TMA_WIDE_MIN_PROGRAMS such programs, K split over programs
 # (float32 planes, summed by the second kernel) up to _TC_TMA_WIDE_PROGRAMS programs in all

@@ -613,6 +613,32 @@ def test_split_path_varlen_matches_reference(max_k, causal, dtype):
 
 
 @needs_triton
+def test_split_kernel_launch_order(monkeypatch):
+    """The split kernel is launched heads first, grid (sequences x kv heads, chunks), and
+    launched chunks first it writes the same bits (the order only decides which programs
+    run together)."""
+    assert A.DECODE_HEADS_FIRST is True
+    q_lens, k_lens = [1, 2, 1], [40, 70, 5]
+    q, k, v, cq, ck = _varlen(q_lens, k_lens, 4, 2, 16, torch.float16, seed=5)
+    outs, grids = {}, {}
+    for first in (True, False):
+        monkeypatch.setattr(A, "DECODE_HEADS_FIRST", first)
+        outs[first] = torch.full_like(q, float("nan"))
+        with recording() as launches:
+            attention_varlen_triton(q, k, v, cq, ck, 2, outs[first], None, True,
+                                    max_seqlen_k=70)
+        (grids[first], kw), = [(grid, kw) for kern, grid, args, kw in launches
+                               if kern.__name__ == "_attn_split_kernel"]
+        assert kw["HEADS_FIRST"] is first
+    splits = decode_plan(2, 70, 2, 16, 2, q.device, sum(k_lens)).splits
+    assert splits > 1
+    assert grids[True] == (3 * 2, splits) and grids[False] == (splits, 3 * 2)
+    assert torch.equal(outs[True], outs[False])
+    _close(outs[True], _ref64(attention_varlen_reference, q, k, v, cq, ck, causal=True),
+           torch.float16)
+
+
+@needs_triton
 def test_split_path_routing_and_refusal():
     """Decode shapes take the split pair by default, prefill shapes and a forced tile the
     tile kernel; forcing the split on a call it cannot take names the limits."""
@@ -683,6 +709,7 @@ for label, (g, bq, bn, D, warps) in {"d128": (4, 1, 64, 128, 4),
     fn = K._attn_split_kernel
     consts = dict(VARLEN=True, CAUSAL=True, BOTTOM_RIGHT=True, EVEN_D=True, PRECISION="tf32",
                   BLOCK_G=g, BLOCK_Q=bq, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=D, PDL=True, ALIGN=1,
+                  HEADS_FIRST=K.DECODE_HEADS_FIRST,
                   stride_qb=0, stride_kb=0, stride_vb=0, stride_qd=1, stride_kd=1, stride_vd=1)
     args = {n: ("*fp32" if n in ("PART", "STATS") else "*i32" if n.startswith("CU_")
                 else "fp32" if n == "qk_scale" else "*bf16" if n in ("Q", "K", "V") else "i32")
