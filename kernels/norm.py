@@ -322,6 +322,12 @@ class NormTuning(NamedTuple):
 #:   37.5 -> 42.9 (1024 + 128, two rows a tile), RMSNorm of DeepSeek-V3's q-a [16384, 1536]
 #:   bf16 25.3 -> 29.1 (1024 + 512). Each tile's sums are a cross-warp reduction of their
 #:   own (LayerNorm: four in place of two), and the registers saved did not pay for them.
+#: * Not kept (H200, benchmarks/row_probe.py, 2026-12-02, us): the rows kernel prefetching
+#:   into L2 (prefetch.global.L2, a 128-byte line a thread) the rows of the program 66 to
+#:   528 programs on, so that HBM streams while the resident programs reduce and write.
+#:   LayerNorm [2048, 32768] float32 147.9 against 156.2 (66 ahead) and 178.6-187.1
+#:   (132-528); [4096, 32768] 281.4 / 293.4-373.1; [8192, 3584] float32 57.6 / 59.1-59.5;
+#:   [8192, 7168] bf16 61.1 / 65.2-65.7.
 TUNING = NormTuning(ln_stats="twopass", shift_limit=16.0, min_tile=4096, programs_per_sm=4,
                     per_thread_large=32, per_thread_mid=16, per_thread_small=8,
                     coop_min_block=0, coop_block=8192, coop_warps=8,
