@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from opspec.schema import kinds as K
-from opspec.schema.errors import OpspecError, SignatureError
+from opspec.schema.errors import OpspecError
 from opspec.schema.evaluate import evaluate, evaluate_requires
 from opspec.schema.expr import Name, ShapeList, Splat
 from opspec.schema.parse import parse_expr
@@ -55,13 +55,15 @@ class Case:
         return instantiate(self, torch.device(device), seed)
 
 
-def cases(op_cls_or_spec: Any) -> list[Case]:
-    """Every case of every workload row of an op class (or an `ElaboratedSpec`)."""
+def cases(op_cls_or_spec: Any, plan: Any = None) -> list[Case]:
+    """Every case of every workload row of an op class, or of an `ElaboratedSpec` with the
+    `Plan` the prover gave it (`SpecResult.plan`; without one the cases have ids and values
+    but cannot be instantiated)."""
     if hasattr(op_cls_or_spec, "_info"):
         info = op_cls_or_spec._info()
         spec, plan = info.spec, info.plan
     else:
-        spec, plan = op_cls_or_spec, None
+        spec = op_cls_or_spec
     out: list[Case] = []
     dtype_params = [n for n, p in spec.params.items() if isinstance(K.unwrap_maybe(p.kind), K.DTypeK)]
     for r, row in enumerate(spec.workloads):
@@ -162,21 +164,45 @@ def instantiate(case: Case, device: torch.device, seed: int = WORKLOAD_SEED) -> 
     rng = random.Random(f"{seed}:{case.op}:{case.id}")
     gens: dict[torch.device, torch.Generator] = {}
     generated: dict[str, Any] = {}
-    # generators first: their results solve the indices the row does not give
-    for n in spec.inputs:
-        t = spec.inputs[n]
-        if n not in shapes or t.values is None:
-            continue
-        # A generator's arguments may be lets (`moe.layout_metadata(layout, R, E)`): bind
-        # those the row and earlier generators already determine.
+    # Generators first: their results solve the indices the row does not give. Each runs as
+    # soon as its arguments are known, in passes over the inputs in declaration order, as
+    # the prover's `workload` check runs them (so both draw the same contents from the
+    # seeded `rng`): `paged_block_table(B, W, NP)` waits for `cache_seqlens: [B]`, declared
+    # after it, to solve B. Its arguments may be lets (`moe.layout_metadata(layout, R,
+    # E)`), bound as soon as the row and earlier generators determine them.
+    pending = [n for n in spec.inputs if n in shapes and spec.inputs[n].values is not None]
+    axes: list[tuple[str, int, Any, int]] = []   # generated axes not yet solved or checked
+    progress = True
+    while progress:
+        progress = False
         _settle_lets(spec, env)
-        try:
-            vals = evaluate(t.values, env, rng=rng)
-        except Exception as exc:
-            raise WorkloadError(f"{case.op}: case {case.id}: the generator of `{n}` "
-                                f"(`{print_expr(t.values)}`) raises {exc}") from exc
-        generated[n] = vals
-        _unify_generated(case, n, shapes[n], vals, env)
+        for n in list(pending):
+            t = spec.inputs[n]
+            if _unknown(spec, t.values, env):
+                continue
+            pending.remove(n)
+            progress = True
+            try:
+                vals = evaluate(t.values, env, rng=rng)
+            except Exception as exc:
+                raise WorkloadError(f"{case.op}: case {case.id}: the generator of `{n}` "
+                                    f"(`{print_expr(t.values)}`) raises {exc}") from exc
+            generated[n] = vals
+            env[n] = vals
+            _unify_generated(case, n, shapes[n], vals, env, axes)
+        # The indices a pass's generated shapes solve are bound after the pass (so a
+        # generator reading one runs in the next pass, as in the prover).
+        if _settle_axes(case, axes, env):
+            progress = True
+    for n in pending:
+        names = ", ".join(sorted(_unknown(spec, spec.inputs[n].values, env)))
+        raise WorkloadError(f"{case.op}: case {case.id}: the arguments of the generator of `{n}` "
+                            f"(`{print_expr(spec.inputs[n].values)}`) are never known "
+                            f"({names}): give them in the row")
+    for n, k, ax, length in axes:
+        raise WorkloadError(f"{case.op}: case {case.id}: the generated `{n}` has length {length} "
+                            f"at axis {k}, and `{print_expr(ax)}` there cannot be solved "
+                            f"({', '.join(sorted(_unknown(spec, ax, env)))} unknown)")
     _settle_lets(spec, env)
     for n, vals in generated.items():
         for r in spec.inputs[n].requires:
@@ -224,33 +250,98 @@ def _axes(shape: ShapeList, env) -> tuple[int, ...]:
     return tuple(axes)
 
 
-def _unify_generated(case: Case, name: str, shape: ShapeList, vals: Any, env: dict) -> None:
+def _unify_generated(case: Case, name: str, shape: ShapeList, vals: Any, env: dict,
+                     axes: list) -> None:
+    """The generated `vals` against the declared `shape`: an unknown `Seq[Int]` splat is
+    bound at once to the axes it covers; the other axes join `axes`, which
+    :func:`_settle_axes` solves or checks (the prover's order, Table 1)."""
     actual = []
     v = vals
     while isinstance(v, (list, tuple)):
         actual.append(len(v))
         v = v[0] if v else None
-    if any(isinstance(a, Splat) for a in shape.axes):
-        return
-    if len(actual) < len(shape.axes):
-        actual += [0] * (len(shape.axes) - len(actual))
-    for ax, n in zip(shape.axes, actual):
-        unknown = [x for x in _names(ax) if x not in env and x in case._spec.forall]
-        if not unknown:
-            if evaluate(ax, env) != n:
-                raise WorkloadError(f"{case.op}: case {case.id}: the generator of `{name}` gives "
-                                    f"length {n} where its shape needs {ax}")
+    spec = case._spec
+    lengths: dict[int, int] = {}
+    open_splats = []
+    for k, a in enumerate(shape.axes):
+        if isinstance(a, Splat):
+            try:
+                lengths[k] = len(evaluate(a.value, env))
+            except Exception:
+                open_splats.append(k)
+    fixed = len(shape.axes) - len(lengths) - len(open_splats) + sum(lengths.values())
+    rest = 0
+    if open_splats:
+        k = open_splats[0]
+        if (len(open_splats) > 1 or not isinstance(shape.axes[k].value, Name)
+                or not isinstance(spec.forall.get(shape.axes[k].value.id), K.SeqK)):
+            raise WorkloadError(f"{case.op}: case {case.id}: cannot solve the splats of the "
+                                f"generated `{name}`'s shape")
+        rest = max(0, len(actual) - fixed)
+    elif len(actual) < fixed:
+        actual += [0] * (fixed - len(actual))      # an empty generated list: length 0 below
+    pos = 0
+    for k, ax in enumerate(shape.axes):
+        if isinstance(ax, Splat):
+            n = lengths.get(k, rest)
+            seg = tuple(actual[pos:pos + n])
+            pos += n
+            if k in lengths:
+                if tuple(evaluate(ax.value, env)) != seg:
+                    raise WorkloadError(f"{case.op}: case {case.id}: the generator of `{name}` "
+                                        f"gives axes {list(seg)} where its shape needs "
+                                        f"*{print_expr(ax.value)}")
+            else:
+                env[ax.value.id] = seg
             continue
-        if len(unknown) == 1:
-            lin = linear(ax, unknown[0])
-            if lin is not None:
-                c = evaluate(lin[0], env)
-                o = evaluate(lin[1], env)
-                if c > 0 and (n - o) % c == 0:
-                    env[unknown[0]] = (n - o) // c
-                    continue
-        raise WorkloadError(f"{case.op}: case {case.id}: cannot solve {unknown} from the "
-                            f"generated `{name}`")
+        axes.append((name, k, ax, actual[pos] if pos < len(actual) else 0))
+        pos += 1
+
+
+def _settle_axes(case: Case, axes: list, env: dict) -> bool:
+    """Check the pending generated axes whose indices are known and solve those linear in
+    one unknown `Dim` (`M`, `a * M + e`); True when an index was solved."""
+    spec = case._spec
+    solved = False
+    again = True
+    while again:
+        again = False
+        for item in list(axes):
+            name, k, ax, n = item
+            unknown = _unknown(spec, ax, env)
+            if not unknown:
+                axes.remove(item)
+                if evaluate(ax, env) != n:
+                    raise WorkloadError(f"{case.op}: case {case.id}: the generator of `{name}` "
+                                        f"gives length {n} where its shape needs {ax}")
+                continue
+            if len(unknown) != 1:
+                continue
+            (u,) = unknown
+            if not isinstance(spec.forall.get(u), K.IntK):
+                continue
+            lin = linear(ax, u)
+            if lin is None:
+                continue
+            try:
+                c, o = evaluate(lin[0], env), evaluate(lin[1], env)
+            except Exception:
+                continue
+            if not (isinstance(c, int) and c > 0 and isinstance(o, int)):
+                continue
+            axes.remove(item)
+            if (n - o) % c != 0 or (n - o) // c < 0:
+                raise WorkloadError(f"{case.op}: case {case.id}: the generator of `{name}` gives "
+                                    f"length {n} at axis {k}, which {print_expr(ax)} cannot "
+                                    f"equal for a non-negative integer {u}")
+            env[u] = (n - o) // c
+            solved = again = True
+    return solved
+
+
+def _unknown(spec, e, env: dict) -> set[str]:
+    """The spec's symbols that `e` reads and `env` does not bind yet."""
+    return {n for n in _names(e) if n not in env and spec.kind_of(n) is not None}
 
 
 def _names(e) -> set[str]:

@@ -9,6 +9,7 @@ manifest: every row of both instantiates, and no `workload` diagnostic is report
 
 from __future__ import annotations
 
+import random
 import textwrap
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import pytest
 from opspec.schema.diagnostics import Severity
 from opspec.schema.elaborate import elaborate, elaborate_adts
 from opspec.schema.loader import load_paths
+from opspec.schema.printer import print_expr
 from opspec.solver import workload_check as W
 from opspec.solver.prove import prove_spec
 from opspec.solver.run import prove_manifest
@@ -1143,6 +1145,89 @@ def test_corpus_every_row_instantiates(corpus_specs, monkeypatch):
     # The same through the prover.
     assert not [d for _, _, r in corpus_specs.values() for d in r.diagnostics
                 if d.check == "workload"]
+
+
+def _generated_by_case(module, monkeypatch) -> dict:
+    """Record, by the seeded rng's case id, each value a generator call of ``module``
+    (``evaluate(..., rng=...)``) returns, in call order."""
+    seen: dict[str, list] = {}
+    orig = module.evaluate
+
+    def recording(e, env, *args, rng=None, **kw):
+        out = orig(e, env, *args, rng=rng, **kw)
+        if rng is not None:
+            seen.setdefault(rng.key, []).append((print_expr(e), out))
+        return out
+
+    class Keyed(random.Random):
+        def __init__(self, key):
+            super().__init__(key)
+            self.key = key.split(":", 1)[1]      # "{seed}:{op}:{case id}" -> op:id
+
+    monkeypatch.setattr(module, "evaluate", recording)
+    monkeypatch.setattr(module.random, "Random", Keyed)
+    return seen
+
+
+def test_corpus_every_case_instantiates_at_run_time(corpus_specs, monkeypatch):
+    """`Case.inputs` builds every case of the corpus (meta tensors), generators run in the
+    order the `workload` check runs them, and both draw the same contents from the same
+    seed: `GroupedQueryAttentionPagedFwdOp`'s page table, declared before the
+    `cache_seqlens` whose shape gives its B, runs after it."""
+    from opspec.ops import workloads as RW
+    from opspec.ops.workloads import cases
+
+    prover = _generated_by_case(W, monkeypatch)
+    for el, loaded, result in corpus_specs.values():
+        assert not W.check_workloads(el, loaded, result.plan)
+    runtime = _generated_by_case(RW, monkeypatch)
+    built = 0
+    for el, _, result in corpus_specs.values():
+        for c in cases(el, result.plan):
+            inputs = c.inputs("meta")
+            # meta, but an input declared `device: cpu` stays on the CPU
+            assert all(t is None or t.device.type == ("cpu" if el.inputs[n].device == "cpu"
+                                                      else "meta")
+                       for n, t in zip(el.inputs, inputs, strict=True)), c.id
+            built += 1
+    assert built == 1322
+    assert runtime.keys() == prover.keys() and len(runtime) > 40
+    for k in runtime:
+        assert [c for c, _ in runtime[k]] == [c for c, _ in prover[k]], k
+    assert runtime == prover
+    # the page table waits for B, which cache_seqlens' shape [B] gives; the row's
+    # `q_lens: "repeat(512, 8)"` is evaluated
+    el, _, result = corpus_specs["GroupedQueryAttentionPagedFwdOp"]
+    (row,) = [c for c in cases(el, result.plan) if c.id == "llama-8b-float16-float16"]
+    assert row.values["q_lens"] == (512,) * 8
+    paged = runtime["GroupedQueryAttentionPagedFwdOp:llama-8b-float16-float16"]
+    assert [call for call, _ in paged] == ["as_tensor(cache_lens)", "prefix_sum(q_lens)",
+                                           "paged_block_table(B, W, NP)"]
+    table = paged[2][1]
+    assert len(table) == 8 and {len(r) for r in table} == {72}
+    # block_indices' shape gives T_q; nsa_block_counts(T_q, ...) runs in the next pass
+    nsa = runtime["NSAVarlenFwdOp:prefill-4x2k-float16"]
+    assert [call for call, _ in nsa][-1] == "nsa_block_counts(T_q, H_kv, SEL)"
+
+
+def test_bundled_cases_draw_the_checks_contents(monkeypatch):
+    """The bundled manifest: each case's generators give at run time what they gave the
+    `workload` check (MoE's routing and offsets, attention's sequence offsets)."""
+    import opspec.ops as ops
+    from opspec.manifest import MANIFEST_DIR
+    from opspec.ops import workloads as RW
+    from opspec.ops.workloads import cases
+
+    manifest = load_paths([MANIFEST_DIR], strict=True)
+    prover = _generated_by_case(W, monkeypatch)
+    assert prove_manifest(manifest).ok
+    runtime = _generated_by_case(RW, monkeypatch)
+    for name in manifest.specs:
+        for c in cases(getattr(ops, name)):
+            c.inputs("meta")
+    assert runtime == prover
+    assert {k.split(":")[0] for k in runtime} >= {"MoeGroupedGemmFwdOp",
+                                                  "GroupedQueryAttentionVarlenFwdOp"}
 
 
 def _solved(corpus_specs, op: str, row: int) -> dict[str, str]:
