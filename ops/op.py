@@ -665,9 +665,23 @@ def _decl_text(info: _ClassInfo, path: str) -> str:
 
 
 def _default_device() -> torch.device | None:
-    if torch.cuda.is_available():
-        return torch.device("cuda", torch.cuda.current_device())
-    return None
+    """The call device when no tensor decides it (seed § 4): the current device of the
+    process's accelerator, the device type `torch.accelerator` reports (CUDA, or another
+    backend's), or None without one. torch before 2.6 has no `torch.accelerator`: CUDA's
+    current device then."""
+    acc = getattr(torch, "accelerator", None)
+    if acc is None or not hasattr(acc, "current_accelerator"):
+        if torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+        return None
+    if not acc.is_available():
+        return None
+    kind = acc.current_accelerator()
+    if kind is None:
+        return None
+    # current_device_index since torch 2.7; current_device_idx in 2.6
+    index = getattr(acc, "current_device_index", None) or acc.current_device_idx
+    return torch.device(kind.type, index())
 
 
 def _broken(norm: Any) -> str:

@@ -664,6 +664,37 @@ def test_call_device_from_a_construction_time_tensor_when_no_input_takes_part(U)
                  "expected device meta, got device cpu")
 
 
+def test_default_call_device_is_the_accelerators_current_device(monkeypatch):
+    """With no tensor to decide, the call device is the current device of the accelerator
+    `torch.accelerator` reports (any backend), None without one; a torch without
+    `torch.accelerator` asks CUDA."""
+    import types
+
+    from opspec.ops.op import _default_device
+
+    def accelerator(kind, index, available=True, new_name=True):
+        ns = types.SimpleNamespace(is_available=lambda: available,
+                                   current_accelerator=lambda: kind and torch.device(kind))
+        setattr(ns, "current_device_index" if new_name else "current_device_idx",
+                lambda: index)
+        return ns
+
+    monkeypatch.setattr(torch, "accelerator", accelerator("xpu", 1))
+    assert _default_device() == torch.device("xpu", 1)
+    monkeypatch.setattr(torch, "accelerator", accelerator("cuda", 2, new_name=False))
+    assert _default_device() == torch.device("cuda", 2)          # torch 2.6's name
+    monkeypatch.setattr(torch, "accelerator", accelerator("xpu", 0, available=False))
+    assert _default_device() is None
+    monkeypatch.setattr(torch, "accelerator", accelerator(None, 0))
+    assert _default_device() is None
+    monkeypatch.delattr(torch, "accelerator")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    assert _default_device() == torch.device("cuda", 3)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert _default_device() is None
+
+
 # ============================================================================ construction
 
 def test_parameter_types_are_checked_at_construction(U):
