@@ -328,9 +328,20 @@ class BranchGenerator:
         w(f"if t_out.dtype is not _DTYPES[{self.py(o.dtype)}]:")
         with w.indent():
             self.fail(d, f"'dtype ' + {self.py(o.dtype)}", "'dtype ' + str(t_out.dtype)")
-        w("if _dev is not None and t_out.device != _dev:")
+        self.device_check(d, "t_out", spec.outputs[o.name].device)
+
+    def device_check(self, d: str, var: str, declared: str | None) -> None:
+        """`var` (an output or `out`) is on the call device, or on the CPU where its output
+        declares `device: cpu` (seed § 4: such a tensor is always on the CPU)."""
+        w = self.w
+        if declared == "cpu":
+            w(f"if {var}.device.type != 'cpu':")
+            with w.indent():
+                self.fail(d, "'device cpu'", f"'device ' + str({var}.device)")
+            return
+        w(f"if _dev is not None and {var}.device != _dev:")
         with w.indent():
-            self.fail(d, "'device ' + str(_dev)", "'device ' + str(t_out.device)")
+            self.fail(d, "'device ' + str(_dev)", f"'device ' + str({var}.device)")
 
     def empty_write(self) -> str:
         """Source of the empty-write test: every tensor the call writes has no elements."""
@@ -389,9 +400,7 @@ class BranchGenerator:
             w(f"if {ov}.dtype is not _DTYPES[{self.py(o.dtype)}]:")
             with w.indent():
                 self.fail(d, f"'dtype ' + {self.py(o.dtype)}", f"'dtype ' + str({ov}.dtype)")
-            w(f"if _dev is not None and {ov}.device != _dev:")
-            with w.indent():
-                self.fail(d, "'device ' + str(_dev)", f"'device ' + str({ov}.device)")
+            self.device_check(d, ov, decl.device)
             if decl.contiguous:
                 w(f"if not {ov}.is_contiguous():")
                 with w.indent():

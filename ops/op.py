@@ -492,7 +492,8 @@ class Op:
             elif o.buffer == "out" and out is not None:
                 res.append(out)
             else:
-                res.append(torch.empty(tuple(t[1]), dtype=DTYPES_BY_NAME[t[2]], device=device))
+                res.append(torch.empty(tuple(t[1]), dtype=DTYPES_BY_NAME[t[2]],
+                                       device="cpu" if o.device == "cpu" else device))
         if not info.outputs:
             return None
         return res[0] if len(info.outputs) == 1 else tuple(res)

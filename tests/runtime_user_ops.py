@@ -157,6 +157,21 @@ RtCpuFirstFwdOp:
   workloads:
   - {M: 4, dtype_cases: [{T: float32}], label: small}
   roofline: {flops: "M"}
+
+# An output that declares `device: cpu` (a per-element count kept on the host).
+RtCpuOutFwdOp:
+  family: toy
+  status: implemented
+  signature:
+    forall: {M: Dim, T: "DType[float16 | float32]"}
+    inputs:
+      x: {dtype: T, shape: "[M]"}
+    outputs:
+      y: {dtype: T, shape: "[M]"}
+      n: {dtype: int64, shape: "[M]", device: cpu}
+  workloads:
+  - {M: 4, dtype_cases: [{T: float32}], label: small}
+  roofline: {flops: "M"}
 """
 
 USER_MODULE = '''\
@@ -276,6 +291,18 @@ class RtCpuFirstFwdOp(Op):
 
     def forward(self, idx, x):
         return x * 2
+
+
+class RtCpuOutFwdOp(Op):
+    manifest = "toy.yaml"
+
+    def __init__(self, *, target=None):
+        self.n_on = "cpu"       # tests move `n` to break its declared device
+        super().__init__(target=target)
+
+    def forward(self, x):
+        n = torch.ones(x.shape, dtype=torch.int64, device=self.n_on)
+        return x * 2, n
 
 
 class RtNotInManifestFwdOp(Op):

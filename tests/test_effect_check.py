@@ -428,7 +428,7 @@ def U(tmp_path_factory):
 
 def test_effect_branches_agree_with_the_runtime_for_user_ops(U):
     for name in ("RtAffineFwdOp", "RtPairFwdOp", "RtInplaceFwdOp", "RtDeviceFwdOp",
-                 "RtParamsFwdOp", "RtHeldFwdOp", "RtCpuFirstFwdOp"):
+                 "RtParamsFwdOp", "RtHeldFwdOp", "RtCpuFirstFwdOp", "RtCpuOutFwdOp"):
         _compare_with_runtime(getattr(U, name))
 
 

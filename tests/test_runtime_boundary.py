@@ -119,6 +119,14 @@ def test_fake_allocates_on_the_call_device_not_the_first_inputs(U):
     assert y.device.type == "meta" and y.shape == (4,)
 
 
+def test_fake_allocates_a_cpu_declared_output_on_the_cpu(U):
+    """RtCpuOutFwdOp's `n` declares `device: cpu`: the fake puts it there, `y` on meta."""
+    op = U.RtCpuOutFwdOp()
+    y, n = torch.ops.opspec.toy_rt_cpu_out_fwd_op(torch.ones(4, device="meta"),
+                                                  op._opspec_key)
+    assert y.device.type == "meta" and n.device.type == "cpu" and n.dtype == torch.int64
+
+
 # ============================================================================ eager path
 
 def test_eager_call_does_not_go_through_the_custom_op(monkeypatch):

@@ -664,6 +664,21 @@ def test_call_device_from_a_construction_time_tensor_when_no_input_takes_part(U)
                  "expected device meta, got device cpu")
 
 
+def test_output_declared_on_the_cpu_is_checked_there(U):
+    """An output that declares `device: cpu` is on the CPU whatever the call device: the
+    check expects it there, and the empty-write path allocates it there."""
+    op = U.RtCpuOutFwdOp()
+    y, n = op(torch.ones(4, device="meta"))
+    assert y.device.type == "meta" and n.device.type == "cpu" and n.shape == (4,)
+    y, n = op(torch.ones(0, device="meta"))            # nothing written: no forward
+    assert y.device.type == "meta" and n.device.type == "cpu" and n.shape == (0,)
+    op.n_on = "meta"                                  # n on the call device: wrong
+    with pytest.raises(SignatureError) as ei:
+        op(torch.ones(4, device="meta"))
+    expect_error(ei, SignatureError, "RtCpuOutFwdOp", "signature.outputs.n",
+                 "expected device cpu, got device meta")
+
+
 def test_default_call_device_is_the_accelerators_current_device(monkeypatch):
     """With no tensor to decide, the call device is the current device of the accelerator
     `torch.accelerator` reports (any backend), None without one; a torch without
