@@ -2,7 +2,7 @@
 
     python benchmarks/gemv_probe.py           # device time and TB/s of each variant, per row
     python benchmarks/gemv_probe.py --smoke   # tiny rows through the interpreter (CPU)
-    python benchmarks/gemv_probe.py --tma     # M = 32..128 rows: TMA GEMM tiles
+    python benchmarks/gemv_probe.py --tma [MxNxK ...]   # M = 32..128 rows: TMA GEMM tiles
 
 Per row (the GemmFwdOp decode rows of RESULTS.md and two more shapes; ``b`` stored [N, K],
 as the bench rows store it) it times torch.matmul (cuBLAS), the library's GEMV launch, then:
@@ -155,11 +155,14 @@ TMA_ROWS = [(128, 6144, 4096), (128, 14336, 4096), (128, 4096, 14336), (64, 6144
             (32, 14336, 4096)]
 TMA_TILES = [(64, 128, 128, 4, 4), (64, 64, 128, 4, 4), (64, 64, 256, 4, 3), (128, 64, 128, 4, 4),
              (128, 64, 64, 4, 6), (128, 128, 64, 4, 5), (64, 32, 256, 4, 4), (128, 32, 128, 4, 4),
-             (64, 64, 128, 4, 6), (128, 64, 128, 8, 4)]
+             (64, 64, 128, 4, 6), (128, 64, 128, 8, 4),
+             # two programs an SM (96 KB of stages each): 192 64x64 tiles in one wave
+             (64, 64, 128, 4, 3), (64, 64, 64, 4, 6), (64, 128, 64, 4, 4), (64, 64, 64, 4, 4)]
 
 
 def run_tma() -> None:
-    for M, N, K in TMA_ROWS:
+    rows = [r for r in TMA_ROWS if f"{r[0]}x{r[1]}x{r[2]}" in sys.argv] or TMA_ROWS
+    for M, N, K in rows:
         a, b, check = _row(M, N, K, lambda m, n, k: f"; table {G.tma_config_for(m, n, k, True)}")
         check("opspec", lambda o: G.gemm_triton(a, b, False, True, o))
         for bm, bn, bk, warps, stages in TMA_TILES:

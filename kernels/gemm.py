@@ -22,7 +22,9 @@ Plain functions; the dispatch classes are built elsewhere.
   problems a persistent variant (one program per SM walking the tiles in grouped order,
   128x256x64 tiles).  On an H200 (bf16, ``triton.testing.do_bench``, against cuBLAS) the
   persistent kernel runs the large rows at 0.96-1.10x, NN, TN and NT layouts alike; the
-  non-persistent one serves M <= 128 (0.86-0.98x) and problems with too few 128x256
+  non-persistent one serves M <= 128 (0.86-0.98x; at 64 < M <= 128 with ``b`` stored
+  ``[N, K]`` and enough 128x128 tiles to fill 60 % of the last wave, one 128-row tile
+  along M: 0.97-1.02x under ``opspec bench``'s timer) and problems with too few 128x256
   tiles to fill the last wave (0.97x).  ``gemm_triton`` routes a call to it on CUDA
   devices of compute capability 9.0 or later when the descriptors' rules hold (unit inner
   strides, 16-byte aligned rows and bases) and the table (:func:`tma_config_for`) has an
@@ -641,6 +643,18 @@ _TMA_M64 = GemmConfig(64, 64, 256, 8, 4, 3)    # 16 < M <= 64: 0.98x cuBLAS
 # for _TMA_M128 (cuBLAS 44.6), 64 x 6144 x 4096 22.8 / 23.6 for _TMA_M64 (cuBLAS 23.1);
 # over a wave it lost (128 x 6144 x 4096: 29.9 / 26.1; 128 x 14336 x 4096: 54.6 / 45.9).
 _TMA_ONE_WAVE = GemmConfig(64, 64, 128, 8, 4, 6)
+# 64 < M <= 128 with b stored [N, K] where 128x128 tiles fill at least this share of the
+# last wave: one M tile of 128 rows, 128x128x64 at 5 stages (4 warps), each weight block
+# read once. H200, bf16, x @ w.T (benchmarks/gemv_probe.py --tma and a probe of the same
+# tiles, 2026-12-02, us, the table's 64x128x128 then -> 128x128x64 (cuBLAS)): 128 x 14336 x
+# 4096 40.0 -> 35.0 (35.8), 128 x 16384 x 4096 43.3 -> 40.3 (40.2), 128 x 12288 x 4096 37.1
+# -> 31.9 (29.9), 96 x 14336 x 4096 50.3 -> 39.0 (33.6), 128 x 28672 x 8192 144.8 -> 128.6
+# (130.0), 128 x 14336 x 8192 70.9 -> 63.5 (63.2), 128 x 10240 x 8192 64.3 -> 52.5 (48.5);
+# below the share it lost: 112 x 18432 x 7168 (144 tiles, 0.55 of two waves) 94.7 ->
+# 101.7, 128 x 6144 x 4096 (48 tiles) 20.1 -> 25.9. 64x128x64 at 4 stages ran between the
+# two, 8 warps or 4 stages slower.
+_TMA_M128_WIDE = GemmConfig(128, 128, 64, 8, 4, 5)
+_M128_WIDE_FILL = 0.6
 # Share of the last wave's SM slots a tiling must fill to run 128x256 tiles; within two
 # waves, b stored [N, K] (timed only so), a little less will do (each SM then walks at most
 # two tiles, and 128x128 tiles would leave the same share idle). H200, bf16, x @ w.T, 0.848
@@ -666,7 +680,8 @@ def tma_config_for(M: int, N: int, K: int, trans_b: bool) -> GemmConfig | None:
     elif M <= 64:
         cfg = _TMA_M64
     elif M <= 128:
-        cfg = _TMA_M128
+        cfg = (_TMA_M128_WIDE if trans_b and _wave_fill(M, N, 128, 128) >= _M128_WIDE_FILL
+               else _TMA_M128)
     elif _wave_fill(M, N, 128, 256) >= (
             _MIN_WAVE_FILL_TWO_WAVES
             if trans_b and triton.cdiv(M, 128) * triton.cdiv(N, 256) <= 2 * _NUM_SMS

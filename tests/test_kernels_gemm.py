@@ -360,6 +360,14 @@ def test_tma_table():
     assert tma_config_for(128, 4096, 14336, True)[:6] == (64, 64, 128, 8, 4, 6)
     assert tma_config_for(64, 6144, 4096, False)[:6] == (64, 64, 128, 8, 4, 6)
     assert tma_config_for(128, 4288, 4096, True)[:3] == (64, 128, 128)    # 134 tiles: over
+    # 64 < M <= 128, NT, where 128x128 tiles fill 60 % of the last wave or more: those, 5
+    # stages (112, 96, 224 and 80 tiles); 48 tiles, or 144 (0.55 of two waves), or NN: not
+    for mnk in [(128, 14336, 4096), (96, 14336, 4096), (128, 28672, 8192), (128, 10240, 8192)]:
+        assert tma_config_for(*mnk, True)[:6] == (128, 128, 64, 8, 4, 5), mnk
+        assert not tma_persistent(tma_config_for(*mnk, True))
+        assert tma_config_for(*mnk, False)[:3] == (64, 128, 128), mnk
+    for mnk in [(128, 6144, 4096), (112, 18432, 7168), (128, 9984, 4096)]:
+        assert tma_config_for(*mnk, True)[:3] == (64, 128, 128), mnk
 
 
 _FMA_BUILD = r"""
