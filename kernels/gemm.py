@@ -24,7 +24,7 @@ Plain functions; the dispatch classes are built elsewhere.
   persistent kernel runs the large rows at 0.96-1.10x, NN, TN and NT layouts alike; the
   non-persistent one serves M <= 128 (0.86-0.98x; at 64 < M <= 128 with ``b`` stored
   ``[N, K]`` and enough 128x128 tiles to fill 60 % of the last wave, one 128-row tile
-  along M: 0.97-1.02x under ``opspec bench``'s timer) and problems with too few 128x256
+  along M: 0.87-1.02x cuBLAS, 0.87 at M = 96) and problems with too few 128x256
   tiles to fill the last wave (0.97x).  ``gemm_triton`` routes a call to it on CUDA
   devices of compute capability 9.0 or later when the descriptors' rules hold (unit inner
   strides, 16-byte aligned rows and bases) and the table (:func:`tma_config_for`) has an
