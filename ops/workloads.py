@@ -25,7 +25,7 @@ from opspec.schema.parse import parse_expr
 from opspec.schema.printer import print_expr
 from opspec.schema.primitives import WORKLOAD_SEED
 from opspec.schema.values import ADTValue, to_tuple
-from opspec.solver.order import linear
+from opspec.solver.workload_check import GeneratedAxisError, settle_generated_axes
 
 
 _DTYPE_CONSTANTS = {n: n for n in K.DTYPES}
@@ -300,43 +300,18 @@ def _unify_generated(case: Case, name: str, shape: ShapeList, vals: Any, env: di
 
 def _settle_axes(case: Case, axes: list, env: dict) -> bool:
     """Check the pending generated axes whose indices are known and solve those linear in
-    one unknown `Dim` (`M`, `a * M + e`); True when an index was solved."""
-    spec = case._spec
-    solved = False
-    again = True
-    while again:
-        again = False
-        for item in list(axes):
-            name, k, ax, n = item
-            unknown = _unknown(spec, ax, env)
-            if not unknown:
-                axes.remove(item)
-                if evaluate(ax, env) != n:
-                    raise WorkloadError(f"{case.op}: case {case.id}: the generator of `{name}` "
-                                        f"gives length {n} where its shape needs {ax}")
-                continue
-            if len(unknown) != 1:
-                continue
-            (u,) = unknown
-            if not isinstance(spec.forall.get(u), K.IntK):
-                continue
-            lin = linear(ax, u)
-            if lin is None:
-                continue
-            try:
-                c, o = evaluate(lin[0], env), evaluate(lin[1], env)
-            except Exception:
-                continue
-            if not (isinstance(c, int) and c > 0 and isinstance(o, int)):
-                continue
-            axes.remove(item)
-            if (n - o) % c != 0 or (n - o) // c < 0:
-                raise WorkloadError(f"{case.op}: case {case.id}: the generator of `{name}` gives "
-                                    f"length {n} at axis {k}, which {print_expr(ax)} cannot "
-                                    f"equal for a non-negative integer {u}")
-            env[u] = (n - o) // c
-            solved = again = True
-    return solved
+    one unknown `Dim` (`M`, `a * M + e`), as the `workload` check does (the same function);
+    True when an index was solved."""
+    try:
+        return settle_generated_axes(case._spec, axes, env)
+    except GeneratedAxisError as err:
+        name, k, ax, n = err.item
+        why = {"evaluate": f"`{print_expr(ax)}` raises {err.detail}",
+               "mismatch": f"its shape needs `{print_expr(ax)}` = {err.detail}",
+               "divide": f"`{print_expr(ax)}` cannot equal for a non-negative integer "
+                         f"`{err.detail}`"}[err.reason]
+        raise WorkloadError(f"{case.op}: case {case.id}: the generator of `{name}` gives "
+                            f"length {n} at axis {k}, where {why}") from err
 
 
 def _unknown(spec, e, env: dict) -> set[str]:

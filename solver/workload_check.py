@@ -263,6 +263,61 @@ def _shape_of(contents: Any, rank: int) -> tuple[int, ...]:
 # ----------------------------------------------------------------------------- the checker
 
 
+class GeneratedAxisError(ValueError):
+    """An axis of a generated tensor that its declared shape refuses: ``item`` is the pending
+    ``(tensor, axis, expr, length)``; ``reason`` is ``evaluate`` (the axis raises;
+    ``detail`` the exception), ``mismatch`` (``detail`` the axis's value) or ``divide``
+    (no non-negative integer value of the index ``detail`` gives the length)."""
+
+    def __init__(self, item: tuple, reason: str, detail: Any):
+        super().__init__(f"{item[0]} axis {item[1]}: {reason} ({detail})")
+        self.item, self.reason, self.detail = item, reason, detail
+
+
+def settle_generated_axes(spec: ElaboratedSpec, pending: list, env: dict) -> bool:
+    """Check the ``pending`` generated axes ``(tensor, axis, expr, length)`` whose indices
+    `env` binds, and solve those linear in one unknown integer index (Table 1: ``M``,
+    ``a * M + e``), binding it in `env`; settled items leave `pending`. True when an index
+    was solved. Raises :class:`GeneratedAxisError`. Shared by the `workload` check and
+    ``opspec.ops.workloads`` (the runtime's instantiation), so both solve alike."""
+    progress = False
+    again = True
+    while again:
+        again = False
+        for item in list(pending):
+            t, k, ax, n = item
+            unk = {m for m in free_names(ax) if m not in env and spec.kind_of(m) is not None}
+            if not unk:
+                pending.remove(item)
+                try:
+                    v = evaluate(ax, env)
+                except Exception as exc:
+                    raise GeneratedAxisError(item, "evaluate", exc) from exc
+                if v != n:
+                    raise GeneratedAxisError(item, "mismatch", v)
+                continue
+            if len(unk) != 1:
+                continue
+            (u,) = unk
+            if not isinstance(spec.forall.get(u), K.IntK):
+                continue
+            lin = linear(ax, u)
+            if lin is None:
+                continue
+            try:
+                c, o = evaluate(lin[0], env), evaluate(lin[1], env)
+            except Exception:
+                continue
+            if not (is_int(c) and c > 0 and is_int(o)):
+                continue
+            pending.remove(item)
+            if (n - o) % c != 0 or (n - o) // c < 0:
+                raise GeneratedAxisError(item, "divide", u)
+            env[u] = (n - o) // c
+            progress = again = True
+    return progress
+
+
 class _RowError(Exception):
     """Stops a case: its message is already reported."""
 
@@ -993,49 +1048,21 @@ class _Checker:
 
     def settle_axes(self, pending: list, env: dict, fail) -> bool:
         """Solve or check the pending axes that can be; True when something was solved."""
-        spec = self.spec
-        progress = False
-        again = True
-        while again:
-            again = False
-            for item in list(pending):
-                t, k, ax, n = item
-                unk = {m for m in free_names(ax) if m not in env and spec.kind_of(m) is not None}
-                if not unk:
-                    pending.remove(item)
-                    try:
-                        v = evaluate(ax, env)
-                    except Exception as exc:
-                        fail(f"axis {k} of the generated `{t}`, `{print_expr(ax)}`, does not "
-                             f"evaluate: {exc}")
-                        raise _RowError from exc
-                    if v != n:
-                        fail(f"the generated `{t}` has length {n} at axis {k}, but its declared "
-                             f"shape needs `{print_expr(ax)}` = {_show(v)} there")
-                        raise _RowError
-                    continue
-                if len(unk) != 1:
-                    continue
-                (u,) = unk
-                if not isinstance(spec.forall.get(u), K.IntK):
-                    continue
-                lin = linear(ax, u)
-                if lin is None:
-                    continue
-                try:
-                    c, o = evaluate(lin[0], env), evaluate(lin[1], env)
-                except Exception:
-                    continue
-                if not (is_int(c) and c > 0 and is_int(o)):
-                    continue
-                pending.remove(item)
-                if (n - o) % c != 0 or (n - o) // c < 0:
-                    fail(f"the generated `{t}` has length {n} at axis {k}, which "
-                         f"`{print_expr(ax)}` cannot equal for a non-negative integer `{u}`")
-                    raise _RowError
-                env[u] = (n - o) // c
-                progress = again = True
-        return progress
+        try:
+            return settle_generated_axes(self.spec, pending, env)
+        except GeneratedAxisError as err:
+            t, k, ax, n = err.item
+            if err.reason == "evaluate":
+                fail(f"axis {k} of the generated `{t}`, `{print_expr(ax)}`, does not "
+                     f"evaluate: {err.detail}")
+            elif err.reason == "mismatch":
+                fail(f"the generated `{t}` has length {n} at axis {k}, but its declared "
+                     f"shape needs `{print_expr(ax)}` = {_show(err.detail)} there")
+            else:
+                fail(f"the generated `{t}` has length {n} at axis {k}, which "
+                     f"`{print_expr(ax)}` cannot equal for a non-negative integer "
+                     f"`{err.detail}`")
+            raise _RowError from err
 
     def let_is_read(self, n: str, branch, folder, shapes, dtypes, lets) -> bool:
         spec = self.spec
