@@ -20,12 +20,13 @@ import torch
 from opspec.schema import kinds as K
 from opspec.schema.errors import OpspecError
 from opspec.schema.evaluate import evaluate, evaluate_requires
-from opspec.schema.expr import Name, ShapeList, Splat
+from opspec.schema.expr import ShapeList, Splat
 from opspec.schema.parse import parse_expr
 from opspec.schema.printer import print_expr
 from opspec.schema.primitives import WORKLOAD_SEED
 from opspec.schema.values import ADTValue, to_tuple
-from opspec.solver.workload_check import GeneratedAxisError, settle_generated_axes
+from opspec.solver.workload_check import (GeneratedAxisError, generated_shape,
+                                          settle_generated_axes, unify_generated)
 
 
 _DTYPE_CONSTANTS = {n: n for n in K.DTYPES}
@@ -252,50 +253,20 @@ def _axes(shape: ShapeList, env) -> tuple[int, ...]:
 
 def _unify_generated(case: Case, name: str, shape: ShapeList, vals: Any, env: dict,
                      axes: list) -> None:
-    """The generated `vals` against the declared `shape`: an unknown `Seq[Int]` splat is
-    bound at once to the axes it covers; the other axes join `axes`, which
-    :func:`_settle_axes` solves or checks (the prover's order, Table 1)."""
-    actual = []
-    v = vals
-    while isinstance(v, (list, tuple)):
-        actual.append(len(v))
-        v = v[0] if v else None
-    spec = case._spec
-    lengths: dict[int, int] = {}
-    open_splats = []
-    for k, a in enumerate(shape.axes):
-        if isinstance(a, Splat):
-            try:
-                lengths[k] = len(evaluate(a.value, env))
-            except Exception:
-                open_splats.append(k)
-    fixed = len(shape.axes) - len(lengths) - len(open_splats) + sum(lengths.values())
-    rest = 0
-    if open_splats:
-        k = open_splats[0]
-        if (len(open_splats) > 1 or not isinstance(shape.axes[k].value, Name)
-                or not isinstance(spec.forall.get(shape.axes[k].value.id), K.SeqK)):
-            raise WorkloadError(f"{case.op}: case {case.id}: cannot solve the splats of the "
-                                f"generated `{name}`'s shape")
-        rest = max(0, len(actual) - fixed)
-    elif len(actual) < fixed:
-        actual += [0] * (fixed - len(actual))      # an empty generated list: length 0 below
-    pos = 0
-    for k, ax in enumerate(shape.axes):
-        if isinstance(ax, Splat):
-            n = lengths.get(k, rest)
-            seg = tuple(actual[pos:pos + n])
-            pos += n
-            if k in lengths:
-                if tuple(evaluate(ax.value, env)) != seg:
-                    raise WorkloadError(f"{case.op}: case {case.id}: the generator of `{name}` "
-                                        f"gives axes {list(seg)} where its shape needs "
-                                        f"*{print_expr(ax.value)}")
-            else:
-                env[ax.value.id] = seg
-            continue
-        axes.append((name, k, ax, actual[pos] if pos < len(actual) else 0))
-        pos += 1
+    """The generated `vals` against the declared `shape`, as the `workload` check unifies
+    them (the same functions): an unknown `Seq[Int]` splat is bound at once; the other
+    axes join `axes`, which :func:`_settle_axes` solves or checks."""
+    call = case._spec.inputs[name].values
+    try:
+        actual = generated_shape(call, env, vals)
+    except Exception as exc:
+        raise WorkloadError(f"{case.op}: case {case.id}: the shape of the generated `{name}` "
+                            f"(`{print_expr(call)}`) cannot be taken: {exc}") from exc
+    err = unify_generated(case._spec, name, shape, actual, env, axes)
+    if err is not None:
+        raise WorkloadError(f"{case.op}: case {case.id}: the generator of `{name}` gives shape "
+                            f"{list(actual)}, which does not unify with its declared shape: "
+                            f"{err}")
 
 
 def _settle_axes(case: Case, axes: list, env: dict) -> bool:

@@ -263,6 +263,67 @@ def _shape_of(contents: Any, rank: int) -> tuple[int, ...]:
 # ----------------------------------------------------------------------------- the checker
 
 
+def generated_shape(call: Expr, env: Mapping[str, Any], contents: Any) -> tuple:
+    """The shape of a generator call's result: its primitive's `shape` function of the
+    (evaluated) arguments where it has one, else the nesting of the contents."""
+    prim = PRIMITIVES.get(call.func) if isinstance(call, Call) else None
+    if prim is None or prim.role != "generator":
+        raise ValueError(f"`{print_expr(call)}` is not a generator call")
+    if prim.shape is not None:
+        args = [evaluate(a, env) for a in call.args]
+        kwargs = {k: evaluate(v, env) for k, v in call.kwargs}
+        return tuple(int(x) for x in prim.shape(*args, **kwargs))
+    return _shape_of(contents, prim.rank or 0)
+
+
+def unify_generated(spec: ElaboratedSpec, name: str, shape: ShapeList, actual: tuple,
+                    env: dict, pending: list) -> str | None:
+    """Bind or check the declared `shape` of the generated tensor `name` against the
+    generated one, `actual` (Table 1): an unknown `Seq[Int]` splat is bound at once; the
+    other axes go to `pending` as ``(name, axis, expr, length)`` for
+    :func:`settle_generated_axes`. An error message, or None. Shared by the check and the
+    runtime's instantiation."""
+    axes = shape.axes
+    splats = [k for k, a in enumerate(axes) if isinstance(a, Splat)]
+    lengths: dict[int, int] = {}
+    open_splats = []
+    for k in splats:
+        try:
+            v = evaluate(axes[k].value, env)
+            lengths[k] = len(v)
+        except Exception:
+            open_splats.append(k)
+    fixed = len(axes) - len(splats) + sum(lengths.values())
+    rest = 0
+    if not open_splats:
+        if fixed != len(actual):
+            return (f"rank {len(actual)}, where the declared shape has rank {fixed}")
+    elif len(open_splats) == 1 and isinstance(axes[open_splats[0]].value, Name) and \
+            isinstance(spec.forall.get(axes[open_splats[0]].value.id), K.SeqK):
+        rest = len(actual) - fixed
+        if rest < 0:
+            return f"rank {len(actual)}, where the declared shape has rank >= {fixed}"
+    else:
+        return "more than one splat of the declared shape is unknown"
+    pos = 0
+    for k, ax in enumerate(axes):
+        if isinstance(ax, Splat):
+            n = lengths.get(k, rest)
+            seg = tuple(actual[pos:pos + n])
+            pos += n
+            if k in lengths:
+                v = tuple(evaluate(ax.value, env))
+                if v != seg:
+                    return (f"`*{print_expr(ax.value)}` is {_show(v)}, the generated axes "
+                            f"{_show(seg)}")
+            else:
+                env[ax.value.id] = seg
+            continue
+        pending.append((name, k, ax, actual[pos]))
+        pos += 1
+    return None
+
+
 class GeneratedAxisError(ValueError):
     """An axis of a generated tensor that its declared shape refuses: ``item`` is the pending
     ``(tensor, axis, expr, length)``; ``reason`` is ``evaluate`` (the axis raises;
@@ -871,7 +932,7 @@ class _Checker:
                 text = self.values_text(t)
                 try:
                     contents = evaluate(call, env, rng=rng)
-                    actual = self.generated_shape(call, env, contents)
+                    actual = generated_shape(call, env, contents)
                 except Exception as exc:
                     msg = str(exc)
                     prefix = f"{print_expr(call)} raises "
@@ -880,7 +941,7 @@ class _Checker:
                     raise _RowError from exc
                 generated[t.name] = contents
                 env[t.name] = contents
-                err = self.unify(t, shapes[t.name], actual, env, pending_axes)
+                err = unify_generated(self.spec, t.name, shapes[t.name], actual, env, pending_axes)
                 if err is not None:
                     fail(f"the generator of `{t.name}`, `{text}`, gives shape {_show(actual)}, "
                          f"which does not unify with its declared shape: {err}")
@@ -990,61 +1051,6 @@ class _Checker:
                     fail(f"the generated `{t.name}` = {_show(_plain(generated[t.name]))} "
                          f"(from `{self.values_text(t)}`) breaks its `requires` `{text}`"
                          + (f" with {args}" if args else ""))
-
-    def generated_shape(self, call: Expr, env: Mapping[str, Any], contents: Any) -> tuple:
-        prim = PRIMITIVES.get(call.func) if isinstance(call, Call) else None
-        if prim is None or prim.role != "generator":
-            raise ValueError(f"`{print_expr(call)}` is not a generator call")
-        if prim.shape is not None:
-            args = [evaluate(a, env) for a in call.args]
-            kwargs = {k: evaluate(v, env) for k, v in call.kwargs}
-            return tuple(int(x) for x in prim.shape(*args, **kwargs))
-        return _shape_of(contents, prim.rank or 0)
-
-    def unify(self, t: TensorDecl, shape: ShapeList, actual: tuple, env: dict,
-              pending: list) -> str | None:
-        """Bind or check the declared `shape` against the generated one (Table 1); axes with
-        unknowns go to `pending`. An error message, or None."""
-        spec = self.spec
-        axes = shape.axes
-        splats = [k for k, a in enumerate(axes) if isinstance(a, Splat)]
-        lengths: dict[int, int] = {}
-        open_splats = []
-        for k in splats:
-            try:
-                v = evaluate(axes[k].value, env)
-                lengths[k] = len(v)
-            except Exception:
-                open_splats.append(k)
-        fixed = len(axes) - len(splats) + sum(lengths.values())
-        rest = 0
-        if not open_splats:
-            if fixed != len(actual):
-                return (f"rank {len(actual)}, where the declared shape has rank {fixed}")
-        elif len(open_splats) == 1 and isinstance(axes[open_splats[0]].value, Name) and \
-                isinstance(spec.forall.get(axes[open_splats[0]].value.id), K.SeqK):
-            rest = len(actual) - fixed
-            if rest < 0:
-                return f"rank {len(actual)}, where the declared shape has rank >= {fixed}"
-        else:
-            return "more than one splat of the declared shape is unknown"
-        pos = 0
-        for k, ax in enumerate(axes):
-            if isinstance(ax, Splat):
-                n = lengths.get(k, rest)
-                seg = tuple(actual[pos:pos + n])
-                pos += n
-                if k in lengths:
-                    v = tuple(evaluate(ax.value, env))
-                    if v != seg:
-                        return (f"`*{print_expr(ax.value)}` is {_show(v)}, the generated axes "
-                                f"{_show(seg)}")
-                else:
-                    env[ax.value.id] = seg
-                continue
-            pending.append((t.name, k, ax, actual[pos]))
-            pos += 1
-        return None
 
     def settle_axes(self, pending: list, env: dict, fail) -> bool:
         """Solve or check the pending axes that can be; True when something was solved."""
