@@ -613,6 +613,35 @@ def test_generator_raises(tmp_path):
     assert d.counterexample == {"B": 2, "W": 8, "N": 4, "D": 16}
 
 
+def test_generators_run_in_the_order_their_arguments_allow(tmp_path):
+    """A generator declared before the one whose shape gives its argument runs after it, in
+    the check and at run time alike, and an empty generated table keeps its declared width
+    (the primitive's shape, not the nesting of an empty list)."""
+    from opspec.ops.workloads import cases
+
+    p = prove(tmp_path, spec("""
+        forall: {B: Dim, W: Dim, NP: Dim, lens: "Seq[Int]"}
+        inputs:
+          table: {dtype: int32, shape: "[B, W]", values: "paged_block_table(B, W, NP)", requires: ["in_range(0, NP)"]}
+          seqlens: {dtype: int32, shape: "[B]", values: "as_tensor(lens)"}
+        outputs:
+          y: {dtype: int32, shape: "[B, W]"}
+        """, """
+        - {W: 4, NP: 8, lens: [3, 5], label: two}
+        - {W: 4, NP: 8, lens: [], label: none}
+        """))
+    clean(p)
+    (result,) = p.report.specs
+    manifest = load_paths([tmp_path], strict=True)
+    el, _ = elaborate(manifest.specs[OP], elaborate_adts(manifest.adts)[0])
+    two, none = cases(el, result.plan)
+    table, seqlens = two.inputs("cpu")
+    assert seqlens.tolist() == [3, 5] and table.shape == (2, 4)
+    assert sorted(table.flatten().tolist()) == list(range(8))     # 8 distinct pages of 8
+    table, seqlens = none.inputs("cpu")
+    assert table.shape == (0, 4) and seqlens.shape == (0,)
+
+
 def test_generator_raises_on_too_many_experts(tmp_path):
     p = prove(tmp_path, spec("""
         forall: {T: Dim, K: Dim, E: Dim}
