@@ -132,11 +132,9 @@ def _register(cls, eb: EffectBranch) -> None:
         # tensor may be a `device: cpu` one, which takes no part in it.
         ind, device, _ = br.code.call(op, *inputs, out, br.ind)
         types = {t[0]: t for t in br.code.outputs(op, ind)}
-        from opspec.ops.op import DTYPES_BY_NAME
+        from opspec.ops.op import new_output
         decls = cls._opspec_entry.spec.outputs
-        res = [torch.empty(tuple(types[n][1]), dtype=DTYPES_BY_NAME[types[n][2]],
-                           device="cpu" if decls[n].device == "cpu" else device)
-               for n in new]
+        res = [new_output(types[n], decls[n], device) for n in new]
         if not res:
             return None
         return res[0] if len(res) == 1 else tuple(res)

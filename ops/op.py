@@ -492,8 +492,7 @@ class Op:
             elif o.buffer == "out" and out is not None:
                 res.append(out)
             else:
-                res.append(torch.empty(tuple(t[1]), dtype=DTYPES_BY_NAME[t[2]],
-                                       device="cpu" if o.device == "cpu" else device))
+                res.append(new_output(t, o, device))
         if not info.outputs:
             return None
         return res[0] if len(info.outputs) == 1 else tuple(res)
@@ -663,6 +662,13 @@ def _decl_text(info: _ClassInfo, path: str) -> str:
         if r.path == path:
             return r.text
     return path
+
+
+def new_output(t: tuple, decl: Any, device: torch.device | None) -> torch.Tensor:
+    """An uninitialised output of the branch's `(name, shape, dtype)` entry `t`, on the call
+    `device`, or on the CPU where its declaration `decl` says `device: cpu` (seed § 4)."""
+    return torch.empty(tuple(t[1]), dtype=DTYPES_BY_NAME[t[2]],
+                       device="cpu" if decl.device == "cpu" else device)
 
 
 def _default_device() -> torch.device | None:

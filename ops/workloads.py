@@ -26,7 +26,8 @@ from opspec.schema.printer import print_expr
 from opspec.schema.primitives import WORKLOAD_SEED
 from opspec.schema.values import ADTValue, to_tuple
 from opspec.solver.workload_check import (GeneratedAxisError, generated_shape,
-                                          settle_generated_axes, unify_generated)
+                                          settle_generated_axes, unify_generated,
+                                          unknown_symbols)
 
 
 _DTYPE_CONSTANTS = {n: n for n in K.DTYPES}
@@ -179,7 +180,7 @@ def instantiate(case: Case, device: torch.device, seed: int = WORKLOAD_SEED) -> 
         _settle_lets(spec, env)
         for n in list(pending):
             t = spec.inputs[n]
-            if _unknown(spec, t.values, env):
+            if unknown_symbols(spec, t.values, env):
                 continue
             pending.remove(n)
             progress = True
@@ -196,14 +197,14 @@ def instantiate(case: Case, device: torch.device, seed: int = WORKLOAD_SEED) -> 
         if _settle_axes(case, axes, env):
             progress = True
     for n in pending:
-        names = ", ".join(sorted(_unknown(spec, spec.inputs[n].values, env)))
+        names = ", ".join(sorted(unknown_symbols(spec, spec.inputs[n].values, env)))
         raise WorkloadError(f"{case.op}: case {case.id}: the arguments of the generator of `{n}` "
                             f"(`{print_expr(spec.inputs[n].values)}`) are never known "
                             f"({names}): give them in the row")
     for n, k, ax, length in axes:
         raise WorkloadError(f"{case.op}: case {case.id}: the generated `{n}` has length {length} "
                             f"at axis {k}, and `{print_expr(ax)}` there cannot be solved "
-                            f"({', '.join(sorted(_unknown(spec, ax, env)))} unknown)")
+                            f"({', '.join(sorted(unknown_symbols(spec, ax, env)))} unknown)")
     _settle_lets(spec, env)
     for n, vals in generated.items():
         for r in spec.inputs[n].requires:
@@ -283,16 +284,6 @@ def _settle_axes(case: Case, axes: list, env: dict) -> bool:
                          f"`{err.detail}`"}[err.reason]
         raise WorkloadError(f"{case.op}: case {case.id}: the generator of `{name}` gives "
                             f"length {n} at axis {k}, where {why}") from err
-
-
-def _unknown(spec, e, env: dict) -> set[str]:
-    """The spec's symbols that `e` reads and `env` does not bind yet."""
-    return {n for n in _names(e) if n not in env and spec.kind_of(n) is not None}
-
-
-def _names(e) -> set[str]:
-    from opspec.schema.expr import free_names
-    return free_names(e)
 
 
 def _settle_lets(spec, env: dict) -> None:

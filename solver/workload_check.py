@@ -263,6 +263,11 @@ def _shape_of(contents: Any, rank: int) -> tuple[int, ...]:
 # ----------------------------------------------------------------------------- the checker
 
 
+def unknown_symbols(spec: ElaboratedSpec, e: Expr, env: Mapping[str, Any]) -> set[str]:
+    """The spec's symbols that `e` reads and `env` does not bind yet."""
+    return {n for n in free_names(e) if n not in env and spec.kind_of(n) is not None}
+
+
 def generated_shape(call: Expr, env: Mapping[str, Any], contents: Any) -> tuple:
     """The shape of a generator call's result: its primitive's `shape` function of the
     (evaluated) arguments where it has one, else the nesting of the contents."""
@@ -347,7 +352,7 @@ def settle_generated_axes(spec: ElaboratedSpec, pending: list, env: dict) -> boo
         again = False
         for item in list(pending):
             t, k, ax, n = item
-            unk = {m for m in free_names(ax) if m not in env and spec.kind_of(m) is not None}
+            unk = unknown_symbols(spec, ax, env)
             if not unk:
                 pending.remove(item)
                 try:
@@ -901,7 +906,7 @@ class _Checker:
         let_errors: dict[str, str] = {}
 
         def symbol_unknown(e: Expr) -> set[str]:
-            return {n for n in free_names(e) if n not in env and spec.kind_of(n) is not None}
+            return unknown_symbols(spec, e, env)
 
         def settle_lets() -> bool:
             progress = False
