@@ -25,9 +25,8 @@ from opspec.schema.parse import parse_expr
 from opspec.schema.printer import print_expr
 from opspec.schema.primitives import WORKLOAD_SEED
 from opspec.schema.values import ADTValue, to_tuple
-from opspec.solver.workload_check import (GeneratedAxisError, generated_shape,
-                                          settle_generated_axes, unify_generated,
-                                          unknown_symbols)
+from opspec.solver.generators import (GeneratedAxisError, GeneratorError, branch_program,
+                                      run_generators, settle_lets, unknown_symbols)
 
 
 _DTYPE_CONSTANTS = {n: n for n in K.DTYPES}
@@ -165,47 +164,34 @@ def instantiate(case: Case, device: torch.device, seed: int = WORKLOAD_SEED) -> 
     dtypes = {n: dt for n, _, dt in b.tensors}
     rng = random.Random(f"{seed}:{case.op}:{case.id}")
     gens: dict[torch.device, torch.Generator] = {}
-    generated: dict[str, Any] = {}
-    # Generators first: their results solve the indices the row does not give. Each runs as
-    # soon as its arguments are known, in passes over the inputs in declaration order, as
-    # the prover's `workload` check runs them (so both draw the same contents from the
-    # seeded `rng`): `paged_block_table(B, W, NP)` waits for `cache_seqlens: [B]`, declared
-    # after it, to solve B. Its arguments may be lets (`moe.layout_metadata(layout, R,
-    # E)`), bound as soon as the row and earlier generators determine them.
-    pending = [n for n in spec.inputs if n in shapes and spec.inputs[n].values is not None]
-    axes: list[tuple[str, int, Any, int]] = []   # generated axes not yet solved or checked
-    progress = True
-    while progress:
-        progress = False
-        _settle_lets(spec, env)
-        for n in list(pending):
-            t = spec.inputs[n]
-            if unknown_symbols(spec, t.values, env):
-                continue
-            pending.remove(n)
-            progress = True
-            try:
-                vals = evaluate(t.values, env, rng=rng)
-            except Exception as exc:
-                raise WorkloadError(f"{case.op}: case {case.id}: the generator of `{n}` "
-                                    f"(`{print_expr(t.values)}`) raises {exc}") from exc
-            generated[n] = vals
-            env[n] = vals
-            _unify_generated(case, n, shapes[n], vals, env, axes)
-        # The indices a pass's generated shapes solve are bound after the pass (so a
-        # generator reading one runs in the next pass, as in the prover).
-        if _settle_axes(case, axes, env):
-            progress = True
-    for n in pending:
-        names = ", ".join(sorted(unknown_symbols(spec, spec.inputs[n].values, env)))
-        raise WorkloadError(f"{case.op}: case {case.id}: the arguments of the generator of `{n}` "
-                            f"(`{print_expr(spec.inputs[n].values)}`) are never known "
+    # Generators first: their results solve the indices the row does not give. They run as
+    # the prover's `workload` check runs them (the same driver), so both draw the same
+    # contents from the seeded `rng`.
+    calls, lets = branch_program(spec, b)
+    where = f"{case.op}: case {case.id}"
+    try:
+        run = run_generators(spec, calls, shapes, env, rng, lambda: settle_lets(spec, env, lets))
+    except GeneratorError as err:
+        raise WorkloadError(f"{where}: {_generator_failure(err)}") from err
+    except GeneratedAxisError as err:
+        name, k, ax, n = err.item
+        why = {"evaluate": f"`{print_expr(ax)}` raises {err.detail}",
+               "mismatch": f"its shape needs `{print_expr(ax)}` = {err.detail}",
+               "divide": f"`{print_expr(ax)}` cannot equal for a non-negative integer "
+                         f"`{err.detail}`"}[err.reason]
+        raise WorkloadError(f"{where}: the generator of `{name}` gives length {n} at axis {k}, "
+                            f"where {why}") from err
+    generated = run.generated
+    for n in run.never_known:
+        call = dict(calls)[n]
+        names = ", ".join(sorted(unknown_symbols(spec, call, env)))
+        raise WorkloadError(f"{where}: the arguments of the generator of `{n}` "
+                            f"(`{print_expr(call)}`) are never known "
                             f"({names}): give them in the row")
-    for n, k, ax, length in axes:
-        raise WorkloadError(f"{case.op}: case {case.id}: the generated `{n}` has length {length} "
-                            f"at axis {k}, and `{print_expr(ax)}` there cannot be solved "
+    for n, k, ax, length in run.unsolved:
+        raise WorkloadError(f"{where}: the generated `{n}` has length {length} at axis {k}, "
+                            f"and `{print_expr(ax)}` there cannot be solved "
                             f"({', '.join(sorted(unknown_symbols(spec, ax, env)))} unknown)")
-    _settle_lets(spec, env)
     for n, vals in generated.items():
         for r in spec.inputs[n].requires:
             try:
@@ -252,46 +238,15 @@ def _axes(shape: ShapeList, env) -> tuple[int, ...]:
     return tuple(axes)
 
 
-def _unify_generated(case: Case, name: str, shape: ShapeList, vals: Any, env: dict,
-                     axes: list) -> None:
-    """The generated `vals` against the declared `shape`, as the `workload` check unifies
-    them (the same functions): an unknown `Seq[Int]` splat is bound at once; the other
-    axes join `axes`, which :func:`_settle_axes` solves or checks."""
-    call = case._spec.inputs[name].values
-    try:
-        actual = generated_shape(call, env, vals)
-    except Exception as exc:
-        raise WorkloadError(f"{case.op}: case {case.id}: the shape of the generated `{name}` "
-                            f"(`{print_expr(call)}`) cannot be taken: {exc}") from exc
-    err = unify_generated(case._spec, name, shape, actual, env, axes)
-    if err is not None:
-        raise WorkloadError(f"{case.op}: case {case.id}: the generator of `{name}` gives shape "
-                            f"{list(actual)}, which does not unify with its declared shape: "
-                            f"{err}")
-
-
-def _settle_axes(case: Case, axes: list, env: dict) -> bool:
-    """Check the pending generated axes whose indices are known and solve those linear in
-    one unknown `Dim` (`M`, `a * M + e`), as the `workload` check does (the same function);
-    True when an index was solved."""
-    try:
-        return settle_generated_axes(case._spec, axes, env)
-    except GeneratedAxisError as err:
-        name, k, ax, n = err.item
-        why = {"evaluate": f"`{print_expr(ax)}` raises {err.detail}",
-               "mismatch": f"its shape needs `{print_expr(ax)}` = {err.detail}",
-               "divide": f"`{print_expr(ax)}` cannot equal for a non-negative integer "
-                         f"`{err.detail}`"}[err.reason]
-        raise WorkloadError(f"{case.op}: case {case.id}: the generator of `{name}` gives "
-                            f"length {n} at axis {k}, where {why}") from err
-
-
-def _settle_lets(spec, env: dict) -> None:
-    for n, let in spec.lets.items():
-        try:
-            env[n] = evaluate(let.expr, env)
-        except Exception:
-            continue
+def _generator_failure(err: GeneratorError) -> str:
+    call = print_expr(err.call)
+    if err.reason == "raises":
+        return f"the generator of `{err.name}` (`{call}`) raises {err.detail}"
+    if err.reason == "shape":
+        return (f"the shape of the generated `{err.name}` (`{call}`) cannot be taken: "
+                f"{err.detail}")
+    return (f"the generator of `{err.name}` gives shape {list(err.actual)}, which does not "
+            f"unify with its declared shape: {err.detail}")
 
 
 def _generator(gens: dict, device: torch.device, seed: int) -> torch.Generator | None:

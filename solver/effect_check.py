@@ -71,6 +71,7 @@ broken, and whole-spec passes do not run on it.
 
 from __future__ import annotations
 
+import random
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -79,13 +80,12 @@ from opspec.schema import kinds as K
 from opspec.schema.diagnostics import Diagnostic, Severity
 from opspec.schema.elaborate import ElaboratedSpec
 from opspec.schema.evaluate import BYTES_KEY, evaluate
-from opspec.schema.expr import (
-    Attr, Call, Compare, Const, Expr, Name, ShapeList, Splat, free_names,
-)
+from opspec.schema.expr import Attr, Compare, Const, Expr, Name, ShapeList, Splat
 from opspec.schema.printer import print_expr, print_shape
-from opspec.schema.primitives import PRIMITIVES
+from opspec.schema.primitives import WORKLOAD_SEED
 from opspec.schema.values import ADTValue, to_tuple
 from opspec.solver import plan as P
+from opspec.solver.generators import branch_program, run_generators, settle_lets
 
 CHECK = "effect"
 NAMESPACE = "opspec"
@@ -600,12 +600,12 @@ def _sample(spec: ElaboratedSpec, plan: P.Plan, b: P.Branch):
             env.update(case)
         shapes = {n: sh for n, sh, _ in b.tensors}
         dtypes = {n: dt for n, _, dt in b.tensors}
+        calls, lets = branch_program(spec, b)
+        rng = random.Random(f"{WORKLOAD_SEED}:{spec.name}:{row.label}")
         try:
-            _settle(spec, env)
-            for n, t in spec.inputs.items():
-                if n in shapes and t.values is not None:
-                    _unify_generated(spec, t.values, shapes[n], env)
-                    _settle(spec, env)
+            # The generators run as the `workload` check runs them (the same driver), so a
+            # row whose indices a later generator solves is sized too.
+            run_generators(spec, calls, shapes, env, rng, lambda: settle_lets(spec, env, lets))
             consts = {d: d for d in K.DTYPES}
             nbytes = {}
             for n in b.present:
@@ -623,16 +623,6 @@ def _sample(spec: ElaboratedSpec, plan: P.Plan, b: P.Branch):
     return None
 
 
-def _settle(spec: ElaboratedSpec, env: dict) -> None:
-    for n, let in spec.lets.items():
-        if n in env:
-            continue
-        try:
-            env[n] = evaluate(let.expr, env)
-        except Exception:
-            continue
-
-
 def _axes(shape: ShapeList, env: Mapping[str, Any]) -> list[int]:
     axes: list[int] = []
     for a in shape.axes:
@@ -643,32 +633,6 @@ def _axes(shape: ShapeList, env: Mapping[str, Any]) -> list[int]:
     if any(x < 0 for x in axes):
         raise ValueError(f"negative axis in {axes}")
     return axes
-
-
-def _unify_generated(spec: ElaboratedSpec, values: Expr, shape: ShapeList, env: dict) -> None:
-    """Solve the indices of a generated tensor's shape from the generator's result shape
-    (the primitive's `shape`, computed from the arguments alone: no contents are made)."""
-    from opspec.solver.order import linear
-
-    if not isinstance(values, Call) or values.func not in PRIMITIVES:
-        return
-    prim = PRIMITIVES[values.func]
-    if prim.shape is None:
-        return
-    args = [evaluate(a, env) for a in values.args]
-    actual = tuple(prim.shape(*args))
-    if any(isinstance(a, Splat) for a in shape.axes) or len(actual) != len(shape.axes):
-        return
-    for ax, length in zip(shape.axes, actual):
-        unknown = [x for x in free_names(ax) if x not in env and x in spec.forall]
-        if len(unknown) != 1:
-            continue
-        lin = linear(ax, unknown[0])
-        if lin is None:
-            continue
-        c, o = evaluate(lin[0], env), evaluate(lin[1], env)
-        if c > 0 and (length - o) % c == 0:
-            env[unknown[0]] = (length - o) // c
 
 
 def check_effects(spec: ElaboratedSpec, loaded: Any, plan: P.Plan) -> list[Diagnostic]:

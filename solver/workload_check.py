@@ -78,6 +78,9 @@ from opspec.schema.values import ADTValue, is_int, to_tuple
 from opspec.schema.yaml_source import resolve_plain
 from opspec.solver import plan as P
 from opspec.solver.fold import Folder
+from opspec.solver.generators import (GeneratedAxisError, GeneratorError, branch_program,
+                                      generated_tensors, nested_shape, run_generators,
+                                      settle_lets, unknown_symbols)
 from opspec.solver.order import linear
 
 __all__ = ["check_workloads", "LABEL_MAX", "case_id"]
@@ -249,139 +252,7 @@ def _seq_text(text: str, env: Mapping[str, Any]) -> Any:
     return evaluate(e, env)
 
 
-def _shape_of(contents: Any, rank: int) -> tuple[int, ...]:
-    out = []
-    v = contents
-    for _ in range(rank):
-        if not isinstance(v, (list, tuple)):
-            break
-        out.append(len(v))
-        v = v[0] if v else None
-    return tuple(out)
-
-
 # ----------------------------------------------------------------------------- the checker
-
-
-def unknown_symbols(spec: ElaboratedSpec, e: Expr, env: Mapping[str, Any]) -> set[str]:
-    """The spec's symbols that `e` reads and `env` does not bind yet."""
-    return {n for n in free_names(e) if n not in env and spec.kind_of(n) is not None}
-
-
-def generated_shape(call: Expr, env: Mapping[str, Any], contents: Any) -> tuple:
-    """The shape of a generator call's result: its primitive's `shape` function of the
-    (evaluated) arguments where it has one, else the nesting of the contents."""
-    prim = PRIMITIVES.get(call.func) if isinstance(call, Call) else None
-    if prim is None or prim.role != "generator":
-        raise ValueError(f"`{print_expr(call)}` is not a generator call")
-    if prim.shape is not None:
-        args = [evaluate(a, env) for a in call.args]
-        kwargs = {k: evaluate(v, env) for k, v in call.kwargs}
-        return tuple(int(x) for x in prim.shape(*args, **kwargs))
-    return _shape_of(contents, prim.rank or 0)
-
-
-def unify_generated(spec: ElaboratedSpec, name: str, shape: ShapeList, actual: tuple,
-                    env: dict, pending: list) -> str | None:
-    """Bind or check the declared `shape` of the generated tensor `name` against the
-    generated one, `actual` (Table 1): an unknown `Seq[Int]` splat is bound at once; the
-    other axes go to `pending` as ``(name, axis, expr, length)`` for
-    :func:`settle_generated_axes`. An error message, or None. Shared by the check and the
-    runtime's instantiation."""
-    axes = shape.axes
-    splats = [k for k, a in enumerate(axes) if isinstance(a, Splat)]
-    lengths: dict[int, int] = {}
-    open_splats = []
-    for k in splats:
-        try:
-            v = evaluate(axes[k].value, env)
-            lengths[k] = len(v)
-        except Exception:
-            open_splats.append(k)
-    fixed = len(axes) - len(splats) + sum(lengths.values())
-    rest = 0
-    if not open_splats:
-        if fixed != len(actual):
-            return (f"rank {len(actual)}, where the declared shape has rank {fixed}")
-    elif len(open_splats) == 1 and isinstance(axes[open_splats[0]].value, Name) and \
-            isinstance(spec.forall.get(axes[open_splats[0]].value.id), K.SeqK):
-        rest = len(actual) - fixed
-        if rest < 0:
-            return f"rank {len(actual)}, where the declared shape has rank >= {fixed}"
-    else:
-        return "more than one splat of the declared shape is unknown"
-    pos = 0
-    for k, ax in enumerate(axes):
-        if isinstance(ax, Splat):
-            n = lengths.get(k, rest)
-            seg = tuple(actual[pos:pos + n])
-            pos += n
-            if k in lengths:
-                v = tuple(evaluate(ax.value, env))
-                if v != seg:
-                    return (f"`*{print_expr(ax.value)}` is {_show(v)}, the generated axes "
-                            f"{_show(seg)}")
-            else:
-                env[ax.value.id] = seg
-            continue
-        pending.append((name, k, ax, actual[pos]))
-        pos += 1
-    return None
-
-
-class GeneratedAxisError(ValueError):
-    """An axis of a generated tensor that its declared shape refuses: ``item`` is the pending
-    ``(tensor, axis, expr, length)``; ``reason`` is ``evaluate`` (the axis raises;
-    ``detail`` the exception), ``mismatch`` (``detail`` the axis's value) or ``divide``
-    (no non-negative integer value of the index ``detail`` gives the length)."""
-
-    def __init__(self, item: tuple, reason: str, detail: Any):
-        super().__init__(f"{item[0]} axis {item[1]}: {reason} ({detail})")
-        self.item, self.reason, self.detail = item, reason, detail
-
-
-def settle_generated_axes(spec: ElaboratedSpec, pending: list, env: dict) -> bool:
-    """Check the ``pending`` generated axes ``(tensor, axis, expr, length)`` whose indices
-    `env` binds, and solve those linear in one unknown integer index (Table 1: ``M``,
-    ``a * M + e``), binding it in `env`; settled items leave `pending`. True when an index
-    was solved. Raises :class:`GeneratedAxisError`. Shared by the `workload` check and
-    ``opspec.ops.workloads`` (the runtime's instantiation), so both solve alike."""
-    progress = False
-    again = True
-    while again:
-        again = False
-        for item in list(pending):
-            t, k, ax, n = item
-            unk = unknown_symbols(spec, ax, env)
-            if not unk:
-                pending.remove(item)
-                try:
-                    v = evaluate(ax, env)
-                except Exception as exc:
-                    raise GeneratedAxisError(item, "evaluate", exc) from exc
-                if v != n:
-                    raise GeneratedAxisError(item, "mismatch", v)
-                continue
-            if len(unk) != 1:
-                continue
-            (u,) = unk
-            if not isinstance(spec.forall.get(u), K.IntK):
-                continue
-            lin = linear(ax, u)
-            if lin is None:
-                continue
-            try:
-                c, o = evaluate(lin[0], env), evaluate(lin[1], env)
-            except Exception:
-                continue
-            if not (is_int(c) and c > 0 and is_int(o)):
-                continue
-            pending.remove(item)
-            if (n - o) % c != 0 or (n - o) // c < 0:
-                raise GeneratedAxisError(item, "divide", u)
-            env[u] = (n - o) // c
-            progress = again = True
-    return progress
 
 
 class _RowError(Exception):
@@ -687,8 +558,7 @@ class _Checker:
         return out
 
     def generated(self, branch: P.Branch, shapes) -> list[TensorDecl]:
-        return [t for t in self.spec.tensors.values()
-                if t.values is not None and t.name in shapes and t.role != "output"]
+        return generated_tensors(self.spec, branch)
 
     def generator_solved(self, branch: P.Branch, folder: Folder, shapes, lets) -> dict[str, str]:
         """The indices a generator solves on this branch, each with the tensor solving it.
@@ -908,62 +778,39 @@ class _Checker:
         def symbol_unknown(e: Expr) -> set[str]:
             return unknown_symbols(spec, e, env)
 
-        def settle_lets() -> bool:
-            progress = False
-            for n, e in lets.items():
-                if n in env or n in let_errors or symbol_unknown(e):
-                    continue
-                try:
-                    env[n] = evaluate(e, env)
-                    progress = True
-                except Exception as exc:
-                    let_errors[n] = str(exc)
-            return progress
-
         # generators, in declaration order, as soon as their arguments are known
         gens = self.generated(branch, shapes)
-        generated: dict[str, Any] = {}
-        pending_axes: list[tuple[str, int, Expr, int]] = []  # (tensor, axis, expr, length)
-        todo = list(gens)
-        progress = True
-        while progress:
-            progress = settle_lets()
-            for t in list(todo):
-                call = folder.expr(t.values)
-                if symbol_unknown(call):
-                    continue
-                todo.remove(t)
-                progress = True
-                text = self.values_text(t)
-                try:
-                    contents = evaluate(call, env, rng=rng)
-                    actual = generated_shape(call, env, contents)
-                except Exception as exc:
-                    msg = str(exc)
-                    prefix = f"{print_expr(call)} raises "
-                    fail(f"the generator of `{t.name}`, `{text}`, raises "
-                         f"{msg[len(prefix):] if msg.startswith(prefix) else msg}")
-                    raise _RowError from exc
-                generated[t.name] = contents
-                env[t.name] = contents
-                err = unify_generated(self.spec, t.name, shapes[t.name], actual, env, pending_axes)
-                if err is not None:
-                    fail(f"the generator of `{t.name}`, `{text}`, gives shape {_show(actual)}, "
-                         f"which does not unify with its declared shape: {err}")
-                    raise _RowError
-            if self.settle_axes(pending_axes, env, fail):
-                progress = True
-        for t in todo:
+        calls, _ = branch_program(spec, branch, folder)
+        try:
+            run = run_generators(spec, calls, shapes, env, rng,
+                                 lambda: settle_lets(spec, env, lets, let_errors))
+        except GeneratorError as err:
+            text = self.values_text(spec.tensors[err.name])
+            if err.reason == "unify":
+                fail(f"the generator of `{err.name}`, `{text}`, gives shape "
+                     f"{_show(err.actual)}, which does not unify with its declared shape: "
+                     f"{err.detail}")
+            else:
+                msg = str(err.detail)
+                prefix = f"{print_expr(err.call)} raises "
+                fail(f"the generator of `{err.name}`, `{text}`, raises "
+                     f"{msg[len(prefix):] if msg.startswith(prefix) else msg}")
+            raise _RowError from err
+        except GeneratedAxisError as err:
+            self.axis_failed(err, fail)
+            raise _RowError from err
+        generated = run.generated
+        for name in run.never_known:
+            t = spec.tensors[name]
             names = ", ".join(sorted(symbol_unknown(folder.expr(t.values))))
-            fail(f"the arguments of the generator of `{t.name}`, `{self.values_text(t)}`, are "
+            fail(f"the arguments of the generator of `{name}`, `{self.values_text(t)}`, are "
                  f"never known ({names})")
             raise _RowError
-        if pending_axes:
-            for t, k, ax, n in pending_axes:
+        if run.unsolved:
+            for t, k, ax, n in run.unsolved:
                 fail(f"the generated `{t}` has length {n} at axis {k}, and `{print_expr(ax)}` "
                      f"there cannot be solved ({', '.join(sorted(symbol_unknown(ax)))} unknown)")
             raise _RowError
-        settle_lets()
 
         # lets the branch reads
         for n, msg in let_errors.items():
@@ -1007,7 +854,7 @@ class _Checker:
                         broken = True
                 axes.extend(vals)
             if not broken and t in generated:
-                got = _shape_of(generated[t], len(axes))
+                got = nested_shape(generated[t], len(axes))
                 if got != tuple(axes)[:len(got)]:
                     fail(f"the generated `{t}` has shape {_show(got)}, but its declared shape "
                          f"evaluates to {_show(axes)}")
@@ -1057,23 +904,20 @@ class _Checker:
                          f"(from `{self.values_text(t)}`) breaks its `requires` `{text}`"
                          + (f" with {args}" if args else ""))
 
-    def settle_axes(self, pending: list, env: dict, fail) -> bool:
-        """Solve or check the pending axes that can be; True when something was solved."""
-        try:
-            return settle_generated_axes(self.spec, pending, env)
-        except GeneratedAxisError as err:
-            t, k, ax, n = err.item
-            if err.reason == "evaluate":
-                fail(f"axis {k} of the generated `{t}`, `{print_expr(ax)}`, does not "
-                     f"evaluate: {err.detail}")
-            elif err.reason == "mismatch":
-                fail(f"the generated `{t}` has length {n} at axis {k}, but its declared "
-                     f"shape needs `{print_expr(ax)}` = {_show(err.detail)} there")
-            else:
-                fail(f"the generated `{t}` has length {n} at axis {k}, which "
-                     f"`{print_expr(ax)}` cannot equal for a non-negative integer "
-                     f"`{err.detail}`")
-            raise _RowError from err
+    @staticmethod
+    def axis_failed(err: GeneratedAxisError, fail) -> None:
+        """Report a generated axis its declared shape refuses."""
+        t, k, ax, n = err.item
+        if err.reason == "evaluate":
+            fail(f"axis {k} of the generated `{t}`, `{print_expr(ax)}`, does not "
+                 f"evaluate: {err.detail}")
+        elif err.reason == "mismatch":
+            fail(f"the generated `{t}` has length {n} at axis {k}, but its declared "
+                 f"shape needs `{print_expr(ax)}` = {_show(err.detail)} there")
+        else:
+            fail(f"the generated `{t}` has length {n} at axis {k}, which "
+                 f"`{print_expr(ax)}` cannot equal for a non-negative integer "
+                 f"`{err.detail}`")
 
     def let_is_read(self, n: str, branch, folder, shapes, dtypes, lets) -> bool:
         spec = self.spec

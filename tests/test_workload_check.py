@@ -19,6 +19,7 @@ from opspec.schema.diagnostics import Severity
 from opspec.schema.elaborate import elaborate, elaborate_adts
 from opspec.schema.loader import load_paths
 from opspec.schema.printer import print_expr
+from opspec.solver import generators as G
 from opspec.solver import workload_check as W
 from opspec.solver.prove import prove_spec
 from opspec.solver.run import prove_manifest
@@ -1176,11 +1177,12 @@ def test_corpus_every_row_instantiates(corpus_specs, monkeypatch):
                 if d.check == "workload"]
 
 
-def _generated_by_case(module, monkeypatch) -> dict:
-    """Record, by the seeded rng's case id, each value a generator call of ``module``
-    (``evaluate(..., rng=...)``) returns, in call order."""
+def _generated_by_case(monkeypatch) -> dict:
+    """Record, by the seeded rng's case id, each value a generator call returns
+    (``evaluate(..., rng=...)`` in the generator driver that the check and the runtime
+    share), in call order."""
     seen: dict[str, list] = {}
-    orig = module.evaluate
+    orig = G.evaluate
 
     def recording(e, env, *args, rng=None, **kw):
         out = orig(e, env, *args, rng=rng, **kw)
@@ -1193,8 +1195,8 @@ def _generated_by_case(module, monkeypatch) -> dict:
             super().__init__(key)
             self.key = key.split(":", 1)[1]      # "{seed}:{op}:{case id}" -> op:id
 
-    monkeypatch.setattr(module, "evaluate", recording)
-    monkeypatch.setattr(module.random, "Random", Keyed)
+    monkeypatch.setattr(G, "evaluate", recording)
+    monkeypatch.setattr(random, "Random", Keyed)
     return seen
 
 
@@ -1203,13 +1205,14 @@ def test_corpus_every_case_instantiates_at_run_time(corpus_specs, monkeypatch):
     order the `workload` check runs them, and both draw the same contents from the same
     seed: `GroupedQueryAttentionPagedFwdOp`'s page table, declared before the
     `cache_seqlens` whose shape gives its B, runs after it."""
-    from opspec.ops import workloads as RW
     from opspec.ops.workloads import cases
 
-    prover = _generated_by_case(W, monkeypatch)
+    seen = _generated_by_case(monkeypatch)
     for el, loaded, result in corpus_specs.values():
         assert not W.check_workloads(el, loaded, result.plan)
-    runtime = _generated_by_case(RW, monkeypatch)
+    prover = dict(seen)
+    seen.clear()
+    runtime = seen
     built = 0
     for el, _, result in corpus_specs.values():
         for c in cases(el, result.plan):
@@ -1244,13 +1247,18 @@ def test_bundled_cases_draw_the_checks_contents(monkeypatch):
     `workload` check (MoE's routing and offsets, attention's sequence offsets)."""
     import opspec.ops as ops
     from opspec.manifest import MANIFEST_DIR
-    from opspec.ops import workloads as RW
     from opspec.ops.workloads import cases
 
     manifest = load_paths([MANIFEST_DIR], strict=True)
-    prover = _generated_by_case(W, monkeypatch)
-    assert prove_manifest(manifest).ok
-    runtime = _generated_by_case(RW, monkeypatch)
+    adts, _ = elaborate_adts(manifest.adts)
+    specs = [(el, s, prove_spec(el, s)) for s in manifest.specs.values()
+             for el in [elaborate(s, adts)[0]]]
+    seen = _generated_by_case(monkeypatch)
+    for el, loaded, result in specs:
+        assert result.verdict == "proven" and not W.check_workloads(el, loaded, result.plan)
+    prover = dict(seen)
+    seen.clear()
+    runtime = seen
     for name in manifest.specs:
         for c in cases(getattr(ops, name)):
             c.inputs("meta")
