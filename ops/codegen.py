@@ -18,12 +18,12 @@ namespace (`NAMESPACE`), and works on ints and SymInts alike: shapes are compare
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from opspec.schema import kinds as K
 from opspec.schema.elaborate import ElaboratedSpec
-from opspec.schema.expr import Const, Expr, Name, ShapeList, Splat, free_names
+from opspec.schema.expr import Const, Expr, ShapeList, Splat, free_names
 from opspec.schema.printer import print_expr, print_shape
 from opspec.solver import plan as P
 from opspec.solver.discriminants import describe_value
@@ -173,7 +173,7 @@ class BranchGenerator:
         call_start = len(w.lines)
         w(f"def {fname}(op, {args + ', ' if args else ''}t_out, ind):")
         with w.indent():
-            w(f'"""Signature checks of a call; returns (indices, call device, empty write)."""')
+            w('"""Signature checks of a call; returns (indices, call device, empty write)."""')
             self.bind_params(b.call, outputs=True)
             for n in sorted(constructed):
                 w(f"{_lv(n)} = ind[{n!r}]")
@@ -356,7 +356,6 @@ class BranchGenerator:
     def output_checks(self) -> None:
         w, spec, b = self.w, self.spec, self.branch
         outs = list(spec.outputs)
-        name = spec.name
         if not outs:
             d = self.decl("signature.outputs", "the result (the spec declares no outputs)", "None")
             w("if _r is not None:")
@@ -628,7 +627,7 @@ class BranchGenerator:
             if not (isinstance(s.coeff, Const)):
                 w(f"if {c} <= 0:")
                 with w.indent():
-                    self.fail(d, f"'a positive coefficient'", c)
+                    self.fail(d, "'a positive coefficient'", c)
             w(f"if _v % {c} != 0 or _v < 0:")
             with w.indent():
                 self.fail(d, f"'a non-negative multiple of ' + str({c}) + ' plus ' + str({o})",

@@ -10,7 +10,7 @@ checks that depend on it.
 from __future__ import annotations
 
 import graphlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from opspec.schema import kinds as K

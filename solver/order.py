@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opspec.schema import kinds as K
-from opspec.schema.elaborate import ElaboratedSpec, TensorDecl
+from opspec.schema.elaborate import ElaboratedSpec
 from opspec.schema.expr import (
-    BinOp, Call, Const, Expr, GenExp, Name, ShapeList, Splat, free_names, walk,
+    BinOp, Call, Const, Expr, Name, ShapeList, Splat, free_names,
 )
 from opspec.solver import plan as P
 from opspec.solver.fold import FamilyMiss, Folder, NotDiscriminant

@@ -20,7 +20,7 @@ from opspec.schema import kinds as K
 from opspec.schema.diagnostics import Diagnostic, Severity
 from opspec.schema.elaborate import ElaboratedSpec
 from opspec.schema.expr import (
-    Attr, BinOp, Call, Compare, Const, Expr, FamilyApp, Name, ShapeList, Splat, walk,
+    Attr, BinOp, Call, Compare, Const, Expr, FamilyApp, Name, Splat, walk,
 )
 from opspec.schema.loader import LoadedSpec
 from opspec.schema.evaluate import evaluate
@@ -256,7 +256,7 @@ class _Prover:
                         hint="pass the argument as its own index or a let, not a growing "
                              "expression")
             return P.Branch(tuple(sorted(combo.items())), excluded_by="(shape too large)")
-        except Exception as exc:  # a fold of an ill-kinded declaration; elaboration reported it
+        except Exception:  # a fold of an ill-kinded declaration; elaboration reported it
             if spec.broken:
                 return P.Branch(tuple(sorted(combo.items())), excluded_by="(broken declarations)")
             raise

@@ -249,7 +249,6 @@ class _Gen:
         types: dict[str, Any] = {}
         inputs: dict[str, Any] = {}
         placed: set[str] = set()
-        family_args: list[str] = []
         if flags and len(dims) >= 2 and src.chance(0.35):
             fam_flag = src.choice(flags)
             types["Mat"] = {"params": {"t": "Bool", "R": "Dim", "C": "Dim"}, "match": "t",
@@ -319,7 +318,7 @@ class _Gen:
             let["P"] = src.choice([f"{a} * {b}", f"{a} + {b}", f"ceil_div({a}, 4)",
                                    f"{a} // 2", f"{a} % 3 + {b}"])
             if src.chance(0.4):
-                let["Q"] = src.choice(["P + 1", f"P * {a}", f"2 * P"])
+                let["Q"] = src.choice(["P + 1", f"P * {a}", "2 * P"])
         if limit:
             let["lim"] = f"limit.value if present(limit) else {src.choice(dims)}"
 
