@@ -557,9 +557,6 @@ class _Checker:
                 out |= self.reads(lets[n], lets, seen)
         return out
 
-    def generated(self, branch: P.Branch, shapes) -> list[TensorDecl]:
-        return generated_tensors(self.spec, branch)
-
     def generator_solved(self, branch: P.Branch, folder: Folder, shapes, lets) -> dict[str, str]:
         """The indices a generator solves on this branch, each with the tensor solving it.
 
@@ -568,7 +565,7 @@ class _Checker:
         indices still unknown, which may let further generators run (`paged_block_table(B,
         W, NP)` after `cu_seqlens_q: [B + 1]` solved B). When generators remain that cannot
         run, the row gives their missing arguments too, and solving goes on."""
-        gens = self.generated(branch, shapes)
+        gens = generated_tensors(self.spec, branch)
         if not gens:
             return {}
         args = {t.name: self.reads(folder.expr(t.values), lets) for t in gens}
@@ -779,7 +776,7 @@ class _Checker:
             return unknown_symbols(spec, e, env)
 
         # generators, in declaration order, as soon as their arguments are known
-        gens = self.generated(branch, shapes)
+        gens = generated_tensors(self.spec, branch)
         calls, _ = branch_program(spec, branch, folder)
         try:
             run = run_generators(spec, calls, shapes, env, rng,
