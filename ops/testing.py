@@ -47,13 +47,13 @@ from hypothesis import strategies as st
 
 from opspec.schema import kinds as K
 from opspec.schema.errors import OpspecError, SignatureError, SignatureTypeError
-from opspec.schema.expr import Call as CallExpr, Compare, Const, Expr, Name, ShapeList, Splat
+from opspec.schema.expr import Call as CallExpr, Const, Expr, Name, ShapeList, Splat
 from opspec.schema.printer import print_expr
 from opspec.schema.values import ADTValue
 from opspec.solver import plan as P
 from opspec.solver.discriminants import describe_value
 from opspec.solver.encode import EncodeError, Encoder, solve
-from opspec.solver.fold import Folder
+from opspec.solver.fold import Folder, adt_invariants
 from opspec.solver.order import BranchResult, linear, obviously_dim, plan_branch
 from opspec.solver.queries import _adt_fields, _kinds
 from opspec.solver.z3env import DEFAULT_RLIMIT, Verdict, make_solver, shared
@@ -317,7 +317,7 @@ class _Setup:
             return None
         if res.unsolved or res.family_misses or res.not_discriminant:
             return None
-        invariants = _invariants(spec, combo, folder)
+        invariants = adt_invariants(spec, combo, folder)
         tensors = [n for n in res.branch.present
                    if spec.tensors[n].role in ("input", "ctensor") and n in res.shapes]
         out = None
@@ -356,26 +356,6 @@ def _shape_text(sh: ShapeList) -> tuple:
                  for a in sh.axes)
 
 
-def _invariants(spec, combo: dict[str, Any], folder: Folder) -> list[tuple[str, Expr]]:
-    """What an ADT parameter's constructor, finite fields and invariant say (as the prover
-    asserts them on the branch)."""
-    from opspec.schema.expr import Attr
-    out = []
-    for pname, v in combo.items():
-        if not isinstance(v, ADTValue):
-            continue
-        ctor = spec.adts[v.adt].ctors[v.ctor]
-        path = spec.params[pname].path
-        base: Expr = Name(pname)
-        if isinstance(spec.params[pname].kind, K.MaybeK):
-            base = Attr(base, "value")
-        out.append((path, Compare(Attr(base, "kind"), ("==",), (Const(v.ctor),))))
-        for f, fv in v.fields:
-            out.append((path, Compare(Attr(base, f), ("==",), (Const(fv),))))
-        if ctor.invariant is not None:
-            subst = {f: Attr(base, f) for f in ctor.fields}
-            out.append((path, folder.expr(folder.expr(ctor.invariant, subst))))
-    return out
 
 
 def _eq(a: Any, b: Any) -> bool:

@@ -66,7 +66,7 @@ from opspec.schema.check_docs import CHECK_DOCS
 from opspec.schema.diagnostics import DIFF_CHECK_IDS, Diagnostic, Severity
 from opspec.schema.elaborate import ElaboratedSpec, TensorDecl, elaborate, elaborate_adts
 from opspec.schema.expr import (
-    Attr, BinOp, BoolOp, Call, Compare, Const, Expr, Name, ShapeList, Slice, Splat, Subscript,
+    BinOp, BoolOp, Call, Compare, Const, Expr, Name, ShapeList, Slice, Splat, Subscript,
     TupleExpr,
 )
 from opspec.schema.loader import LoadedSpec, Manifest
@@ -75,7 +75,7 @@ from opspec.schema.values import ADTValue, to_tuple
 from opspec.solver import plan as P
 from opspec.solver.discriminants import combinations, describe_value, discriminants
 from opspec.solver.encode import MAX_RANK, EncodeError, Encoder, solve
-from opspec.solver.fold import Folder
+from opspec.solver.fold import Folder, adt_facts
 from opspec.solver.order import BranchResult, plan_branch
 from opspec.solver.z3env import DEFAULT_RLIMIT, Verdict, fresh_context, make_solver
 
@@ -376,30 +376,6 @@ def _adt_fields(spec: ElaboratedSpec) -> dict[str, K.Kind]:
             for c in spec.adts[k.name].ctors.values():
                 for f, fk in c.fields.items():
                     out[f"{base}.{f}"] = fk
-    return out
-
-
-def _invariants(spec: ElaboratedSpec, combo: Mapping[str, Any], folder: Folder
-                ) -> list[tuple[str, str, Expr]]:
-    """(declaration, description, condition) of the ADT parameters' values on a branch:
-    the constructor and finite fields the combination fixes, and the invariant."""
-    out = []
-    for pname, v in combo.items():
-        if not isinstance(v, ADTValue):
-            continue
-        path = spec.params[pname].path
-        base: Expr = Name(pname)
-        if isinstance(spec.params[pname].kind, K.MaybeK):
-            base = Attr(base, "value")
-        out.append((path, "", Compare(Attr(base, "kind"), ("==",), (Const(v.ctor),))))
-        for f, fv in v.fields:
-            out.append((path, "", Compare(Attr(base, f), ("==",), (Const(fv),))))
-        ctor = spec.adts[v.adt].ctors[v.ctor]
-        if ctor.invariant is not None:
-            subst = {f: Attr(base, f) for f in ctor.fields}
-            out.append((path, f"the invariant of {v.adt}.{v.ctor}, "
-                        f"`{ctor.invariant_text or print_expr(ctor.invariant)}`, must hold",
-                        folder.expr(folder.expr(ctor.invariant, subst))))
     return out
 
 
@@ -967,8 +943,8 @@ class _OpDiffer:
                             f"output `{n}` is {'a tensor' if n in outs_o else 'None'} in OLD "
                             f"and {'a tensor' if n in outs_n else 'None'} in NEW on this call",
                             counterexample=shown, dedup=("nullable",))
-        inv_o = _invariants(so, combo, Folder(so, combo))
-        inv_n = _invariants(sn, ncombo, Folder(sn, ncombo))
+        inv_o = adt_facts(so, combo, Folder(so, combo))
+        inv_n = adt_facts(sn, ncombo, Folder(sn, ncombo))
         key = (_fingerprint(so, ro, inv_o), _fingerprint(sn, rn, inv_n))
         if key[0] == key[1]:
             return  # the same checks in the same order, the same output types: exact

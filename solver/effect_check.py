@@ -80,7 +80,7 @@ from opspec.schema import kinds as K
 from opspec.schema.diagnostics import Diagnostic, Severity
 from opspec.schema.elaborate import ElaboratedSpec
 from opspec.schema.evaluate import BYTES_KEY, evaluate
-from opspec.schema.expr import Attr, Compare, Const, Expr, Name, ShapeList, Splat
+from opspec.schema.expr import Compare, Const, Expr, Name, ShapeList, Splat
 from opspec.schema.printer import print_expr, print_shape
 from opspec.schema.primitives import WORKLOAD_SEED
 from opspec.schema.values import ADTValue, to_tuple
@@ -502,7 +502,7 @@ def _differ(spec: ElaboratedSpec, b: P.Branch, so: ShapeList, do: Expr, si: Shap
     shapes or dtypes? None when the question cannot be encoded."""
     import z3
 
-    from opspec.solver.fold import Folder
+    from opspec.solver.fold import Folder, adt_invariants
     from opspec.solver.order import plan_branch
     from opspec.solver.queries import BranchQueries
     from opspec.solver.z3env import DEFAULT_RLIMIT
@@ -510,7 +510,7 @@ def _differ(spec: ElaboratedSpec, b: P.Branch, so: ShapeList, do: Expr, si: Shap
     combo = dict(b.combo)
     try:
         res = plan_branch(spec, combo)
-        q = BranchQueries(spec, res, _invariants(spec, combo, Folder(spec, combo)))
+        q = BranchQueries(spec, res, adt_invariants(spec, combo, Folder(spec, combo)))
 
         def extra(enc):
             parts = [q.actual_shape(enc, so) != q.actual_shape(enc, si)]
@@ -521,27 +521,6 @@ def _differ(spec: ElaboratedSpec, b: P.Branch, so: ShapeList, do: Expr, si: Shap
         return q.satisfiable(DEFAULT_RLIMIT, extra=extra)
     except Exception:
         return None
-
-
-def _invariants(spec: ElaboratedSpec, combo: Mapping[str, Any], folder) -> list[tuple[str, Expr]]:
-    """The constructor, finite fields and invariant of each ADT value of the combination, as
-    the prover asserts them."""
-    out: list[tuple[str, Expr]] = []
-    for pname, v in combo.items():
-        if not isinstance(v, ADTValue):
-            continue
-        ctor = spec.adts[v.adt].ctors[v.ctor]
-        path = spec.params[pname].path
-        base: Expr = Name(pname)
-        if isinstance(spec.params[pname].kind, K.MaybeK):
-            base = Attr(base, "value")
-        out.append((path, Compare(Attr(base, "kind"), ("==",), (Const(v.ctor),))))
-        for f, fv in v.fields:
-            out.append((path, Compare(Attr(base, f), ("==",), (Const(fv),))))
-        if ctor.invariant is not None:
-            subst = {f: Attr(base, f) for f in ctor.fields}
-            out.append((path, folder.expr(folder.expr(ctor.invariant, subst))))
-    return out
 
 
 # -- a sample call from a workload row ----------------------------------------------------

@@ -19,6 +19,7 @@ from opspec.schema.expr import (
     ShapeTerm, Slice, Splat, Subscript, TupleExpr, UnaryOp, children,
 )
 from opspec.schema.primitives import MAX_INT_BITS
+from opspec.schema.printer import print_expr
 from opspec.schema.values import ADTValue
 
 
@@ -341,3 +342,36 @@ def family_refs(term: ShapeTerm) -> set[str]:
 
 def index_kind(spec: ElaboratedSpec, name: str) -> K.Kind | None:
     return spec.forall.get(name)
+
+
+def adt_facts(spec: ElaboratedSpec, combo: Mapping[str, Any], folder: "Folder"
+              ) -> list[tuple[str, str, Expr]]:
+    """(declaration path, description, condition) of each ADT parameter value of `combo`, as
+    the prover asserts them on its branch: the constructor and the finite fields the
+    combination fixes (description ""), then the constructor's invariant on the value's
+    fields, folded (described for messages). A present `Maybe` ADT is read through its
+    payload, `p.value`."""
+    out: list[tuple[str, str, Expr]] = []
+    for pname, v in combo.items():
+        if not isinstance(v, ADTValue):
+            continue
+        path = spec.params[pname].path
+        base: Expr = Name(pname)
+        if isinstance(spec.params[pname].kind, K.MaybeK):
+            base = Attr(base, "value")
+        out.append((path, "", Compare(Attr(base, "kind"), ("==",), (Const(v.ctor),))))
+        for f, fv in v.fields:
+            out.append((path, "", Compare(Attr(base, f), ("==",), (Const(fv),))))
+        ctor = spec.adts[v.adt].ctors[v.ctor]
+        if ctor.invariant is not None:
+            subst = {f: Attr(base, f) for f in ctor.fields}
+            text = ctor.invariant_text or print_expr(ctor.invariant)
+            out.append((path, f"the invariant of {v.adt}.{v.ctor}, `{text}`, must hold",
+                        folder.expr(folder.expr(ctor.invariant, subst))))
+    return out
+
+
+def adt_invariants(spec: ElaboratedSpec, combo: Mapping[str, Any], folder: "Folder"
+                   ) -> list[tuple[str, Expr]]:
+    """(declaration path, condition) of :func:`adt_facts`."""
+    return [(path, e) for path, _, e in adt_facts(spec, combo, folder)]

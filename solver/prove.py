@@ -20,7 +20,7 @@ from opspec.schema import kinds as K
 from opspec.schema.diagnostics import Diagnostic, Severity
 from opspec.schema.elaborate import ElaboratedSpec
 from opspec.schema.expr import (
-    Attr, BinOp, Call, Compare, Const, Expr, FamilyApp, Name, Splat, walk,
+    BinOp, Call, Const, Expr, FamilyApp, Name, Splat, walk,
 )
 from opspec.schema.loader import LoadedSpec
 from opspec.schema.evaluate import evaluate
@@ -32,7 +32,8 @@ from opspec.solver.discriminants import (
     COMBOS_LIMIT, combinations, count, describe_value, discriminants,
 )
 from opspec.solver.encode import EncodeError, _Unsupported
-from opspec.solver.fold import MAX_FOLDED_NODES, FamilyCycle, Folder, ShapeTooLarge
+from opspec.solver.fold import (MAX_FOLDED_NODES, FamilyCycle, Folder, ShapeTooLarge,
+                                adt_invariants)
 from opspec.solver.order import BranchResult, obviously_dim, plan_branch
 from opspec.solver.queries import BUDGET_FACTOR, Answer, BranchQueries, z3_budget
 from opspec.solver.spec_checks import SPEC_CHECKS
@@ -304,27 +305,7 @@ class _Prover:
         return res.branch
 
     def invariants(self, combo: dict[str, Any], folder: Folder) -> list[tuple[str, Expr]]:
-        out = []
-        for pname, v in combo.items():
-            if not isinstance(v, ADTValue):
-                continue
-            ctor = self.spec.adts[v.adt].ctors[v.ctor]
-            # The constructor and finite fields this combination fixes, for the encoder.
-            path = self.spec.params[pname].path
-            # A present Maybe ADT is read through its payload, `p.value` (reading `p.kind`
-            # of the Maybe itself crashed the encoder).
-            base: Expr = Name(pname)
-            if isinstance(self.spec.params[pname].kind, K.MaybeK):
-                base = Attr(base, "value")
-            out.append((path, Compare(Attr(base, "kind"), ("==",), (Const(v.ctor),))))
-            for f, fv in v.fields:
-                out.append((path, Compare(Attr(base, f), ("==",), (Const(fv),))))
-            if ctor.invariant is None:
-                continue
-            subst = {f: Attr(base, f) for f in ctor.fields}
-            out.append((self.spec.params[pname].path,
-                        folder.expr(folder.expr(ctor.invariant, subst))))
-        return out
+        return adt_invariants(self.spec, combo, folder)
 
     def unsolved(self, q: BranchQueries, u, shown: dict, others: tuple[str, ...] = ()) -> None:
         """`u` stayed unknown after the solving order. `unsolvable` when it is in no input
