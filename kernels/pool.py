@@ -232,6 +232,15 @@ _BAND_TABLE: dict[tuple, BandConfig | None] = {
 #: then lays the rows out [2 x 16] lanes and moves the third window column through shared
 #: memory (136 registers, barriers): 2.2x slower (ResNet-50 stem bf16 batch 128 163.6
 #: against 73.8 us). The 16-bit stems stay at 0.82-0.86x a copy, float32 at 1.0x.
+#: Why (ncu, H200, 2026-12-02, ResNet-50 stem at batch 128, the table's launch: 57344
+#: one-warp programs of 72 registers, so at most 28 resident an SM, 28 warps of 64):
+#: bfloat16 74.3 us, DRAM 70 % busy, 42.5 M warp instructions, issue active 59 %, a warp
+#: issuing every 8.4 cycles (3.8 of them waiting on L1); float32 118.4 us, DRAM 89 % busy,
+#: 37.2 M instructions, issue active 32 %, every 20 cycles (17 waiting on L1). The 16-bit
+#: kernel issues about as many instructions for half the bytes (its third window column,
+#: four 2-byte loads a thread and row where float32 has two 4-byte ones), and its
+#: one-warp programs leave too few warps to cover their latency: more warps a program, or
+#: the third column taken from the pair loads, not more bytes in flight, is what it lacks.
 #: Outputs below which every class takes the older kernels (the smallest input measured
 #: since, the stem at batch 1, 200 k outputs, is above it).
 _BAND_MIN_OUTPUTS = 1 << 17
