@@ -344,7 +344,7 @@ def index_kind(spec: ElaboratedSpec, name: str) -> K.Kind | None:
     return spec.forall.get(name)
 
 
-def adt_facts(spec: ElaboratedSpec, combo: Mapping[str, Any], folder: "Folder"
+def adt_facts(spec: ElaboratedSpec, combo: Mapping[str, Any], folder: Folder
               ) -> list[tuple[str, str, Expr]]:
     """(declaration path, description, condition) of each ADT parameter value of `combo`, as
     the prover asserts them on its branch: the constructor and the finite fields the
@@ -371,7 +371,7 @@ def adt_facts(spec: ElaboratedSpec, combo: Mapping[str, Any], folder: "Folder"
     return out
 
 
-def adt_invariants(spec: ElaboratedSpec, combo: Mapping[str, Any], folder: "Folder"
+def adt_invariants(spec: ElaboratedSpec, combo: Mapping[str, Any], folder: Folder
                    ) -> list[tuple[str, Expr]]:
     """(declaration path, condition) of :func:`adt_facts`."""
     return [(path, e) for path, _, e in adt_facts(spec, combo, folder)]
