@@ -508,6 +508,12 @@ _TC_TMA_WIDE_MIN_STEPS = 8
 # 128, at the table's split and twice it, were 1-110 % slower on every M = 16 row
 # (`widecap`, H200, 2026-12-01: 28672 x 8192 bfloat16 83.6 us uncapped, 87.6 at 168,
 # 126.4-129.9 at 128).
+#: Where M = 16 stops (ncu, H200, 2026-12-02, 28672 x 8192 bfloat16, the table's launch: 224 x
+#: 2 programs of 2 warps, 77.7 us): DRAM 35 % busy, L1/TEX 51 %, issue active 32 %, a warp
+#: issuing every 5.2 cycles (1.7 of them waiting on L1), 21.5 M warp instructions. 448
+#: two-warp programs are 6.8 warps an SM, under 2 a scheduler: the kernel waits on its own
+#: chains (MMA, then the scale FMAs) with too few warps to cover them, and registers (the
+#: caps above spill) and the one-wave split (above) keep it from more.
 _TC_TMA_MAXNREG: int | None = None
 
 

@@ -230,6 +230,17 @@ class RowTuning(NamedTuple):
 #:   warps; 32 KiB 717.7, 16 KiB at 16 warps 794.9, two programs an SM 791.2-806.6)
 #:   against the table's 590.3; log-softmax 708.2 / 572.0; fp16 softmax 712.2 / 566.5;
 #:   bf16 -> fp32 log-softmax [2048, 128256] 525.4 / 467.9.
+#: * Where the looped kernel's time goes (H200, 2026-12-02, [4096, 128256] bf16 softmax, one
+#:   run, us): the table 588.5; the kernel's first pass alone (every row's statistics, no
+#:   output) 270.5, 1.05 GB read at 3.88 TB/s; torch's fill of the 1.05 GB output alone
+#:   312.3 (3.36 TB/s written); a copy of the same 2.1 GB 495.5. So the whole is the read
+#:   phase plus the write phase, 270.5 + 312.3 = 582.8, as if no SM read while another
+#:   wrote. Likely cause (not measured): the 132 programs take rows of one length in
+#:   step, so they read together and write together, where a copy overlaps the two; at a
+#:   copy's rate the kernel would take about 500. Desynchronising them (odd programs
+#:   started half a row late) is the next thing to time; the probe that tried it moved the
+#:   row pointer by the delay's result, which cost the 16-byte loads (972 us), and is no
+#:   measure of the idea.
 #: * split for decode logits (too few rows for the grid), the table against other chunks
 #:   and coop (same probe and day, us): [32, 128256] bf16 -> fp32 softmax 13.73 against
 #:   split 4096 at 8 warps 13.04 and coop 14.14-19.07; [64, 129280] bf16 17.22 / 16.37 /
