@@ -26,7 +26,7 @@ from opspec.schema.printer import print_expr
 from opspec.schema.primitives import WORKLOAD_SEED
 from opspec.schema.values import ADTValue, to_tuple
 from opspec.solver.generators import (GeneratedAxisError, GeneratorError, branch_program,
-                                      run_generators, settle_lets, unknown_symbols)
+                                      run_generators, unknown_symbols)
 
 
 _DTYPE_CONSTANTS = {n: n for n in K.DTYPES}
@@ -170,7 +170,7 @@ def instantiate(case: Case, device: torch.device, seed: int = WORKLOAD_SEED) -> 
     calls, lets = branch_program(spec, b)
     where = f"{case.op}: case {case.id}"
     try:
-        run = run_generators(spec, calls, shapes, env, rng, lambda: settle_lets(spec, env, lets))
+        run = run_generators(spec, calls, shapes, env, rng, lets)
     except GeneratorError as err:
         raise WorkloadError(f"{where}: {_generator_failure(err)}") from err
     except GeneratedAxisError as err:

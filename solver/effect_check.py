@@ -85,7 +85,7 @@ from opspec.schema.printer import print_expr, print_shape
 from opspec.schema.primitives import WORKLOAD_SEED
 from opspec.schema.values import ADTValue, to_tuple
 from opspec.solver import plan as P
-from opspec.solver.generators import branch_program, run_generators, settle_lets
+from opspec.solver.generators import branch_program, run_generators
 
 CHECK = "effect"
 NAMESPACE = "opspec"
@@ -566,6 +566,9 @@ def _matches(spec: ElaboratedSpec, row, b: P.Branch) -> bool:
 def _sample(spec: ElaboratedSpec, plan: P.Plan, b: P.Branch):
     """(branch, row label, environment, bytes of each tensor) of the first workload row on
     branch `b`, or None when no row selects it or its tensors' sizes do not evaluate."""
+    shapes = {n: sh for n, sh, _ in b.tensors}
+    dtypes = {n: dt for n, _, dt in b.tensors}
+    calls, lets = branch_program(spec, b)
     for row in spec.workloads:
         if not _matches(spec, row, b):
             continue
@@ -577,14 +580,11 @@ def _sample(spec: ElaboratedSpec, plan: P.Plan, b: P.Branch):
                 env[n] = to_tuple(v)
         for case in (row.dtype_cases or [{}])[:1]:
             env.update(case)
-        shapes = {n: sh for n, sh, _ in b.tensors}
-        dtypes = {n: dt for n, _, dt in b.tensors}
-        calls, lets = branch_program(spec, b)
         rng = random.Random(f"{WORKLOAD_SEED}:{spec.name}:{row.label}")
         try:
             # The generators run as the `workload` check runs them (the same driver), so a
             # row whose indices a later generator solves is sized too.
-            run_generators(spec, calls, shapes, env, rng, lambda: settle_lets(spec, env, lets))
+            run_generators(spec, calls, shapes, env, rng, lets)
             consts = {d: d for d in K.DTYPES}
             nbytes = {}
             for n in b.present:

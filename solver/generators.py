@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from opspec.schema import kinds as K
 from opspec.schema.elaborate import ElaboratedSpec, TensorDecl
@@ -71,13 +71,11 @@ def branch_program(spec: ElaboratedSpec, branch: P.Branch, folder: Folder | None
     return calls, {n: folder.expr(d.expr) for n, d in spec.lets.items()}
 
 
-def settle_lets(spec: ElaboratedSpec, env: dict, lets: Mapping[str, Expr] | None = None,
+def settle_lets(spec: ElaboratedSpec, env: dict, lets: Mapping[str, Expr],
                 errors: dict[str, str] | None = None) -> bool:
-    """Bind in `env` every let (`lets`, by default the spec's) whose symbols `env` binds and
-    that evaluates; True when one was bound. A let that raises is recorded in `errors`
-    (and not tried again) where the caller gives it, else left unbound."""
-    if lets is None:
-        lets = {n: let.expr for n, let in spec.lets.items()}
+    """Bind in `env` every let of `lets` whose symbols `env` binds and that evaluates; True
+    when one was bound. A let that raises is recorded in `errors` (and not tried again)
+    where the caller gives it, else left unbound."""
     progress = False
     for n, e in lets.items():
         if n in env or (errors is not None and n in errors) or unknown_symbols(spec, e, env):
@@ -251,17 +249,18 @@ class GeneratorRun:
 
 def run_generators(spec: ElaboratedSpec, calls: Sequence[tuple[str, Expr]],
                    shapes: Mapping[str, ShapeList], env: dict, rng: random.Random,
-                   lets: Callable[[], bool]) -> GeneratorRun:
+                   lets: Mapping[str, Expr], let_errors: dict[str, str] | None = None
+                   ) -> GeneratorRun:
     """Run each generator call ``(tensor, call)`` of `calls` once its arguments are known
     (see the module docstring), binding its contents and the indices its shape solves in
-    `env`. `lets` binds what lets it can and says whether it bound one (e.g. a
-    :func:`settle_lets` closure). Raises :class:`GeneratorError` and
-    :class:`GeneratedAxisError`; leaves unmet arguments and unsolved axes to the caller."""
+    `env`, and the `lets` (:func:`branch_program`'s) as :func:`settle_lets` can, with
+    `let_errors`. Raises :class:`GeneratorError` and :class:`GeneratedAxisError`; leaves
+    unmet arguments and unsolved axes to the caller."""
     todo = list(calls)
     run = GeneratorRun()
     progress = True
     while progress:
-        progress = lets()
+        progress = settle_lets(spec, env, lets, let_errors)
         for item in list(todo):
             name, call = item
             if unknown_symbols(spec, call, env):
@@ -284,6 +283,6 @@ def run_generators(spec: ElaboratedSpec, calls: Sequence[tuple[str, Expr]],
         # The indices this pass's shapes solve are bound now, for the next pass.
         if settle_generated_axes(spec, run.unsolved, env):
             progress = True
-    lets()
+    settle_lets(spec, env, lets, let_errors)
     run.never_known = [name for name, _ in todo]
     return run

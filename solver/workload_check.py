@@ -80,7 +80,7 @@ from opspec.solver import plan as P
 from opspec.solver.fold import Folder
 from opspec.solver.generators import (GeneratedAxisError, GeneratorError, branch_program,
                                       generated_tensors, nested_shape, run_generators,
-                                      settle_lets, unknown_symbols)
+                                      unknown_symbols)
 from opspec.solver.order import linear
 
 __all__ = ["check_workloads", "LABEL_MAX", "case_id"]
@@ -779,8 +779,7 @@ class _Checker:
         gens = generated_tensors(self.spec, branch)
         calls, _ = branch_program(spec, branch, folder)
         try:
-            run = run_generators(spec, calls, shapes, env, rng,
-                                 lambda: settle_lets(spec, env, lets, let_errors))
+            run = run_generators(spec, calls, shapes, env, rng, lets, let_errors)
         except GeneratorError as err:
             text = self.values_text(spec.tensors[err.name])
             if err.reason == "unify":

@@ -56,8 +56,7 @@ def _run(toy, lens: list[int], *, reverse: bool = False, seed: str = "s"):
         calls = calls[::-1]
     shapes = {n: sh for n, sh, _ in branch.tensors}
     env = {"W": 2, "NP": 64, "lens": tuple(lens)}
-    run = G.run_generators(el, calls, shapes, env, random.Random(seed),
-                           lambda: G.settle_lets(el, env, lets))
+    run = G.run_generators(el, calls, shapes, env, random.Random(seed), lets)
     return run, env
 
 
@@ -108,8 +107,7 @@ def test_a_generator_whose_arguments_never_come_is_left_to_the_caller(toy):
     calls, lets = G.branch_program(el, branch)
     shapes = {n: sh for n, sh, _ in branch.tensors}
     env = {"W": 2, "NP": 64}                                   # no `lens`: no B either
-    run = G.run_generators(el, calls, shapes, env, random.Random(0),
-                           lambda: G.settle_lets(el, env, lets))
+    run = G.run_generators(el, calls, shapes, env, random.Random(0), lets)
     assert run.generated == {} and run.never_known == ["table", "cu"]
 
 
@@ -119,8 +117,7 @@ def test_a_generator_that_raises_names_itself(toy):
     shapes = {n: sh for n, sh, _ in branch.tensors}
     env = {"W": 80, "NP": 64, "lens": (1, 2)}                  # W > NP
     with pytest.raises(G.GeneratorError) as info:
-        G.run_generators(el, calls, shapes, env, random.Random(0),
-                         lambda: G.settle_lets(el, env, lets))
+        G.run_generators(el, calls, shapes, env, random.Random(0), lets)
     err = info.value
     assert (err.name, err.reason, print_expr(err.call)) == (
         "table", "raises", "paged_block_table(B, W, NP)")
