@@ -8,7 +8,9 @@
 The cases are the vocabulary softmax rows and the LayerNorm rows of RESULTS.md that sit
 under 3.8 TB/s. `time` runs each beside a device-to-device copy of the same bytes, the
 table's launch (`opspec`) first, then launch variants of the same kernels: the looped
-softmax kernel's chunk, warps, programs per SM and register cap; the coop kernel's chunk
+softmax kernel's chunk, warps, programs per SM and register cap, and its staggered start
+(``stagger{steps}x{fraction}``: program p starts ``p % steps`` times that fraction of a row
+late; ``stagger0x0.0`` all at once); the coop kernel's chunk
 and warps (float32 logits); the norm stream kernel's chunk, warps and programs per SM.
 Every variant's output is compared with torch. Case names: `softmax-vocab-bf16`,
 `logsoftmax-vocab-bf16`, `logsoftmax-vocab-bf16fp32` (float32 results), `softmax-vocab-fp32`,
@@ -20,6 +22,7 @@ against split and coop with other chunks; DTYPE bf16, fp16, fp32 or bf16fp32),
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import torch
@@ -84,6 +87,11 @@ def _softmax_case(name, dt):
             fns[f"looped{kb}K/{wp}w/{ps}ps/r{cap}"] = (
                 lambda blk=blk, wp=wp, ps=ps, cap=cap:
                 looped_softmax(x, out, log, blk, wp, ps, cap))
+        table = SK.softmax_plan(M, N, 1, x.element_size(), sm_count=_sms())
+        for steps, frac in ((0, 0.0), (2, 0.25), (4, 0.125), (8, 0.0625)):
+            plan = dataclasses.replace(table, stagger_steps=steps, stagger=frac)
+            fns[f"stagger{steps}x{frac}"] = (
+                lambda plan=plan: SK.softmax_triton(x, -1, out, log=log, plan=plan))
     else:
         for blk, wp in ((16384, 32), (8192, 16), (8192, 8), (4096, 8), (4096, 4)):
             ch = triton.cdiv(N, blk)

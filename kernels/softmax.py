@@ -40,7 +40,10 @@ output dtype, as torch casts the input before the op. Five kernels:
     from L2: the first pass loads with ``evict_last``, the second and the stores with
     ``evict_first``. Chunks are 64 KiB of input; each loop loads its next chunk ahead,
     so an SM has up to 128 KiB of loads in flight. On bf16 logits it beats ``coop``
-    (:data:`ROW_TUNING`).
+    (:data:`ROW_TUNING`). Where each program takes 8 rows or more, program ``p`` starts
+    ``p % 4`` eighths of a row late (:mod:`opspec.kernels.stagger`), so that part of the
+    grid writes while the rest reads. Rows whose max lies beyond the FFMA form's range are
+    read again in the exact form by a second loop after the first.
 ``split``
     ``inner == 1``, long rows but too few rows to fill the GPU (decode): each row is cut
     into ``C`` chunks of ``CHUNK`` elements; one kernel writes each chunk's (max, sum)
@@ -83,6 +86,7 @@ import triton.language as tl
 from opspec.kernels.coop import arrive_and_wait
 from opspec.kernels.launch import LaunchMemo, launch
 from opspec.kernels.pdl import overlap_options, overlap_start
+from opspec.kernels.stagger import stagger_cycles, stagger_start, stagger_supported
 from opspec.kernels.tiling import INT32_LIMIT, as_multiple, row_multiple
 
 __all__ = [
@@ -136,6 +140,14 @@ class RowTuning(NamedTuple):
     loop_programs_per_sm: float
     #: coop only for inputs of at least this many bytes an element (else looped).
     coop_min_in_bytes: int = 1
+    #: looped: program ``p`` starts ``p % loop_stagger_steps`` times ``loop_stagger`` of a
+    #: row late (a row's bytes read and written at an SM's share of the copy rate,
+    #: :mod:`opspec.kernels.stagger`), so that part of the grid writes while the rest
+    #: reads; only where each program takes at least ``loop_stagger_min_rows`` rows (the
+    #: delay is paid once, at the start). ``loop_stagger_steps`` 0 or 1: no delay.
+    loop_stagger: float = 0.0
+    loop_stagger_steps: int = 0
+    loop_stagger_min_rows: int = 8
     #: rows: a row of exactly a power of two elements in whole tiles is loaded and stored
     #: with no mask (the ``even`` plans).
     row_even: bool = True
@@ -237,10 +249,22 @@ class RowTuning(NamedTuple):
 #:   phase plus the write phase, 270.5 + 312.3 = 582.8, as if no SM read while another
 #:   wrote. Likely cause (not measured): the 132 programs take rows of one length in
 #:   step, so they read together and write together, where a copy overlaps the two; at a
-#:   copy's rate the kernel would take about 500. Desynchronising them (odd programs
-#:   started half a row late) is the next thing to time; the probe that tried it moved the
-#:   row pointer by the delay's result, which cost the 16-byte loads (972 us), and is no
-#:   measure of the idea.
+#:   copy's rate the kernel would take about 500.
+#: * So the programs start staggered (loop_stagger; H200, 2026-12-02, side by side, us).
+#:   A probe kernel (the two passes, no exact re-read) with its odd programs spinning a
+#:   quarter of a row first: 546.5 against 597.5 for the table; a tenth 565.3, a half
+#:   552.3, quarter steps 548.9. In the table's kernel less (2 steps of a quarter 571.5, 4 of
+#:   an eighth 566.2, 8 of a sixteenth 564.1), until the exact re-read of the rows beyond
+#:   the FFMA range left the row loop for a second loop after it (inside it, its code cost
+#:   the staggered kernel 20-25 us; the probe kernel with the re-read only in the write
+#:   branch ran 545-546). Then, unstaggered -> 4 steps of an eighth (the table): bf16
+#:   softmax 572.6 -> 544.2, fp16 565.6 -> 539.0, log-softmax bf16 557.2 -> 543.9, DeepSeek-V3
+#:   [4096, 129280] 562.5 -> 551.7, bf16 -> fp32 log-softmax [2048, 128256] 469.2 -> 448.9
+#:   (2 steps of a quarter 446.3), float32 rows of 65 chunks (1056 of them, 8 a program)
+#:   3222 -> 3225 (benchmarks/row_probe.py, its stagger variants; the bench rows:
+#:   docs/ops.md). The same start on the norms'
+#:   persistent kernels gained nothing: LayerNorm [2048, 32768] bf16 (packed) 71.8 -> 72.0,
+#:   float32 through the stream kernel 159.5 -> 159.7.
 #: * split for decode logits (too few rows for the grid), the table against other chunks
 #:   and coop (same probe and day, us): [32, 128256] bf16 -> fp32 softmax 13.73 against
 #:   split 4096 at 8 warps 13.04 and coop 14.14-19.07; [64, 129280] bf16 17.22 / 16.37 /
@@ -250,7 +274,8 @@ class RowTuning(NamedTuple):
 ROW_TUNING = RowTuning(row_tile=8192, row_programs=4, row_per_thread=32, row_tiles=1,
                        row_tiles_min_programs=8, coop_block=16384, coop_warps=16,
                        coop_max_chunks=64, loop_chunk_bytes=64 * 1024, loop_thread_bytes=64,
-                       loop_programs_per_sm=1.0, coop_min_in_bytes=4)
+                       loop_programs_per_sm=1.0, coop_min_in_bytes=4, loop_stagger=0.125,
+                       loop_stagger_steps=4)
 #: Polls of a row's arrival count before a program reads the row itself (see the kernel).
 _COOP_SPIN = 1 << 16
 #: Elements of one tile of the former strided plan (benchmarks/reduction_sweep.py times it
@@ -467,9 +492,11 @@ def _looped_pass2(x_row, o_row, offs, N, sxn, son, shift, BLOCK: tl.constexpr, o
 @triton.jit
 def _looped_kernel(x_ptr, out_ptr, n_rows, N, sxr, sxn, sor, son,
                    BLOCK_R: tl.constexpr, VEC: tl.constexpr, LOG: tl.constexpr,
-                   USE_INT64: tl.constexpr, FFMA_LIMIT: tl.constexpr,
-                   ALIGN: tl.constexpr = 1, PDL: tl.constexpr = False):
+                   USE_INT64: tl.constexpr, FFMA_LIMIT: tl.constexpr, delay=0,
+                   STAGGER_STEPS: tl.constexpr = 0, ALIGN: tl.constexpr = 1,
+                   PDL: tl.constexpr = False):
     overlap_start(PDL)   # launched dependent (opspec.kernels.pdl)
+    stagger_start(delay, STAGGER_STEPS)   # programs start in steps (opspec.kernels.stagger)
     if ALIGN > 1:
         N = as_multiple(N, ALIGN)       # as in _rows_kernel
         sxr = as_multiple(sxr, ALIGN)
@@ -482,36 +509,66 @@ def _looped_kernel(x_ptr, out_ptr, n_rows, N, sxr, sxn, sor, son,
     if USE_INT64:
         offs = offs.to(tl.int64)
     out_ty = out_ptr.dtype.element_ty
-    for row in range(pid, n_rows, nprog):
-        r = row
-        if USE_INT64:
-            r = tl.cast(row, tl.int64)
-        x_row = x_ptr + r * sxr
-        o_row = out_ptr + r * sor
-        # Pass 1, in the FFMA form where FFMA_LIMIT > 0; a row whose max falls outside
-        # [-FFMA_LIMIT / 2, FFMA_LIMIT] is read again in the exact form.
-        if FFMA_LIMIT > 0:
+    if FFMA_LIMIT > 0:
+        # Pass 1 in the FFMA form; a row whose max falls outside [-FFMA_LIMIT / 2,
+        # FFMA_LIMIT] is left for the loop below, which reads it again in the exact form.
+        # The exact loop stands after this one, not in its body: there, its code slowed the
+        # staggered writes of bf16 [4096, 128256] softmax from 545 to 567-572 us (H200,
+        # 2026-12-02).
+        slow = 0
+        for row in range(pid, n_rows, nprog):
+            x_row, o_row = _row_ptrs(x_ptr, out_ptr, row, sxr, sor, USE_INT64)
             row_max, row_sum = _looped_pass1(x_row, offs, N, sxn, BLOCK_R, BLOCK, out_ty,
                                              FFMA_LIMIT)
-            fast = (row_max <= FFMA_LIMIT) & (row_max >= -0.5 * FFMA_LIMIT)
-            if not fast:
-                row_max, row_sum = _looped_pass1(x_row, offs, N, sxn, BLOCK_R, BLOCK,
-                                                 out_ty, 0.0)
-        else:
+            if (row_max <= FFMA_LIMIT) & (row_max >= -0.5 * FFMA_LIMIT):
+                _looped_write(x_row, o_row, offs, N, sxn, son, row_max, row_sum, BLOCK,
+                              out_ty, LOG, True)
+            else:
+                slow += 1
+        if slow > 0:
+            # Rare (row maxima outside [-FFMA_LIMIT / 2, FFMA_LIMIT]). Which rows they were
+            # is not kept, so each row's max is found again, by the FFMA pass already built.
+            for row in range(pid, n_rows, nprog):
+                x_row, o_row = _row_ptrs(x_ptr, out_ptr, row, sxr, sor, USE_INT64)
+                row_max, row_sum = _looped_pass1(x_row, offs, N, sxn, BLOCK_R, BLOCK, out_ty,
+                                                 FFMA_LIMIT)
+                if not ((row_max <= FFMA_LIMIT) & (row_max >= -0.5 * FFMA_LIMIT)):
+                    row_max, row_sum = _looped_pass1(x_row, offs, N, sxn, BLOCK_R, BLOCK,
+                                                     out_ty, 0.0)
+                    _looped_write(x_row, o_row, offs, N, sxn, son, row_max, row_sum, BLOCK,
+                                  out_ty, LOG, False)
+    else:
+        for row in range(pid, n_rows, nprog):
+            x_row, o_row = _row_ptrs(x_ptr, out_ptr, row, sxr, sor, USE_INT64)
             row_max, row_sum = _looped_pass1(x_row, offs, N, sxn, BLOCK_R, BLOCK, out_ty,
                                              0.0)
-            fast = False   # a constant: the exact form below, no branch
-        # Pass 2 (the chunks again, written): log-softmax x - (max + log sum); softmax
-        # exp2(x log2 e - (max log2 e + log2 sum)) in the FFMA form, else exp(x - max) / sum.
-        if LOG:
-            _looped_pass2(x_row, o_row, offs, N, sxn, son, row_max + tl.log(row_sum),
-                          BLOCK, out_ty, 0)
-        elif fast:
-            _looped_pass2(x_row, o_row, offs, N, sxn, son,
-                          row_max * _LOG2E + tl.log2(row_sum), BLOCK, out_ty, 1)
-        else:
-            _looped_pass2(x_row, o_row, offs, N, sxn, son, row_max, BLOCK, out_ty, 2,
-                          1.0 / row_sum)
+            _looped_write(x_row, o_row, offs, N, sxn, son, row_max, row_sum, BLOCK, out_ty,
+                          LOG, False)
+
+
+@triton.jit
+def _row_ptrs(x_ptr, out_ptr, row, sxr, sor, USE_INT64: tl.constexpr):
+    r = row
+    if USE_INT64:
+        r = tl.cast(row, tl.int64)
+    return x_ptr + r * sxr, out_ptr + r * sor
+
+
+@triton.jit
+def _looped_write(x_row, o_row, offs, N, sxn, son, row_max, row_sum, BLOCK: tl.constexpr,
+                  out_ty, LOG: tl.constexpr, FAST: tl.constexpr):
+    # Pass 2 (the chunks again, written): log-softmax x - (max + log sum); softmax
+    # exp2(x log2 e - (max log2 e + log2 sum)) in the FFMA form (FAST), else
+    # exp(x - max) / sum.
+    if LOG:
+        _looped_pass2(x_row, o_row, offs, N, sxn, son, row_max + tl.log(row_sum), BLOCK,
+                      out_ty, 0)
+    elif FAST:
+        _looped_pass2(x_row, o_row, offs, N, sxn, son, row_max * _LOG2E + tl.log2(row_sum),
+                      BLOCK, out_ty, 1)
+    else:
+        _looped_pass2(x_row, o_row, offs, N, sxn, son, row_max, BLOCK, out_ty, 2,
+                      1.0 / row_sum)
 
 
 @triton.jit
@@ -923,7 +980,9 @@ class SoftmaxPlan:
     ``block_inner`` and ``looped`` the tile width and whether the column is longer than a
     program's registers (``strided``), ``coop`` whether its chunks cooperate in one launch
     (else two); ``even`` that no access needs a mask (``rows``: ``block`` is the row
-    length and the tiles cover the rows exactly); ``grid`` the number of programs."""
+    length and the tiles cover the rows exactly); ``stagger_steps`` and ``stagger`` the
+    start delays of the ``looped`` programs (:data:`RowTuning.loop_stagger`); ``grid`` the
+    number of programs."""
 
     kind: str
     block: int
@@ -937,6 +996,8 @@ class SoftmaxPlan:
     tiles: int = 1
     coop: bool = False
     even: bool = False
+    stagger_steps: int = 0
+    stagger: float = 0.0
 
 
 def _fills_tiles(outer: int, n: int, block: int, tile_rows: int) -> bool:
@@ -1001,7 +1062,9 @@ def softmax_plan(outer: int, n: int, inner: int, in_bytes: int, *,
         block = max(vec, min(t.loop_chunk_bytes // in_bytes, 2 * max_reg))
         grid = min(outer, max(1, round(t.loop_programs_per_sm * sm)))
         warps = max(1, min(32, block * in_bytes // (32 * t.loop_thread_bytes)))
-        return SoftmaxPlan("looped", block, warps, grid, vec=vec)
+        steps = t.loop_stagger_steps if outer >= t.loop_stagger_min_rows * grid else 0
+        return SoftmaxPlan("looped", block, warps, grid, vec=vec, stagger_steps=steps,
+                           stagger=t.loop_stagger if steps > 1 else 0.0)
     # dim is not the last axis: the strided kernels (see _strided_plan).
     return _strided_plan(outer, n, inner, in_bytes, sm, max_reg, STRIDED)
 
@@ -1149,9 +1212,13 @@ def softmax_triton(x: torch.Tensor, dim: int, out: torch.Tensor, log: bool = Fal
                          USE_INT64=use_int64, EVEN=plan.even, ALIGN=align,
                          num_warps=plan.num_warps, **pdl)
     elif plan.kind == "looped":
+        delay = 0
+        if plan.stagger_steps > 1 and stagger_supported(x.device):
+            delay = stagger_cycles(n * (x.element_size() + out.element_size()), plan.stagger)
         launch(_looped_kernel, (plan.grid,), x3, o3, outer, n, sxo, sxn, soo, son,
                BLOCK_R=plan.block // plan.vec, VEC=plan.vec, LOG=log,
-               USE_INT64=use_int64, FFMA_LIMIT=FFMA_LIMIT[out.dtype], ALIGN=align,
+               USE_INT64=use_int64, FFMA_LIMIT=FFMA_LIMIT[out.dtype], delay=delay,
+               STAGGER_STEPS=plan.stagger_steps if delay > 0 else 0, ALIGN=align,
                num_warps=plan.num_warps, **pdl)
     elif plan.kind == "coop":
         # [ticket counter, arrivals per row] zeroed; then (max, sum) per chunk.

@@ -420,6 +420,11 @@ def test_plans_of_the_workload_shapes():
     # programs of 16384 per row.
     p = softmax_plan(4096, 128256, 1, 2)
     assert (p.kind, p.grid, p.block, p.num_warps) == ("looped", 132, 32768, 32)
+    # ... its programs starting in 4 steps of an eighth of a row (31 rows a program); with
+    # fewer than 8 rows a program, all at once (the delay would not be paid back).
+    assert (p.stagger_steps, p.stagger) == (4, 0.125)
+    p = softmax_plan(8 * 132 - 1, 128256, 1, 2)
+    assert (p.kind, p.stagger_steps, p.stagger) == ("looped", 0, 0.0)
     p = softmax_plan(1024, 151936, 1, 4)
     assert (p.kind, p.block, p.chunks, p.num_warps) == ("coop", 16384, 10, 16)
     coop16 = K.ROW_TUNING._replace(coop_min_in_bytes=1, coop_block=8192, coop_warps=8)
@@ -444,7 +449,7 @@ import sm90_build as sm90
 
 def build(fn, args, consts, num_warps):
     k = sm90.build(fn, args, consts, num_warps)
-    return {"ld": k.loads, "st": k.stores, "local": k.local}
+    return {"ld": k.loads, "st": k.stores, "local": k.local, "spin": "%clock64" in k.ptx}
 
 B, F = "*bf16", "*fp32"
 V = 128256
@@ -455,6 +460,10 @@ out = {
     "looped": build(K._looped_kernel, dict(x_ptr=B, out_ptr=F, n_rows=2048, N=V, sxr=V, sxn=1,
                                            sor=V, son=1),
                     dict(BLOCK_R=4096, VEC=8, LOG=True, USE_INT64=False, FFMA_LIMIT=0.0), 32),
+    "staggered": build(K._looped_kernel, dict(x_ptr=B, out_ptr=B, n_rows=4096, N=V, sxr=V, sxn=1,
+                                              sor=V, son=1, delay=8016),
+                       dict(BLOCK_R=4096, VEC=8, LOG=False, USE_INT64=False, FFMA_LIMIT=4096.0,
+                            STAGGER_STEPS=4), 32),
     "coop": build(K._coop_kernel, dict(x_ptr=B, out_ptr=B, ws_ptr=F, cnt_ptr="*i32", n_rows=4096,
                                        N=V, G=16, spin=65536, sxr=V, sxn=1, sor=V, son=1),
                   dict(BLOCK=8192, FB=1024, G_POW2=16, LOG=False, USE_INT64=False), 8),
@@ -485,8 +494,10 @@ def test_kernels_build_for_sm90_with_16_byte_accesses():
     for name, k in built.items():
         assert k["ld"] and k["st"] and k["local"] == 0, (name, k)
         assert len(v4(k["ld"])) < len(k["ld"]), (name, k)
-    for name in ("rows", "looped", "strided"):
+    for name in ("rows", "looped", "staggered", "strided"):
         assert not v4(built[name]["ld"]) and not v4(built[name]["st"]), built[name]
+    # the staggered start is a spin on the cycle counter, built only where asked for
+    assert [name for name, k in built.items() if k["spin"]] == ["staggered"]
     # split: a chunk in 16-byte loads, its (max, sum) in two scalar stores; finish: the
     # row's partials in two scalar loads, the chunk in 16-byte loads and stores.
     assert len(v4(built["split"]["st"])) == 2 and len(v4(built["finish"]["ld"])) == 2
@@ -497,7 +508,7 @@ def test_kernels_build_for_sm90_with_16_byte_accesses():
     assert len(v4(built["coop"]["st"])) == 2
     assert any(op.endswith(".v4.b32") for op in built["coop"]["ld"])
     assert not any("evict_first" in op for op in built["coop"]["ld"]), built["coop"]["ld"]
-    for name in ("looped", "strided"):
+    for name in ("looped", "staggered", "strided"):
         assert any("evict_last" in op for op in built[name]["ld"]), built[name]
         assert all("evict_first" in op for op in built[name]["st"]), built[name]
 
