@@ -11,7 +11,9 @@ table's launch (`opspec`) first, then launch variants of the same kernels: the l
 softmax kernel's chunk, warps, programs per SM and register cap, and its staggered start
 (``stagger{steps}x{fraction}``: program p starts ``p % steps`` times that fraction of a row
 late; ``stagger0x0.0`` all at once); the coop kernel's chunk
-and warps (float32 logits); the norm stream kernel's chunk, warps and programs per SM.
+and warps (float32 logits); the norm stream kernel's chunk, warps and programs per SM, and
+the norm table with its rows kernel's first wave started in steps (``rows-stagger...``; the
+rows kernel only where it takes the row, so on float32 rows of 32768).
 Every variant's output is compared with torch. Case names: `softmax-vocab-bf16`,
 `logsoftmax-vocab-bf16`, `logsoftmax-vocab-bf16fp32` (float32 results), `softmax-vocab-fp32`,
 `softmax-decode-RxN-DTYPE` / `logsoftmax-decode-RxN-DTYPE` (decode logits: the split plan
@@ -145,6 +147,12 @@ def _layernorm_case(name, dt):
         fns[f"stream{kb}K/{wp}w/{ps}ps"] = (
             lambda cfg=cfg: NK.norm_fwd_triton(x, out, N, 1e-5, rms=False, weight=w, bias=b,
                                                config=cfg))
+    # the rows kernel's first wave started in steps (NormTuning.rows_stagger*)
+    for steps, frac in ((0, 0.0), (2, 0.25), (4, 0.125), (4, 0.25), (8, 0.125)):
+        tun = NK.TUNING._replace(rows_stagger_steps=steps, rows_stagger=frac)
+        fns[f"rows-stagger{steps}x{frac}"] = (
+            lambda tun=tun: NK.norm_fwd_triton(x, out, N, 1e-5, rms=False, weight=w, bias=b,
+                                               tuning=tun))
     ref = torch.nn.functional.layer_norm(x.float(), (N,), w.float(), b.float(), 1e-5).to(dt)
     return 2 * x.numel() * x.element_size(), fns, ref, out
 

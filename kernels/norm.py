@@ -24,7 +24,8 @@ plain Python from ``N`` and ``R``, with no autotuning at call time:
   stride and sizes that are multiples of 16, so contiguous rows load and store as 128-bit
   vectors. A row whose length is not a power of two can be held as two tiles, the largest
   power of two below it and a power-of-two remainder (``NormTuning.split_rows``; off, as
-  measured slower).
+  measured slower). On rows of 32768 (one program an SM) the first wave's programs start
+  in steps (``NormTuning.rows_stagger``, :mod:`opspec.kernels.stagger`).
 * **packed** (bfloat16 rows of 16385 to 32768 elements on grids of a row per SM or more):
   the row held in registers once, as 32-bit words of two elements (half the registers of
   a float32 row; each use converts the words again), on a persistent grid of two programs
@@ -72,6 +73,7 @@ import triton.language as tl
 from opspec.kernels.coop import arrive_and_wait
 from opspec.kernels.launch import launch
 from opspec.kernels.pdl import overlap_options, overlap_start
+from opspec.kernels.stagger import stagger_cycles, stagger_start, stagger_supported
 from opspec.kernels.tiling import INT32_LIMIT, as_multiple, row_multiple
 
 __all__ = [
@@ -204,6 +206,15 @@ class NormTuning(NamedTuple):
     #: ... on a persistent grid of this many programs an SM (at most a program a row), each
     #: loading its next row while it reduces and writes the current one.
     packed_programs_per_sm: int = 1
+    #: The rows kernel on rows of at least ``rows_stagger_min_block`` elements: the programs
+    #: of its first wave (one an SM) start in ``rows_stagger_steps`` steps of
+    #: ``rows_stagger`` of a row (its bytes read and written at an SM's share of the copy
+    #: rate, :mod:`opspec.kernels.stagger`), where the grid has at least
+    #: ``rows_stagger_min_waves`` programs an SM (0 or 1 steps: all at once).
+    rows_stagger_steps: int = 0
+    rows_stagger: float = 0.0
+    rows_stagger_min_block: int = 32768
+    rows_stagger_min_waves: int = 8
     #: The rows kernel's cache policy for the rows it loads: ``""`` (none) or
     #: ``"evict_first"``.
     row_load_policy: str = ""
@@ -328,10 +339,21 @@ class NormTuning(NamedTuple):
 #:   LayerNorm [2048, 32768] float32 147.9 against 156.2 (66 ahead) and 178.6-187.1
 #:   (132-528); [4096, 32768] 281.4 / 293.4-373.1; [8192, 3584] float32 57.6 / 59.1-59.5;
 #:   [8192, 7168] bf16 61.1 / 65.2-65.7.
+#: * rows_stagger: the rows kernel's first wave started in steps, as the looped softmax's
+#:   programs are (one program an SM, each reading its row, reducing, then writing it, in
+#:   step with the others; H200, 2026-12-02, side by side, us, steps x fraction of a row:
+#:   none / 2 x 1/4 / 2 x 1/2 / 4 x 1/8 / 4 x 1/4 / 8 x 1/8): LayerNorm [2048, 32768]
+#:   float32 147.6 / 147.3 / 149.6 / 145.0 / 144.1 / 144.7, [4096, 32768] 281.8 / 282.6 /
+#:   283.7 / 280.0 / 279.8 / 280.5, RMSNorm [2048, 32768] float32 138.7 / 137.2 / 138.4 /
+#:   136.0 / 137.3 / 137.3. A 2 % gain where the softmax's was 8 %: later programs start
+#:   as earlier ones end, so the offsets of the first wave fade. The bench row moved 146.6
+#:   -> 144.2 us (benchmarks/row_probe.py, its rows-stagger variants). The same start on
+#:   the packed and stream kernels gained nothing (see opspec.kernels.stagger).
 TUNING = NormTuning(ln_stats="twopass", shift_limit=16.0, min_tile=4096, programs_per_sm=4,
                     per_thread_large=32, per_thread_mid=16, per_thread_small=8,
                     coop_min_block=0, coop_block=8192, coop_warps=8,
-                    packed_min_block=32768, packed_per_thread=32, packed_programs_per_sm=2)
+                    packed_min_block=32768, packed_per_thread=32, packed_programs_per_sm=2,
+                    rows_stagger_steps=4, rows_stagger=0.125)
 _STATS = {"twopass": 0, "shifted": 1, "chan": 2}
 #: Polls of a row's arrival count before a coop program reads the row itself (see the kernel).
 _COOP_SPIN = 1 << 16
@@ -482,7 +504,7 @@ def _norm_fwd_rows_kernel(
     HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, USE_INT64: tl.constexpr,
     LATE_AFFINE: tl.constexpr, STATS: tl.constexpr = 0, SHIFT_LIMIT: tl.constexpr = 16.0,
     GROUP: tl.constexpr = 8, ROW_POLICY: tl.constexpr = "", BLOCK_N2: tl.constexpr = 0,
-    ALIGN: tl.constexpr = 1,
+    delay=0, STAGGER_STEPS: tl.constexpr = 0, first=0, ALIGN: tl.constexpr = 1,
     PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
     """``TILES`` tiles of ``ROWS`` whole rows per program, one after the other, each row held
@@ -495,8 +517,11 @@ def _norm_fwd_rows_kernel(
     :class:`NormTuning`; two tiles take the two-pass form only); ``GROUP`` is the elements
     of a 16-byte vector (``STATS == 2``); ``ROW_POLICY`` the cache policy of the row loads
     (``NormTuning.row_load_policy``). ``ALIGN``: a power of two the host checked to divide
-    ``N`` and the row strides (:func:`opspec.kernels.tiling.row_multiple`)."""
+    ``N`` and the row strides (:func:`opspec.kernels.tiling.row_multiple`). The programs
+    below ``first`` start in ``STAGGER_STEPS`` steps of ``delay`` cycles
+    (:mod:`opspec.kernels.stagger`)."""
     overlap_start(PDL)
+    stagger_start(delay, STAGGER_STEPS, first)
     if ALIGN > 1:
         N = as_multiple(N, ALIGN)
         stride_xm = as_multiple(stride_xm, ALIGN)
@@ -1435,9 +1460,15 @@ def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
                                     GROUP=group)
         if not rms and late and tun.ln_maxnreg and grid[0] >= _TARGET_PROGRAMS:
             extra["maxnreg"] = tun.ln_maxnreg
+        steps, delay = 0, 0
+        if (tun.rows_stagger_steps > 1 and block + block2 >= tun.rows_stagger_min_block
+                and grid[0] >= tun.rows_stagger_min_waves * _SMS and stagger_supported(device)):
+            steps = tun.rows_stagger_steps
+            delay = stagger_cycles(2 * N * x.element_size(), tun.rows_stagger)
         launch(_norm_fwd_rows_kernel, grid, *args, R, N, float(eps), *strides, ROWS=rows,
                TILES=tiles, BLOCK_N=block, BLOCK_N2=block2, LATE_AFFINE=late,
-               ROW_POLICY=tun.row_load_policy, ALIGN=align, **extra, **flags)
+               ROW_POLICY=tun.row_load_policy, delay=delay, STAGGER_STEPS=steps, first=_SMS,
+               ALIGN=align, **extra, **flags)
     # A written tensor that could not be viewed as rows was computed in a copy.
     if res_copied:
         residual.copy_(rv.view(residual.shape))

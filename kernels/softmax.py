@@ -496,7 +496,8 @@ def _looped_kernel(x_ptr, out_ptr, n_rows, N, sxr, sxn, sor, son,
                    STAGGER_STEPS: tl.constexpr = 0, ALIGN: tl.constexpr = 1,
                    PDL: tl.constexpr = False):
     overlap_start(PDL)   # launched dependent (opspec.kernels.pdl)
-    stagger_start(delay, STAGGER_STEPS)   # programs start in steps (opspec.kernels.stagger)
+    # programs start in steps (opspec.kernels.stagger)
+    stagger_start(delay, STAGGER_STEPS, tl.num_programs(0))
     if ALIGN > 1:
         N = as_multiple(N, ALIGN)       # as in _rows_kernel
         sxr = as_multiple(sxr, ALIGN)

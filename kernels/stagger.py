@@ -8,8 +8,10 @@ writes a copy gives it. On an H200 the looped softmax of [4096, 128256] bfloat16
 read phase plus the write phase (270.5 + 312.3 us for 588.5), where a copy of the same bytes
 took 495.5. Starting program ``p`` ``p % S`` steps late keeps the parts of the grid out of
 phase for the rest of the launch: four steps of an eighth of a row gave 544.2 us (H200,
-2026-12-02, side by side; kernels/softmax.py quotes the variants). The norms' persistent
-kernels load their next row while they write the current one, and gained nothing from it.
+2026-12-02, side by side; kernels/softmax.py quotes the variants). The norms' rows kernel
+on rows of 32768, one program an SM, gained 2 % from starting its first wave so (the later
+programs start as earlier ones end, so the offsets fade); their persistent packed and
+stream kernels, which load their next row while they write the current one, nothing.
 
 :func:`stagger_start` is the kernel side (a spin on the SM's cycle counter, sm_70 and later),
 :func:`stagger_cycles` the launcher side: the delay of one step in cycles, for a row of so
@@ -49,12 +51,15 @@ mov.u32 $0, 0;
 
 
 @triton.jit
-def stagger_start(delay, STEPS: tl.constexpr):
-    """A persistent kernel's first statement after its launch wait: program ``p`` spins
-    ``(p % STEPS) * delay`` cycles before it begins (``STEPS <= 1``: no spin at all)."""
+def stagger_start(delay, STEPS: tl.constexpr, first):
+    """A kernel's first statement after its launch wait: program ``p < first`` spins
+    ``(p % STEPS) * delay`` cycles before it begins (``STEPS <= 1``: no spin at all). A
+    persistent grid passes its size; a grid of waves the programs of its first wave (the
+    later ones start as those end, so they inherit the offsets)."""
     if STEPS > 1:
-        step = tl.program_id(0) % STEPS
-        if step > 0:
+        pid = tl.program_id(0)
+        step = pid % STEPS
+        if (step > 0) & (pid < first):
             tl.inline_asm_elementwise(_SPIN, "=r,l", [delay.to(tl.int64) * step],
                                       dtype=tl.int32, is_pure=False, pack=1)
 

@@ -55,3 +55,34 @@ def test_looped_launch_passes_the_plans_steps(monkeypatch, supported):
     # a plan without steps never spins, wherever it runs
     K.softmax_triton(x, -1, out, plan=K.SoftmaxPlan("looped", 64, 1, 4, vec=8))
     assert (seen["STAGGER_STEPS"], seen["delay"]) == (0, 0)
+
+
+@pytest.mark.parametrize("n, rows, supported, staggered", [
+    (32768, 264, True, True),       # a row a program, one program an SM, two waves
+    (32768, 264, False, False),     # off CUDA or under the interpreter
+    (16384, 264, True, False),      # shorter rows: several programs an SM
+    (32768, 131, True, False),      # under the waves asked for
+])
+def test_norm_rows_launch_staggers_its_first_wave(monkeypatch, n, rows, supported, staggered):
+    """The norm rows kernel takes the tuning's steps for the programs of its first wave, on
+    rows of at least ``rows_stagger_min_block`` elements and grids of at least
+    ``rows_stagger_min_waves`` programs an SM (the launch itself is captured)."""
+    from opspec.kernels import norm as N
+
+    seen = {}
+
+    def capture(kernel, grid, *args, **kw):
+        seen.update(kernel=kernel, grid=grid, **kw)
+
+    monkeypatch.setattr(N, "launch", capture)
+    monkeypatch.setattr(N, "stagger_supported", lambda device: supported)
+    tun = N.TUNING._replace(rows_stagger_steps=4, rows_stagger=0.125, rows_stagger_min_waves=2)
+    x = torch.empty(rows, n, dtype=torch.float32)
+    w = torch.empty(n, dtype=torch.float32)
+    N.norm_fwd_triton(x, torch.empty_like(x), n, 1e-5, rms=False, weight=w, bias=w, tuning=tun)
+    assert seen["kernel"] is N._norm_fwd_rows_kernel and seen["grid"] == (rows,)
+    if staggered:
+        assert (seen["STAGGER_STEPS"], seen["first"]) == (4, 132)
+        assert seen["delay"] == stagger_cycles(2 * n * 4, 0.125) > 0
+    else:
+        assert (seen["STAGGER_STEPS"], seen["delay"]) == (0, 0)
