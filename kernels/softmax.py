@@ -264,7 +264,11 @@ class RowTuning(NamedTuple):
 #:   3222 -> 3225 (benchmarks/row_probe.py, its stagger variants; the bench rows:
 #:   docs/ops.md). The same start on the norms'
 #:   persistent kernels gained nothing: LayerNorm [2048, 32768] bf16 (packed) 71.8 -> 72.0,
-#:   float32 through the stream kernel 159.5 -> 159.7.
+#:   float32 through the stream kernel 159.5 -> 159.7. Nor on coop's first wave (two
+#:   programs an SM, each spinning before it takes its ticket; float32 Qwen2.5 logits, 2 or
+#:   4 steps of 2048-16384 cycles): softmax 360.8 us for the table, 360.7-368.7 staggered,
+#:   log-softmax 366.2 / 363.2-371.4. Its programs hold their chunk while they wait for
+#:   the row's others, and tickets already hand out work as programs free up.
 #: * split for decode logits (too few rows for the grid), the table against other chunks
 #:   and coop (same probe and day, us): [32, 128256] bf16 -> fp32 softmax 13.73 against
 #:   split 4096 at 8 warps 13.04 and coop 14.14-19.07; [64, 129280] bf16 17.22 / 16.37 /
