@@ -19,8 +19,7 @@ import torch
 
 from opspec.schema import kinds as K
 from opspec.schema.errors import OpspecError
-from opspec.schema.evaluate import evaluate, evaluate_requires
-from opspec.schema.expr import ShapeList, Splat
+from opspec.schema.evaluate import evaluate, evaluate_axes, evaluate_requires
 from opspec.schema.parse import parse_expr
 from opspec.schema.printer import print_expr
 from opspec.schema.primitives import WORKLOAD_SEED
@@ -208,7 +207,9 @@ def instantiate(case: Case, device: torch.device, seed: int = WORKLOAD_SEED) -> 
             out.append(None)
             continue
         try:
-            shape = _axes(shapes[n], env)
+            shape = evaluate_axes(shapes[n], env)
+            if any(a < 0 for a in shape):
+                raise WorkloadError(f"negative axis in {list(shape)}")
             # A constant dtype (`dtype: int64`) is a name the environment must bind: dtype
             # values are their names, as in generated code.
             dtype = getattr(torch, evaluate(dtypes[n], {**_DTYPE_CONSTANTS, **env}))
@@ -224,18 +225,6 @@ def instantiate(case: Case, device: torch.device, seed: int = WORKLOAD_SEED) -> 
         else:
             out.append(_random(shape, dtype, dev, _generator(gens, dev, seed)))
     return tuple(out)
-
-
-def _axes(shape: ShapeList, env) -> tuple[int, ...]:
-    axes: list[int] = []
-    for a in shape.axes:
-        if isinstance(a, Splat):
-            axes.extend(int(x) for x in evaluate(a.value, env))
-        else:
-            axes.append(int(evaluate(a, env)))
-    if any(x < 0 for x in axes):
-        raise WorkloadError(f"negative axis in {axes}")
-    return tuple(axes)
 
 
 def _generator_failure(err: GeneratorError) -> str:

@@ -79,8 +79,8 @@ from typing import Any, Mapping
 from opspec.schema import kinds as K
 from opspec.schema.diagnostics import Diagnostic, Severity
 from opspec.schema.elaborate import ElaboratedSpec
-from opspec.schema.evaluate import BYTES_KEY, evaluate
-from opspec.schema.expr import Compare, Const, Expr, Name, ShapeList, Splat
+from opspec.schema.evaluate import BYTES_KEY, evaluate, evaluate_axes
+from opspec.schema.expr import Compare, Const, Expr, Name, ShapeList
 from opspec.schema.printer import print_expr, print_shape
 from opspec.schema.primitives import WORKLOAD_SEED
 from opspec.schema.values import ADTValue, to_tuple
@@ -590,7 +590,9 @@ def _sample(spec: ElaboratedSpec, plan: P.Plan, b: P.Branch):
             for n in b.present:
                 if n not in shapes:
                     continue
-                axes = _axes(shapes[n], env)
+                axes = evaluate_axes(shapes[n], env)
+                if any(a < 0 for a in axes):
+                    raise ValueError(f"negative axis in {list(axes)}")
                 dt = evaluate(dtypes[n], {**consts, **env})
                 count = 1
                 for a in axes:
@@ -600,18 +602,6 @@ def _sample(spec: ElaboratedSpec, plan: P.Plan, b: P.Branch):
             continue
         return b, row.label, env, nbytes
     return None
-
-
-def _axes(shape: ShapeList, env: Mapping[str, Any]) -> list[int]:
-    axes: list[int] = []
-    for a in shape.axes:
-        if isinstance(a, Splat):
-            axes.extend(int(x) for x in evaluate(a.value, env))
-        else:
-            axes.append(int(evaluate(a, env)))
-    if any(x < 0 for x in axes):
-        raise ValueError(f"negative axis in {axes}")
-    return axes
 
 
 def check_effects(spec: ElaboratedSpec, loaded: Any, plan: P.Plan) -> list[Diagnostic]:
