@@ -347,6 +347,20 @@ def test_looped_ffma_form_and_its_fallback(dtype):
         assert torch.isfinite(got[[0, 4, 5, 6, 7]]).all() and not torch.isnan(got[1]).any()
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_staggered_looped_plan(dtype):
+    """A looped plan whose programs start in steps computes what one without steps does: on
+    CUDA the programs spin first (opspec.kernels.stagger), elsewhere the launch drops the
+    steps. Rows beyond the FFMA range among them take the exact loop after the row loop."""
+    x = _x((23, 300), dtype, seed=5)
+    x[6] += 5000.0 if dtype == torch.bfloat16 else 0.0     # beyond FFMA_LIMIT (16-bit only)
+    for log in (False, True):
+        want = _expected(x, -1, log=log)
+        for steps in (0, 2, 4):
+            plan = SoftmaxPlan("looped", 64, 1, 3, vec=4, stagger_steps=steps, stagger=0.5)
+            _close(_run(x, -1, log=log, plan=plan), want)
+
+
 def test_extreme_but_finite_values():
     x = torch.tensor([[-1e30, 1e30, 0.0], [88.0, 89.0, -200.0], [3e38, -3e38, 0.0]], device=DEV)
     for plan in (None, SoftmaxPlan("looped", 4, 1, 1, vec=4), SoftmaxPlan("split", 2, 1, 6, chunks=2),
