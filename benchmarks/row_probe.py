@@ -10,8 +10,8 @@ under 3.8 TB/s. `time` runs each beside a device-to-device copy of the same byte
 table's launch (`opspec`) first, then launch variants of the same kernels: the looped
 softmax kernel's chunk, warps, programs per SM and register cap, and its staggered start
 (``stagger{steps}x{fraction}``: program p starts ``p % steps`` times that fraction of a row
-late; ``stagger0x0.0`` all at once); the coop kernel's chunk
-and warps (float32 logits); the norm stream kernel's chunk, warps and programs per SM, and
+late; ``stagger0x0.0`` all at once); the coop kernel's chunk,
+warps and register cap (float32 logits; chunk and warps also for 16-bit logits to float32); the norm stream kernel's chunk, warps and programs per SM, and
 the norm table with its rows kernel's first wave started in steps (``rows-stagger...``; the
 rows kernel only where it takes the row, so on float32 rows of 32768).
 Every variant's output is compared with torch. Case names: `softmax-vocab-bf16`,
@@ -94,15 +94,18 @@ def _softmax_case(name, dt):
             plan = dataclasses.replace(table, stagger_steps=steps, stagger=frac)
             fns[f"stagger{steps}x{frac}"] = (
                 lambda plan=plan: SK.softmax_triton(x, -1, out, log=log, plan=plan))
-    else:
-        for blk, wp in ((16384, 32), (8192, 16), (8192, 8), (4096, 8), (4096, 4)):
+    if x.dtype == torch.float32 or out_dt != dt:
+        # coop by chunk and warps (16-bit logits to float32 results too)
+        for blk, wp in ((16384, 16), (16384, 32), (8192, 16), (8192, 8), (4096, 8), (4096, 4)):
             ch = triton.cdiv(N, blk)
             plan = SK.SoftmaxPlan("coop", blk, wp, M * ch, chunks=ch)
             fns[f"coop{blk}/{wp}w"] = (
                 lambda plan=plan: SK.softmax_triton(x, -1, out, log=log, plan=plan))
+    if x.dtype == torch.float32:
         fns["looped64K/32w/1ps"] = lambda: looped_softmax(x, out, log, 16384, 32, 1)
         # coop under a register cap (more programs an SM): (chunk, warps, maxnreg)
-        for blk, wp, cap in ((8192, 8, 64), (4096, 4, 64), (4096, 4, 48)):
+        for blk, wp, cap in ((16384, 16, 64), (8192, 8, 64), (8192, 16, 64), (4096, 4, 64),
+                             (4096, 8, 64), (2048, 2, 64), (2048, 4, 64), (4096, 4, 48)):
             fns[f"coop{blk}/{wp}w/r{cap}"] = (
                 lambda blk=blk, wp=wp, cap=cap: coop_softmax(x, out, log, blk, wp, cap))
     ref = (torch.log_softmax if log else torch.softmax)(x.float(), -1).to(out_dt)

@@ -269,6 +269,26 @@ class RowTuning(NamedTuple):
 #:   4 steps of 2048-16384 cycles): softmax 360.8 us for the table, 360.7-368.7 staggered,
 #:   log-softmax 366.2 / 363.2-371.4. Its programs hold their chunk while they wait for
 #:   the row's others, and tickets already hand out work as programs free up.
+#: * Not kept (H200, benchmarks/row_probe.py, 2026-12-03, us): coop's chunks sharing a row
+#:   evenly (float32 Qwen2.5 logits: 10 chunks of 15200, not 9 of 16384 and one of 4480,
+#:   through a run-time chunk length and a second compare in the mask). The kernel then
+#:   built to 72 registers a thread (ncu) where it had 64, so one program of 16 warps an
+#:   SM instead of two: the table's launch 358.8 -> 507.5, the even chunks 520.1 (every
+#:   chunk and warp count ran 0.1-3 % slower even than the uneven ones in that build). The
+#:   table's kernel rebuilt: 358.8 / 360.1 (two runs), under register caps of 64 (16384 at
+#:   16 warps, 8192 at 8, 4096 at 4) 357.9-361.4, smaller chunks or more warps 365-463.
+#:   ncu on the table's launch: DRAM 70.6 % busy, 64 registers, 2 programs an SM, 47 %
+#:   achieved occupancy.
+#: * Nor (same probe and day, us) coop on a persistent grid whose programs take ticket
+#:   after ticket, each loading its next chunk while it waits for the current row's
+#:   partials (the wait spans four round trips to L2 -- ticket, arrival, polls, partials --
+#:   with nothing of the program's own in flight): float32 Qwen2.5 softmax 420-708 against
+#:   the table's 359.5 (8192-16384 at 8-16 warps, 1-4 programs an SM, capped at 64
+#:   registers or not), log-softmax 434-715 / 361.8. Flawed as built, besides: the next
+#:   ticket, taken before the current chunk's arrival, can lie in the same row, so the
+#:   program waits on a chunk it holds itself until its polls run out (one launch took
+#:   167 ms). And coop on bf16 logits to float32 log-softmax ([2048, 128256]): 486-795
+#:   against looped's 446.4, so 16-bit inputs keep looped.
 #: * split for decode logits (too few rows for the grid), the table against other chunks
 #:   and coop (same probe and day, us): [32, 128256] bf16 -> fp32 softmax 13.73 against
 #:   split 4096 at 8 warps 13.04 and coop 14.14-19.07; [64, 129280] bf16 17.22 / 16.37 /
