@@ -10,7 +10,8 @@ under 3.8 TB/s. `time` runs each beside a device-to-device copy of the same byte
 table's launch (`opspec`) first, then launch variants of the same kernels: the looped
 softmax kernel's chunk, warps, programs per SM and register cap, and its staggered start
 (``stagger{steps}x{fraction}``: program p starts ``p % steps`` times that fraction of a row
-late; ``stagger0x0.0`` all at once); the coop kernel's chunk,
+late; ``stagger0x0.0`` all at once), and the table's looped plan on a grid of a
+quarter to all of the SMs (``looped/{per SM}ps/{programs}p``); the coop kernel's chunk,
 warps and register cap (float32 logits; chunk and warps also for 16-bit logits to float32); the norm stream kernel's chunk, warps and programs per SM, and
 the norm table with its rows kernel's first wave started in steps (``rows-stagger...``; the
 rows kernel only where it takes the row, so on float32 rows of 32768).
@@ -101,6 +102,14 @@ def _softmax_case(name, dt):
             plan = SK.SoftmaxPlan("coop", blk, wp, M * ch, chunks=ch)
             fns[f"coop{blk}/{wp}w"] = (
                 lambda plan=plan: SK.softmax_triton(x, -1, out, log=log, plan=plan))
+    # looped on part of the SMs (the table's plan otherwise, its staggered start included),
+    # so that the rows in flight stay in L2 for the second pass: programs per SM
+    looped = SK.ROW_TUNING._replace(coop_min_in_bytes=8)
+    for ps in (0.25, 0.375, 0.5, 0.625, 0.75, 1.0):
+        plan = SK.softmax_plan(M, N, 1, x.element_size(), sm_count=_sms(),
+                               tuning=looped._replace(loop_programs_per_sm=ps))
+        fns[f"looped/{ps}ps/{plan.grid}p"] = (
+            lambda plan=plan: SK.softmax_triton(x, -1, out, log=log, plan=plan))
     if x.dtype == torch.float32:
         fns["looped64K/32w/1ps"] = lambda: looped_softmax(x, out, log, 16384, 32, 1)
         # coop under a register cap (more programs an SM): (chunk, warps, maxnreg)

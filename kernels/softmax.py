@@ -289,6 +289,15 @@ class RowTuning(NamedTuple):
 #:   program waits on a chunk it holds itself until its polls run out (one launch took
 #:   167 ms). And coop on bf16 logits to float32 log-softmax ([2048, 128256]): 486-795
 #:   against looped's 446.4, so 16-bit inputs keep looped.
+#: * Nor the looped plan on part of the SMs, so that the rows in flight would stay in L2
+#:   for the second pass (same probe and day, us, 33 / 50 / 66 / 82 / 99 / 132 programs):
+#:   float32 Qwen2.5 softmax 719 / 511 / 441 / 415 / 409 / 424 against coop's 360.6; bf16
+#:   -> float32 log-softmax [2048, 128256] 1187 / 783 / 629 / 524 / 500 / 451; bf16
+#:   softmax [4096, 128256] 1553 / 1035 / 840 / 720 / 657 / 548. One program of 32 warps
+#:   moves at most about 32 GB/s through its SM (3.2 TB/s on 99 SMs, 3.8 on 132), so the
+#:   grid needs every SM; and coop, bound by the bytes the register file holds (64 KiB a
+#:   program, two an SM, each held from its load to its store: about 9 us a program at
+#:   3.46 TB/s), stays at about 0.82x a copy on float32 logits.
 #: * split for decode logits (too few rows for the grid), the table against other chunks
 #:   and coop (same probe and day, us): [32, 128256] bf16 -> fp32 softmax 13.73 against
 #:   split 4096 at 8 warps 13.04 and coop 14.14-19.07; [64, 129280] bf16 17.22 / 16.37 /
