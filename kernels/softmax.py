@@ -370,6 +370,11 @@ class StridedTuning(NamedTuple):
 #: Again with the clean L2 flush (reduction_sweep.py, 2026-12-01), ADE20K bf16: the table
 #: 44.5 us (32-column strips: its 160 x 64 tile would pass tile_elems), 16K-element tiles
 #: (64 columns, 128-byte strips) 54.4, 64 a thread 51.8, 256- and 512-byte strips 54.5-54.9.
+#: Not kept (H200, 2026-12-03, a probe of the tile kernel, us): each program taking 2, 4 or 8
+#: consecutive strips in turn (fewer, longer programs; 254-255 registers against 228 at
+#: bf16, no spills). ADE20K softmax bf16 44.8 (one strip, the table) / 49.7 / 69.8 / 110.8,
+#: float32 78.5 / 81.9 / 93.7 / 119.2, log-softmax bf16 43.8 / 47.5 / 83.6 / 142.1; a copy
+#: of the bf16 row's bytes 38.8.
 STRIDED = StridedTuning(col_bytes=128, min_programs_per_sm=4, tile_elems=8192,
                         elems_per_thread=128, split_remainder=True, split_long=True,
                         long_coop=True, coop_max_chunks=64, coop_elems_per_thread=128)
