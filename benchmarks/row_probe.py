@@ -17,6 +17,8 @@ the norm table with its rows kernel's first wave started in steps (``rows-stagge
 rows kernel only where it takes the row, so on float32 rows of 32768).
 Every variant's output is compared with torch. Case names: `softmax-vocab-bf16`,
 `logsoftmax-vocab-bf16`, `logsoftmax-vocab-bf16fp32` (float32 results), `softmax-vocab-fp32`,
+`softmax-ade20k-DTYPE` / `logsoftmax-ade20k-DTYPE` (the strided tile kernel over ADE20K's
+150 classes: the table's strips and narrower ones, at 1 or 2 warps),
 `softmax-decode-RxN-DTYPE` / `logsoftmax-decode-RxN-DTYPE` (decode logits: the split plan
 against split and coop with other chunks; DTYPE bf16, fp16, fp32 or bf16fp32),
 `layernorm-32k-bf16` or
@@ -169,6 +171,28 @@ def _layernorm_case(name, dt):
     return 2 * x.numel() * x.element_size(), fns, ref, out
 
 
+def _strided_case(name, dt):
+    # [16, 150, 128, 128] over dim 1 (ADE20K's classes): the strided tile kernel's plan, and
+    # the same with narrower strips (32 or 64 bytes of each row a program) at 1 or 2 warps
+    x = torch.randn((16, 150, 128, 128), device="cuda", dtype=dt) * 3
+    out = torch.empty_like(x)
+    log = name.startswith("log")
+    inner = 128 * 128
+    table = SK.softmax_plan(16, 150, inner, x.element_size(), sm_count=_sms())
+    fns = {"opspec": lambda: SK.softmax_triton(x, 1, out, log=log)}
+    for nbytes in (32, 64, 128):
+        bi = nbytes // x.element_size()
+        if (table.block + 32) * bi > 2 * 8192:
+            continue
+        for warps in (1, 2):
+            plan = dataclasses.replace(table, block_inner=bi, num_warps=warps,
+                                       grid=16 * triton.cdiv(inner, bi))
+            fns[f"strided/{nbytes}B/{warps}w"] = (
+                lambda plan=plan: SK.softmax_triton(x, 1, out, log=log, plan=plan))
+    ref = (torch.log_softmax if log else torch.softmax)(x.float(), 1).to(dt)
+    return 2 * x.numel() * x.element_size(), fns, ref, out
+
+
 def _case(name):
     """(bytes moved, {variant: callable}, reference output, the output the callables write)"""
     dt = _DTYPES.get(name.rsplit("-", 1)[1].replace("bf16fp32", "bf16"))
@@ -176,6 +200,8 @@ def _case(name):
         raise SystemExit(f"unknown dtype in case {name!r}")
     if name.startswith(("softmax-decode", "logsoftmax-decode")):
         return _decode_case(name, dt)
+    if name.startswith(("softmax-ade20k", "logsoftmax-ade20k")):
+        return _strided_case(name, dt)
     if name.startswith(("softmax-vocab", "logsoftmax-vocab")):
         return _softmax_case(name, dt)
     if name.startswith("layernorm-"):

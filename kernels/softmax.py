@@ -374,7 +374,11 @@ class StridedTuning(NamedTuple):
 #: consecutive strips in turn (fewer, longer programs; 254-255 registers against 228 at
 #: bf16, no spills). ADE20K softmax bf16 44.8 (one strip, the table) / 49.7 / 69.8 / 110.8,
 #: float32 78.5 / 81.9 / 93.7 / 119.2, log-softmax bf16 43.8 / 47.5 / 83.6 / 142.1; a copy
-#: of the bf16 row's bytes 38.8.
+#: of the bf16 row's bytes 38.8. Nor other strip widths (benchmarks/row_probe.py
+#: softmax-ade20k-*, same day, us, 32 / 64 / 128 bytes of each row a program at 1 warp; 2
+#: warps slower on every row but the bf16 128-byte one): bf16 softmax 56.3 / 44.6 (the
+#: table) / 55.1, float32 108.3 / 83.2 / 78.4 (the table), bf16 log-softmax 56.3 / 44.2
+#: (the table) / 74.2.
 STRIDED = StridedTuning(col_bytes=128, min_programs_per_sm=4, tile_elems=8192,
                         elems_per_thread=128, split_remainder=True, split_long=True,
                         long_coop=True, coop_max_chunks=64, coop_elems_per_thread=128)
