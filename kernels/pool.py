@@ -24,6 +24,13 @@ max). On the H200 the older tile kernel below ran 1.1-1.8 TB/s on the workload r
 scalar stores) against ~2.5-3.5 implied by torch.compile; the band kernel's sm_90 build of
 the stem is ~20 instructions an output with 16-byte loads and 8-byte stores.
 
+The word kernel (:mod:`opspec.kernels.pool_words`; the 16-bit 3x3 stride-2 max pools of
+the CNN stems, from ``_WORDS_MIN_OUTPUTS`` outputs, see ``words_fit``) reads a row as 32-bit
+words, two input columns each, a lane taking four outputs from one 16-byte load and one
+4-byte load a row; its third window columns are halves of words it already holds, where the
+band kernel loads them again by 2-byte loads: 0.92-1.01x a copy on the stems against the
+band kernel's 0.79-0.85x.
+
 The flat kernel (the classes ``_FLAT_TABLE`` names: narrow rows, at most 16 outputs, of
 contiguous NCHW inputs; see :func:`flat_fits`). The output is one flat index space; a
 program takes a run of consecutive outputs, splits each into (plane, row, column) by
@@ -94,6 +101,7 @@ import triton.language as tl
 from opspec.kernels.devices import TRITON_INTERPRETED
 from opspec.kernels.launch import launch
 from opspec.kernels.pdl import overlap_options, overlap_start
+from opspec.kernels.pool_words import WordsConfig, max_pool3x3s2_words, words_fit
 from opspec.kernels.tiling import INT32_LIMIT, pow2_dividing
 
 __all__ = [
@@ -244,6 +252,19 @@ _BAND_TABLE: dict[tuple, BandConfig | None] = {
 #: Outputs below which every class takes the older kernels (the smallest input measured
 #: since, the stem at batch 1, 200 k outputs, is above it).
 _BAND_MIN_OUTPUTS = 1 << 17
+#: The word kernel (:mod:`opspec.kernels.pool_words`: 16-bit 3x3 stride-2 max pools whose
+#: rows ``words_fit`` accepts, the CNN stems) and the outputs from which it serves them.
+#: H200, benchmarks/pool_words_probe.py (2026-12-04), us, the band kernel above -> words
+#: (a device-to-device copy of the same bytes): ResNet-50 stem bf16 batch 256 143.9 ->
+#: 120.7 (121.7), 128 74.7 -> 62.7 (61.7), 32 22.5 -> 19.2 (17.7), fp16 batch 32 22.1 ->
+#: 19.2 (18.0), GoogLeNet's ceil-mode stem at batch 64 39.8 -> 33.6 (31.8): from 0.79-0.85x
+#: a copy to 0.92-1.01x. Per program 2 output rows of 8 planes on 4 warps; 16 planes within
+#: 0.5 %, 4 planes 15-18 % slower, bands of 4 rows 1-4 %, of 7, 8 or 14 rows 20-70 % (their
+#: programs hold more rows in registers: 96 registers at 8 rows, 156 at 14) and one warp
+#: a program 3-60 %. At batch 1 (200 k outputs) the band kernel's 5.25 us stays ahead of
+#: these bands (5.41), hence the threshold (one-row bands of 16 planes: 5.02).
+_WORDS: WordsConfig | None = WordsConfig(rows=2, planes=8, num_warps=4)
+_WORDS_MIN_OUTPUTS = 1 << 20
 #: The flat kernel's classes (contiguous inputs, see ``flat_fits``), by ``band_key``:
 #: (outputs a program, warps). Same sweep, us, the tile kernel -> flat (compile): GoogLeNet's
 #: 3x3/2 max on 28 x 28 planes 63.4 -> 32.1 (34.0); VGG's 2x2/2 max bf16 22.2 -> 16.3, fp32
@@ -1262,7 +1283,9 @@ def pool2d_triton(x: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeomet
     ``x``: [N, C, H, W] or [C, H, W] of fp16, bf16 or fp32, any strides; ``out``: the
     output shape, ``x``'s dtype, contiguous. ``plan`` forces the older kernels with
     that plan (``path='flat'``: the flat kernel), ``config`` the band kernel with that
-    configuration (tests, the sweep); by default, from ``_BAND_MIN_OUTPUTS`` outputs,
+    configuration (tests, the sweep); by default the word kernel
+    (:mod:`opspec.kernels.pool_words`) serves the 16-bit 3x3 stride-2 max pools it fits
+    from ``_WORDS_MIN_OUTPUTS`` outputs, and from ``_BAND_MIN_OUTPUTS`` outputs
     ``band_config_for`` picks (the band kernel where it names a configuration and
     ``band_fits``), else the flat kernel where ``_FLAT_TABLE`` names the class and
     ``flat_fits``, else the older kernels. Nothing is launched for an empty output. No
@@ -1288,6 +1311,10 @@ def pool2d_triton(x: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeomet
     if R == 0 or W_out == 0:
         return out
     if plan is None:
+        if (config is None and mode == "max" and _WORDS is not None
+                and R * W_out >= _WORDS_MIN_OUTPUTS
+                and words_fit(x4, g.kernel, g.stride, g.padding, g.dilation, H_out, W_out)):
+            return max_pool3x3s2_words(x4, out, g.padding, _WORDS)
         cfg = config
         if cfg is None and R * W_out >= _BAND_MIN_OUTPUTS:
             cfg = band_config_for(mode, g, W_out)
