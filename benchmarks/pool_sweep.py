@@ -7,7 +7,8 @@ dtype; a wrong candidate is reported and is never "best"), then time device time
 bench does (sweep_pool.bench: L2 flushed before each sample, medians), the table's choice (``pool2d_triton``
 with no override), torch eager (F.max_pool2d / F.avg_pool2d in the input dtype: the bench's
 baseline), torch.compile of that function (once per row; said if it fails) and the
-candidates: the flat kernel (outputs a program, warps), band-kernel configurations
+candidates: the word kernel where it serves the row (``WordsConfig``s: output rows, planes
+a program, warps), the flat kernel (outputs a program, warps), band-kernel configurations
 (``BandConfig`` fields changed one at a time from the table's, each kept only where it
 changes the launch) and the older kernels (``pool2d_plan``: tile / rows / global).
 
@@ -46,6 +47,7 @@ import triton
 
 import opspec.kernels.pool as PK
 from opspec.kernels.pool import BandConfig
+from opspec.kernels.pool_words import WordsConfig, words_fit
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sweep_pool import bench, report_best, run_ahead, sweep_parser  # noqa: E402  (beside this script)
@@ -137,6 +139,21 @@ def candidates(row, x):
     N, C, H, W = x4.shape
     H_out, W_out = PK.pool2d_out_size(H, W, g)
     out = []
+    fits_words = mode == "max" and words_fit(x4, g.kernel, g.stride, g.padding, g.dilation,
+                                             H_out, W_out)
+    # the table's word configuration, where its choice is the word kernel (then the band
+    # kernel's is a candidate)
+    wtable = PK.words_config_for(N * C * H_out * W_out) if fits_words else None
+    uses = wtable is not None
+    if fits_words:
+        # the word kernel: output rows, planes a program, warps (the table's two first)
+        for cfg in dict.fromkeys(c for c in (PK._WORDS, PK._WORDS_SMALL, WordsConfig(2, 8, 4),
+                                             WordsConfig(1, 16, 4), WordsConfig(2, 16, 4),
+                                             WordsConfig(1, 8, 2), WordsConfig(1, 32, 4),
+                                             WordsConfig(4, 4, 2), WordsConfig(2, 4, 1))
+                                 if c is not None and c != wtable):
+            out.append((f"words {cfg.rows} rows {cfg.planes} planes {cfg.num_warps}w",
+                        dict(words=cfg), cfg, cfg))
     if PK.flat_fits(x4, g):
         # the flat kernel: outputs a program, warps
         for block, warps in ((1024, 4), (512, 4), (2048, 8), (1024, 8), (512, 2), (4096, 8)):
@@ -146,7 +163,7 @@ def candidates(row, x):
         table = PK.band_config_for(mode, g, W_out)
         # the table's configuration, else its default, else the kernel's own defaults
         base = table or PK._BAND_DEFAULT or BandConfig()
-        seen = set() if table is None else {PK.band_launch(x4, mode, g, table)}
+        seen = set() if table is None or uses else {PK.band_launch(x4, mode, g, table)}
         auto_cpt = max(1, 8 // x4.element_size())
         cpt = base.cols_per_thread or auto_cpt
         tries = [
@@ -164,6 +181,8 @@ def candidates(row, x):
         ]
         if table is None:
             tries.insert(0, ("band default", base))
+        elif uses:
+            tries.insert(0, ("band table", table))
         for name, cfg in tries:
             launch = PK.band_launch(x4, mode, g, cfg)
             if launch in seen:

@@ -25,11 +25,11 @@ scalar stores) against ~2.5-3.5 implied by torch.compile; the band kernel's sm_9
 the stem is ~20 instructions an output with 16-byte loads and 8-byte stores.
 
 The word kernel (:mod:`opspec.kernels.pool_words`; the 16-bit 3x3 stride-2 max pools of
-the CNN stems, from ``_WORDS_MIN_OUTPUTS`` outputs, see ``words_fit``) reads a row as 32-bit
-words, two input columns each, a lane taking four outputs from one 16-byte load and one
-4-byte load a row; its third window columns are halves of words it already holds, where the
-band kernel loads them again by 2-byte loads: 0.92-1.01x a copy on the stems against the
-band kernel's 0.79-0.85x.
+the CNN stems, from ``_BAND_MIN_OUTPUTS`` outputs, see ``words_fit`` and
+``words_config_for``) reads a row as 32-bit words, two input columns each, a lane taking
+four outputs from one 16-byte load and one 4-byte load a row; its third window columns are
+halves of words it already holds, where the band kernel loads them again by 2-byte loads:
+0.92-1.01x a copy on the stems against the band kernel's 0.79-0.85x.
 
 The flat kernel (the classes ``_FLAT_TABLE`` names: narrow rows, at most 16 outputs, of
 contiguous NCHW inputs; see :func:`flat_fits`). The output is one flat index space; a
@@ -239,7 +239,8 @@ _BAND_TABLE: dict[tuple, BandConfig | None] = {
 #: (one plane of 64 columns holds 32 lanes x 8-byte loads, float32 32 x 16-byte): Triton
 #: then lays the rows out [2 x 16] lanes and moves the third window column through shared
 #: memory (136 registers, barriers): 2.2x slower (ResNet-50 stem bf16 batch 128 163.6
-#: against 73.8 us). The 16-bit stems stay at 0.82-0.86x a copy, float32 at 1.0x.
+#: against 73.8 us). The 16-bit stems stayed at 0.82-0.86x a copy (float32 at 1.0x) until
+#: the word kernel took them (``_WORDS`` below).
 #: Why (ncu, H200, 2026-12-02, ResNet-50 stem at batch 128, the table's launch: 57344
 #: one-warp programs of 72 registers, so at most 28 resident an SM, 28 warps of 64):
 #: bfloat16 74.3 us, DRAM 70 % busy, 42.5 M warp instructions, issue active 59 %, a warp
@@ -248,7 +249,8 @@ _BAND_TABLE: dict[tuple, BandConfig | None] = {
 #: kernel issues about as many instructions for half the bytes (its third window column,
 #: four 2-byte loads a thread and row where float32 has two 4-byte ones), and its
 #: one-warp programs leave too few warps to cover their latency: more warps a program, or
-#: the third column taken from the pair loads, not more bytes in flight, is what it lacks.
+#: the third column taken from the pair loads, not more bytes in flight, is what it lacks
+#: (the word kernel has both).
 #: Outputs below which every class takes the older kernels (the smallest input measured
 #: since, the stem at batch 1, 200 k outputs, is above it).
 _BAND_MIN_OUTPUTS = 1 << 17
@@ -262,9 +264,13 @@ _BAND_MIN_OUTPUTS = 1 << 17
 #: 0.5 %, 4 planes 15-18 % slower, bands of 4 rows 1-4 %, of 7, 8 or 14 rows 20-70 % (their
 #: programs hold more rows in registers: 96 registers at 8 rows, 156 at 14) and one warp
 #: a program 3-60 %. At batch 1 (200 k outputs) the band kernel's 5.25 us stays ahead of
-#: these bands (5.41), hence the threshold (one-row bands of 16 planes: 5.02).
+#: these bands (5.41), but not of one-row bands of 16 or 32 planes (5.02; pool_sweep.py,
+#: same day: the band kernel 4.8, 32 planes 4.6, torch.compile 4.8-4.9, both dtypes), which
+#: at batch 256 trail the 2-row bands by 5 % (126.5 us): so below _WORDS_MIN_OUTPUTS, and
+#: from _BAND_MIN_OUTPUTS, ``_WORDS_SMALL``.
 _WORDS: WordsConfig | None = WordsConfig(rows=2, planes=8, num_warps=4)
 _WORDS_MIN_OUTPUTS = 1 << 20
+_WORDS_SMALL: WordsConfig | None = WordsConfig(rows=1, planes=32, num_warps=4)
 #: The flat kernel's classes (contiguous inputs, see ``flat_fits``), by ``band_key``:
 #: (outputs a program, warps). Same sweep, us, the tile kernel -> flat (compile): GoogLeNet's
 #: 3x3/2 max on 28 x 28 planes 63.4 -> 32.1 (34.0); VGG's 2x2/2 max bf16 22.2 -> 16.3, fp32
@@ -1273,20 +1279,30 @@ def _launch_flat(x4: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeomet
     return out
 
 
+def words_config_for(outputs: int) -> WordsConfig | None:
+    """The word kernel's configuration for a max pool of ``outputs`` outputs that
+    ``words_fit`` accepts: ``_WORDS`` from ``_WORDS_MIN_OUTPUTS``, ``_WORDS_SMALL`` from
+    ``_BAND_MIN_OUTPUTS``; None (not the word kernel) below."""
+    if outputs >= _WORDS_MIN_OUTPUTS:
+        return _WORDS
+    return _WORDS_SMALL if outputs >= _BAND_MIN_OUTPUTS else None
+
+
 def pool2d_triton(x: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeometry,
                   count_include_pad: bool = True, divisor_override: int | None = None,
                   plan: Pool2dPlan | None = None,
-                  config: BandConfig | None = None) -> torch.Tensor:
+                  config: BandConfig | None = None,
+                  words: WordsConfig | None = None) -> torch.Tensor:
     """Write max_pool2d / avg_pool2d (``mode`` 'max' or 'avg') of ``x`` into ``out`` and
     return ``out``.
 
     ``x``: [N, C, H, W] or [C, H, W] of fp16, bf16 or fp32, any strides; ``out``: the
     output shape, ``x``'s dtype, contiguous. ``plan`` forces the older kernels with
-    that plan (``path='flat'``: the flat kernel), ``config`` the band kernel with that
-    configuration (tests, the sweep); by default the word kernel
+    that plan (``path='flat'``: the flat kernel), ``config`` the band kernel and ``words``
+    the word kernel with that configuration (tests, the sweep); by default the word kernel
     (:mod:`opspec.kernels.pool_words`) serves the 16-bit 3x3 stride-2 max pools it fits
-    from ``_WORDS_MIN_OUTPUTS`` outputs, and from ``_BAND_MIN_OUTPUTS`` outputs
-    ``band_config_for`` picks (the band kernel where it names a configuration and
+    from ``_BAND_MIN_OUTPUTS`` outputs (``words_config_for``), and from there on
+    ``band_config_for`` picks for the others (the band kernel where it names a configuration and
     ``band_fits``), else the flat kernel where ``_FLAT_TABLE`` names the class and
     ``flat_fits``, else the older kernels. Nothing is launched for an empty output. No
     allocation, no host sync.
@@ -1310,11 +1326,17 @@ def pool2d_triton(x: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeomet
     R = N * C * H_out
     if R == 0 or W_out == 0:
         return out
+    if words is not None:
+        if mode != "max" or not words_fit(x4, g.kernel, g.stride, g.padding, g.dilation,
+                                          H_out, W_out):
+            raise ValueError("the word kernel does not serve this input and window "
+                             "(see opspec.kernels.pool_words.words_fit)")
+        return max_pool3x3s2_words(x4, out, g.padding, words)
     if plan is None:
-        if (config is None and mode == "max" and _WORDS is not None
-                and R * W_out >= _WORDS_MIN_OUTPUTS
-                and words_fit(x4, g.kernel, g.stride, g.padding, g.dilation, H_out, W_out)):
-            return max_pool3x3s2_words(x4, out, g.padding, _WORDS)
+        wcfg = words_config_for(R * W_out) if config is None and mode == "max" else None
+        if wcfg is not None and words_fit(x4, g.kernel, g.stride, g.padding, g.dilation,
+                                          H_out, W_out):
+            return max_pool3x3s2_words(x4, out, g.padding, wcfg)
         cfg = config
         if cfg is None and R * W_out >= _BAND_MIN_OUTPUTS:
             cfg = band_config_for(mode, g, W_out)

@@ -129,9 +129,11 @@ def test_words_fit():
 
 
 def test_pool2d_triton_sends_stems_to_words(monkeypatch):
-    """From _WORDS_MIN_OUTPUTS outputs, max pools words_fit accepts go to the word kernel
-    (with _WORDS); averages, float32, a forced band configuration, fewer outputs and an
-    unset table do not. The result is torch's either way."""
+    """Max pools words_fit accepts go to the word kernel: with _WORDS_SMALL from
+    _BAND_MIN_OUTPUTS outputs, with _WORDS from _WORDS_MIN_OUTPUTS; averages, float32, a
+    forced band configuration, fewer outputs and unset configurations do not; ``words=``
+    forces a configuration, and is refused where the kernel does not serve. The result is
+    torch's either way."""
     calls = []
     real = PK.max_pool3x3s2_words
 
@@ -144,30 +146,49 @@ def test_pool2d_triton_sends_stems_to_words(monkeypatch):
     x = _input((2, 3, 16, 32), torch.bfloat16)
     n_out = 2 * 3 * 8 * 16
 
-    def run(x, mode="max", config=None):
+    def run(x, mode="max", **kw):
         out = torch.empty((*x.shape[:-2], 8, 16), dtype=x.dtype)
-        pool2d_triton(x, out, mode, g, config=config)
-        return out
+        pool2d_triton(x, out, mode, g, **kw)
+        if mode == "max":
+            torch.testing.assert_close(out, _want(x, g), rtol=0, atol=0, equal_nan=True)
 
-    monkeypatch.setattr(PK, "_WORDS_MIN_OUTPUTS", n_out + 1)
+    def limits(band, words):
+        monkeypatch.setattr(PK, "_BAND_MIN_OUTPUTS", band)
+        monkeypatch.setattr(PK, "_WORDS_MIN_OUTPUTS", words)
+
+    small, large = PK._WORDS_SMALL, PK._WORDS
+    assert small is not None and large is not None and small != large
+    limits(n_out + 1, n_out + 2)
     run(x)
     assert calls == []
-    monkeypatch.setattr(PK, "_WORDS_MIN_OUTPUTS", n_out)
-    got = run(x)
-    assert calls == [PK._WORDS]
-    torch.testing.assert_close(got, _want(x, g), rtol=0, atol=0, equal_nan=True)
-    monkeypatch.setattr(PK, "_WORDS_MIN_OUTPUTS", n_out // 2)
-    got = run(x[0])                                   # unbatched [C, H, W]
-    assert calls == [PK._WORDS] * 2
-    torch.testing.assert_close(got, _want(x[0], g), rtol=0, atol=0, equal_nan=True)
-    monkeypatch.setattr(PK, "_WORDS_MIN_OUTPUTS", 1)
+    limits(n_out, n_out + 1)
+    run(x)
+    assert calls == [small]
+    limits(n_out, n_out)
+    run(x)
+    assert calls == [small, large]
+    limits(n_out // 2, n_out)
+    run(x[0])                                         # unbatched [C, H, W]
+    assert calls == [small, large, small]
+    limits(1, 1)
     run(x, "avg")
     run(x.float())
     run(x, config=PK.BandConfig(rows=8, tile=512))
-    assert len(calls) == 2
+    assert len(calls) == 3
     monkeypatch.setattr(PK, "_WORDS", None)
+    monkeypatch.setattr(PK, "_WORDS_SMALL", None)
     run(x)
-    assert len(calls) == 2
+    assert len(calls) == 3
+    forced = WordsConfig(4, 2, 1)
+    limits(n_out + 1, n_out + 1)
+    run(x, words=forced)
+    assert calls[-1] == forced
+    for bad in (dict(x=x, mode="avg"), dict(x=x.float()), dict(x=x[..., :20])):
+        xb = bad["x"]
+        out = torch.empty((*xb.shape[:-2], 8, xb.shape[-1] // 2), dtype=xb.dtype)
+        with pytest.raises(ValueError, match="word kernel does not serve"):
+            pool2d_triton(xb, out, bad.get("mode", "max"), g, words=forced)
+    assert len(calls) == 4
 
 
 _WORDS_BUILD = r"""
