@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import opspec.kernels.pool as PK
 import opspec.kernels.pool_words as PW
@@ -22,6 +21,7 @@ from opspec.kernels.pool import pool2d_geometry, pool2d_out_size, pool2d_triton
 from opspec.kernels.pool_words import WordsConfig, max_pool3x3s2_words, words_fit
 
 from test_pool import _on_device, _randn  # noqa: F401  (_on_device: a fixture)
+from test_pool_variants import _want_max
 
 DTYPES16 = [torch.bfloat16, torch.float16]
 # (padding, ceil_mode) of the windows the kernel serves on [.., 2 H_out, 2 W_out] inputs
@@ -40,11 +40,6 @@ def _input(shape, dtype, seed=0):
     x[..., 6, -1] = float("inf")
     x[..., 0, 8:12] = float("-inf")
     return x
-
-
-def _want(x, g):
-    return F.max_pool2d(x.float(), g.kernel, g.stride, g.padding, g.dilation,
-                        g.ceil_mode).to(x.dtype)
 
 
 def _words(x, g, cfg):
@@ -69,7 +64,7 @@ def test_words_match_torch(pad, dtype):
     g = pool2d_geometry(3, 2, pad[0], 1, pad[1])
     for shape in ((1, 3, 16, 24), (3, 18, 16)):
         x = _input(shape, dtype)
-        want = _want(x, g)
+        want = _want_max(x, g)
         for cfg in CONFIGS:
             torch.testing.assert_close(_words(x, g, cfg), want, rtol=0, atol=0,
                                        equal_nan=True, msg=f"{shape} {cfg}")
@@ -84,7 +79,7 @@ def test_words_channel_slice_and_batch(dtype):
     x = full[:, 2:5]
     assert x.stride(0) != x.shape[1] * x.stride(1)
     for cfg in CONFIGS:
-        torch.testing.assert_close(_words(x, g, cfg), _want(x, g), rtol=0, atol=0,
+        torch.testing.assert_close(_words(x, g, cfg), _want_max(x, g), rtol=0, atol=0,
                                    equal_nan=True, msg=str(cfg))
 
 
@@ -93,7 +88,7 @@ def test_words_int64_offsets(monkeypatch):
     g = pool2d_geometry(3, 2, 0, 1, True)
     x = _input((2, 3, 8, 16), torch.bfloat16, seed=2)
     monkeypatch.setattr(PW, "_INT32_LIMIT", 64)
-    torch.testing.assert_close(_words(x, g, WordsConfig(2, 2, 1)), _want(x, g), rtol=0,
+    torch.testing.assert_close(_words(x, g, WordsConfig(2, 2, 1)), _want_max(x, g), rtol=0,
                                atol=0, equal_nan=True)
 
 
@@ -150,7 +145,7 @@ def test_pool2d_triton_sends_stems_to_words(monkeypatch):
         out = torch.empty((*x.shape[:-2], 8, 16), dtype=x.dtype)
         pool2d_triton(x, out, mode, g, **kw)
         if mode == "max":
-            torch.testing.assert_close(out, _want(x, g), rtol=0, atol=0, equal_nan=True)
+            torch.testing.assert_close(out, _want_max(x, g), rtol=0, atol=0, equal_nan=True)
 
     def limits(band, words):
         monkeypatch.setattr(PK, "_BAND_MIN_OUTPUTS", band)
