@@ -6,8 +6,8 @@ rows of MaxPool2dFwdOp, beside a device-to-device copy of the same bytes (input 
 
 Prints per row and candidate: us, TB/s, time over the copy's and max error against torch.
 --configs names the WordsConfig candidates (rows:planes:warps); the default set spans rows
-4/7/8/14, planes 1/2/4/8 and 1 or 2 warps. --smoke runs small rows through Triton's interpreter on the CPU (a check of this script).
-Not part of the package.
+4/7/8/14, planes 1/2/4/8 and 1 or 2 warps. --smoke runs small rows through Triton's
+interpreter on the CPU (a check of this script). Not part of the package.
 """
 
 from __future__ import annotations

@@ -1329,8 +1329,13 @@ def pool2d_triton(x: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeomet
     if words is not None:
         if mode != "max" or not words_fit(x4, g.kernel, g.stride, g.padding, g.dilation,
                                           H_out, W_out):
-            raise ValueError("the word kernel does not serve this input and window "
-                             "(see opspec.kernels.pool_words.words_fit)")
+            raise ValueError(
+                f"the word kernel does not serve a {mode} pool of {x.dtype} input "
+                f"{list(x.shape)} (strides {list(x.stride())}) with kernel {g.kernel}, "
+                f"stride {g.stride}, padding {g.padding}, dilation {g.dilation} to "
+                f"[{H_out}, {W_out}]: it takes 16-bit max pools, 3x3 stride 2, H = 2 H_out, "
+                f"W = 2 W_out with W_out a multiple of 4, unit column stride and 16-byte "
+                f"aligned rows (opspec.kernels.pool_words.words_fit)")
         return max_pool3x3s2_words(x4, out, g.padding, words)
     if plan is None:
         wcfg = words_config_for(R * W_out) if config is None and mode == "max" else None

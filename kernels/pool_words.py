@@ -12,9 +12,10 @@ lo(w[ow]), hi(w[ow])}``, without it ``{lo(w[ow]), hi(w[ow]), lo(w[ow + 1])}``. T
 paired by byte permutes (``prmt``) and reduced by NaN-propagating ``bf16x2`` / ``f16x2``
 maxima, two outputs an instruction; an output row so costs, a quad, the loads of two new
 input rows (2 each), 6 permutes, 7 three-input maxima (sm_90 fuses two ``max`` into one
-``VHMNMX``) and one 8-byte store. The window's rows combine as the band kernel's do: each input row of a band
-is reduced once, each output row takes the maximum of its three (packed) row results, and
-rows outside the input are clamped into it (the clamped row lies in the same window).
+``VHMNMX``) and one 8-byte store. The window's rows combine as the band kernel's do:
+each input row of a band is reduced once, each output row takes the maximum of its three
+(packed) row results, and rows outside the input are clamped into it (the clamped row lies
+in the same window).
 
 Served: max, a 3 x 3 window, stride 2, dilation 1, paddings 0 or 1 with ``H = 2 H_out``
 and ``W = 2 W_out`` (ResNet's padding 1, GoogLeNet's 0 with ceil_mode, on even sizes),

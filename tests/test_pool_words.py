@@ -178,11 +178,15 @@ def test_pool2d_triton_sends_stems_to_words(monkeypatch):
     limits(n_out + 1, n_out + 1)
     run(x, words=forced)
     assert calls[-1] == forced
-    for bad in (dict(x=x, mode="avg"), dict(x=x.float()), dict(x=x[..., :20])):
-        xb = bad["x"]
+    refused = [(x, "avg", "a avg pool of torch.bfloat16 input [2, 3, 16, 32]"),
+               (x.float(), "max", "a max pool of torch.float32 input [2, 3, 16, 32]"),
+               (x[..., :20], "max", "strides [1536, 512, 32, 1]) with kernel (3, 3), "
+                                    "stride (2, 2), padding (1, 1), dilation (1, 1) to [8, 10]")]
+    for xb, mode, says in refused:
         out = torch.empty((*xb.shape[:-2], 8, xb.shape[-1] // 2), dtype=xb.dtype)
-        with pytest.raises(ValueError, match="word kernel does not serve"):
-            pool2d_triton(xb, out, bad.get("mode", "max"), g, words=forced)
+        with pytest.raises(ValueError, match="word kernel does not serve") as err:
+            pool2d_triton(xb, out, mode, g, words=forced)
+        assert says in str(err.value), (says, str(err.value))
     assert len(calls) == 4
 
 
