@@ -379,6 +379,23 @@ class StridedTuning(NamedTuple):
 #: warps slower on every row but the bf16 128-byte one): bf16 softmax 56.3 / 44.6 (the
 #: table) / 55.1, float32 108.3 / 83.2 / 78.4 (the table), bf16 log-softmax 56.3 / 44.2
 #: (the table) / 74.2.
+#: Nor, for the long LoFTR columns (H200, 2026-12-04, [1, 4800, 4800] float32 over dim 1,
+#: the table's cooperative launch 66.2-66.4 us, a copy of its bytes 44.6): a lagged
+#: pipeline in one launch, with no chunk held while others arrive. Tasks by ticket: each
+#: strip's chunks reduced to per-column partials (the last to arrive combining the strip's
+#: statistics), then L strips later the same chunks read again, from L2, and written; a
+#: task waits only on smaller tickets, so it needs no residency. Best at 128-row x 64-column
+#: chunks, 4 warps, L = 16 strips (19.7 MB between a read and its re-read), evict_last on
+#: the first read and evict_first on the second and the stores: 67.5 us (no hints 74.0; L
+#: 8 / 32 72.1 / 72.3; 32 x 256, 64 x 128, 256 x 64 and 16 x 512 chunks 68.1-163.7; the
+#: statistics combined by separate tasks between the two reads instead of by the last
+#: chunk 75.9-163.7). ncu at 128 x 64: 112 MB read from DRAM (92 of input: the re-reads
+#: hit L2), 68 MB written, 23.5 % of the warp slots (123 registers), 2.77 TB/s: each
+#: short program's fixed latency (ticket, load, release), not traffic, bounds it, as in
+#: the cooperative kernel (11.7 % of the warp slots there). Persistent programs taking
+#: tickets in a loop, each loading its next chunk before working on the current one,
+#: were slower still (86.7-144.1 us at 1-6 programs an SM: a program whose current chunk
+#: waits holds its next one).
 STRIDED = StridedTuning(col_bytes=128, min_programs_per_sm=4, tile_elems=8192,
                         elems_per_thread=128, split_remainder=True, split_long=True,
                         long_coop=True, coop_max_chunks=64, coop_elems_per_thread=128)
