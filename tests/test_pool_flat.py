@@ -66,6 +66,62 @@ def test_flat_avg(window, dtype):
                                        **TOL[dtype], msg=lambda m: f"{name} {cip=} {div=}: {m}")
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_flat_pairs(monkeypatch, dtype):
+    """The 16-bit 2x2/2 max and average through 32-bit words (``PAIRS``): the max exact
+    against torch, NaN in either half of a word and in either row kept, -inf and +inf; the
+    average under every divisor rule; taken only where every window is whole and the rows
+    are word-aligned (even W, no ceil_mode window past an odd edge, a 4-byte aligned
+    start), the elementwise loop elsewhere, with equal results."""
+    taken = []
+    real = PK.launch
+
+    def spy(fn, grid, *args, **kw):
+        if fn is PK._pool2d_flat_kernel:
+            taken.append(kw["PAIRS"])
+        return real(fn, grid, *args, **kw)
+
+    monkeypatch.setattr(PK, "launch", spy)
+    cases = [((2, 3, 7, 8), False, True),     # odd H: its last row outside every window
+             ((2, 2, 6, 10), True, True),     # ceil_mode with even sizes: whole windows
+             ((1, 2, 7, 8), True, False),     # ceil_mode past an odd edge: a half window
+             ((2, 2, 6, 9), False, False),    # odd W: rows not word-aligned
+             ((3, 6, 8), False, True)]        # unbatched
+    for shape, ceil, pairs in cases:
+        g = pool2d_geometry(2, 2, 0, 1, ceil)
+        x = _max_input(shape, dtype)
+        x[..., 2, 4], x[..., 4, 1], x[..., 3, 6] = float("nan"), float("nan"), float("nan")
+        want = _want_max(x, g)
+        for plan in PLANS.values():
+            taken.clear()
+            got = _run(x, "max", g, plan=plan)
+            torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True,
+                                       msg=f"{shape} ceil_mode={ceil}")
+            assert taken == [pairs], (shape, ceil, taken)
+        xa = _randn(*shape, dtype=dtype, seed=5)
+        for cip, div in AVG_MODES:
+            taken.clear()
+            got = _run(xa, "avg", g, cip, div, plan=PLANS["32/1w"])
+            torch.testing.assert_close(got.float(), _want_avg(xa, g, cip, div), **TOL[dtype],
+                                       msg=f"{shape} ceil_mode={ceil} {cip} {div}")
+            assert taken == [pairs], (shape, ceil, cip, div, taken)
+    # a start 2 bytes past a word: the elementwise loop
+    x = _max_input((2, 2, 6, 10), dtype)
+    shifted = torch.empty(x.numel() + 1, dtype=dtype, device=x.device)[1:].view(x.shape)
+    shifted.copy_(x)
+    taken.clear()
+    g = pool2d_geometry(2)
+    torch.testing.assert_close(_run(shifted, "max", g, plan=PLANS["512/4w"]), _want_max(x, g),
+                               rtol=0, atol=0, equal_nan=True)
+    assert taken == [False]
+    # switched off, the same windows through the loop
+    monkeypatch.setattr(PK, "_FLAT_PAIRS", False)
+    taken.clear()
+    torch.testing.assert_close(_run(x, "max", g, plan=PLANS["512/4w"]), _want_max(x, g),
+                               rtol=0, atol=0, equal_nan=True)
+    assert taken == [False]
+
+
 def test_flat_refuses_what_it_cannot_serve():
     """A non-contiguous input or a window of more than _MAX_UNROLL elements, forced onto the
     flat kernel, is an error that says why; the default path serves both elsewhere."""
@@ -134,17 +190,21 @@ import opspec.kernels.pool as K
 import sm90_build as sm90
 
 
-def build(dt, mode, g, H, W, block, warps):
+def build(dt, mode, g, H, W, block, warps, pairs=False):
     H_out, W_out = K.pool2d_out_size(H, W, g)
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = g.kernel, g.stride, g.padding, g.dilation
-    args = dict(x_ptr="*" + dt, out_ptr="*" + dt, total=64 * 480 * H_out * W_out, divisor=1.0)
+    args = dict(x_ptr="*i32" if pairs else "*" + dt, out_ptr="*" + dt,
+                total=64 * 480 * H_out * W_out, divisor=1.0)
     cexpr = dict(H=H, W=W, H_out=H_out, W_out=W_out, KH=kh, KW=kw, SH=sh, SW=sw, PH=ph, PW=pw,
                  DH=dh, DW=dw, IS_MAX=mode == "max", CLAMP=mode == "max" and dh == dw == 1,
                  NATIVE=True, COUNT_INCLUDE_PAD=True, HAS_DIVISOR=False, BLOCK=block,
-                 USE_INT64=False)
+                 USE_INT64=False, PAIRS=pairs)
     k = sm90.build(K._pool2d_flat_kernel, args, cexpr, warps)
+    loads = [l for l in k.sass.splitlines() if "LDG." in l]
     return {"local": k.local, "shared": k.shared, "stores": k.stores, "regs": k.registers,
-            "rcp": "MUFU.RCP" in k.sass, "nan_max": k.ptx.count(".NaN")}
+            "rcp": "MUFU.RCP" in k.sass, "nan_max": k.ptx.count(".NaN"),
+            "loads": len(loads), "loads16": len([l for l in loads if ".U16" in l]),
+            "per_thread": block // (32 * warps)}
 
 
 G = K.pool2d_geometry
@@ -153,6 +213,9 @@ out = {
     "inc3-bf16": build("bf16", "max", G(3, 2, 0, 1, True), 28, 28, block, warps),
     "vgg-fp32": build("fp32", "max", G(2), 28, 28, block, warps),
     "avg-bf16": build("bf16", "avg", G(2), 14, 14, block, warps),
+    "vgg-bf16": build("bf16", "max", G(2), 28, 28, block, warps),
+    "vgg-bf16-pairs": build("bf16", "max", G(2), 28, 28, block, warps, pairs=True),
+    "avg-bf16-pairs": build("bf16", "avg", G(2), 14, 14, block, warps, pairs=True),
 }
 json.dump(out, sys.stdout)
 """
@@ -171,3 +234,12 @@ def test_flat_kernel_builds_for_sm90():
         assert all(".v2." in op or ".v4." in op for op in k["stores"]), (name, k["stores"])
     for name in ("inc3-bf16", "vgg-fp32"):
         assert not built[name]["rcp"] and built[name]["nan_max"] > 0, (name, built[name])
+    # The 16-bit 2x2/2 max and average read a window row as one 32-bit word: two loads an
+    # output, none of them 16-bit, against four 16-bit loads an output without.
+    plain, pairs = built["vgg-bf16"], built["vgg-bf16-pairs"]
+    assert plain["loads"] == plain["loads16"] == 4 * plain["per_thread"], plain
+    assert pairs["loads"] == 2 * pairs["per_thread"] and pairs["loads16"] == 0, pairs
+    assert not pairs["rcp"] and pairs["nan_max"] > 0, pairs
+    plain, pairs = built["avg-bf16"], built["avg-bf16-pairs"]
+    assert plain["loads"] == plain["loads16"] == 4 * plain["per_thread"], plain
+    assert pairs["loads"] == 2 * pairs["per_thread"] and pairs["loads16"] == 0, pairs
