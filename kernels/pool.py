@@ -38,9 +38,9 @@ divisions by compile-time constants (the plane's shape and the window are ``cons
 one build per layer shape, as torch.compile's kernels have) and gathers its window element
 by element, neighbouring outputs sharing cache lines. No lane pads a 14-wide row to 16, and
 there is no per-row work to amortise: on 14 x 14 outputs it ran twice as fast as the tile
-kernel on the H200. The 2x2 stride-2 windows of 16-bit inputs (VGG's max, DenseNet's and
-ResNet-D's averages) read each window row as one 32-bit word (``_FLAT_PAIRS``): two loads
-an output instead of four.
+kernel on the H200. Stride-2 windows of 2 or 3 columns over 16-bit inputs (VGG's and
+GoogLeNet's max, DenseNet's and ResNet-D's averages) read a window row as one or two 32-bit
+words (``_FLAT_PAIRS``): two loads an output instead of four, six instead of nine.
 
 The older kernels (``pool2d_plan``; channels_last and other strided rows, global pooling,
 and any window class neither table sends elsewhere). The input is viewed as
@@ -282,11 +282,14 @@ _FLAT_TABLE: dict[tuple, tuple[int, int]] = {
     ("max", (2, 2), (2, 2), "narrow"): (512, 4),
     ("avg", (2, 2), (2, 2), "narrow"): (512, 4),
 }
-#: The flat kernel's 2x2 stride-2 max and average of 16-bit elements read each window row as
-#: one 32-bit word (``PAIRS``; W even, no padding, dilation 1, whole windows). H200
-#: (2026-12-04, us, the element loop -> words (torch.compile)): VGG-16's 2x2 max on 28 x 28
-#: planes, batch 32, bf16 12.66 -> 11.41 (11.90), fp16 12.74 -> 11.44 (11.90), batch 64
-#: 21.20 -> 18.98 (20.19); on 14 x 14 planes 6.34 -> 6.14 (9.46).
+#: The flat kernel's stride-2 max and average of 16-bit elements over windows of 2 or 3 rows
+#: and columns read each window row as one or two 32-bit words (``PAIRS``; W even, no
+#: padding, dilation 1; the average's windows whole). H200 (2026-12-04, us, the element
+#: loop -> words (torch.compile)): VGG-16's 2x2 max on 28 x 28 planes, batch 32, bf16 12.66
+#: -> 11.41 (11.90), fp16 12.74 -> 11.44 (11.90), batch 64 21.20 -> 18.98 (20.19); on 14 x
+#: 14 planes 6.34 -> 6.14; GoogLeNet's ceil-mode 3x3 max, [64, 480, 28, 28] bf16 30.61 ->
+#: 22.85 (33.38), fp16 30.62 -> 22.94, [64, 832, 14, 14] 13.74 -> 11.52; ResNet-D's 2x2
+#: average on [128, 1024, 14, 14] 20.42 -> 18.94.
 _FLAT_PAIRS = True
 #: Output rows of at most this many columns are "narrow" in ``band_key``.
 _BAND_NARROW = 16
@@ -550,17 +553,32 @@ def _pool2d_flat_kernel(
     h0 = oh * SH - PH
     w0 = ow * SW - PW
     if PAIRS:
-        # 2x2 stride-2 windows of 16-bit elements, x_ptr viewing the input as 32-bit words
-        # (W even): a window row is one word, two 4-byte loads an output where the loop
-        # below makes four 2-byte ones. Word oh * W + ow of a plane is row 2 oh's word ow.
+        # Stride-2 windows of 2 or 3 columns over 16-bit elements, x_ptr viewing the input
+        # as 32-bit words (W even): word ow of a row holds columns 2 ow and 2 ow + 1, and the
+        # low half of word ow + 1 column 2 ow + 2, so a window row takes one or two 4-byte
+        # loads where the loop below makes two or three 2-byte ones. Rows and the right word
+        # are clamped to the input as CLAMP does (the max's windows past a ceil_mode edge;
+        # the average takes whole windows only).
         ET: tl.constexpr = out_ptr.dtype.element_ty
-        words = x_ptr + (t // H_out) * (H * W // 2) + (oh * W + ow)
-        top = tl.load(words)
-        bottom = tl.load(words + W // 2)
+        plane = x_ptr + (t // H_out) * (H * W // 2)
+        right = tl.minimum(ow + 1, W // 2 - 1)
         if IS_MAX:
-            acc = _nan_max(_halves_max(top, ET, NATIVE), _halves_max(bottom, ET, NATIVE))
+            acc = tl.full((BLOCK,), float("-inf"), ET if NATIVE else tl.float32)
         else:
-            acc = _halves_sum(top, ET) + _halves_sum(bottom, ET)
+            acc = tl.zeros((BLOCK,), tl.float32)
+        for kh in tl.static_range(KH):
+            row = plane + tl.minimum(oh * 2 + kh, H - 1) * (W // 2)
+            pair = tl.load(row + ow)
+            if IS_MAX:
+                acc = _nan_max(acc, _halves_max(pair, ET, NATIVE))
+            else:
+                acc += _halves_sum(pair, ET)
+            if KW == 3:
+                third, _ = _halves(tl.load(row + right), ET)
+                if IS_MAX:
+                    acc = _nan_max(acc, third if NATIVE else third.to(tl.float32))
+                else:
+                    acc += third.to(tl.float32)
     else:
         if IS_MAX:
             acc = tl.full((BLOCK,), float("-inf"),
@@ -1312,10 +1330,10 @@ def _launch_flat(x4: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeomet
     H_out, W_out = pool2d_out_size(H, W, g)
     total = N * C * H_out * W_out
     (kh, kw), (s_h, s_w), (ph, pw), (dh, dw) = g.kernel, g.stride, g.padding, g.dilation
-    pairs = (_FLAT_PAIRS and g.kernel == (2, 2) and g.stride == (2, 2)
+    whole = 2 * (H_out - 1) + kh <= H and 2 * (W_out - 1) + kw <= W
+    pairs = (_FLAT_PAIRS and kh in (2, 3) and kw in (2, 3) and g.stride == (2, 2)
              and g.padding == (0, 0) and g.dilation == (1, 1) and x4.element_size() == 2
-             and W % 2 == 0 and 2 * H_out <= H and 2 * W_out <= W
-             and x4.data_ptr() % 4 == 0)
+             and W % 2 == 0 and x4.data_ptr() % 4 == 0 and (mode == "max" or whole))
     launch(_pool2d_flat_kernel, (triton.cdiv(total, p.block_r),),
         x4.view(torch.int32) if pairs else x4, out, total, float(divisor_override) if divisor_override is not None else 1.0,
         H=H, W=W, H_out=H_out, W_out=W_out, KH=kh, KW=kw, SH=s_h, SW=s_w, PH=ph, PW=pw,

@@ -68,11 +68,12 @@ def test_flat_avg(window, dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_flat_pairs(monkeypatch, dtype):
-    """The 16-bit 2x2/2 max and average through 32-bit words (``PAIRS``): the max exact
-    against torch, NaN in either half of a word and in either row kept, -inf and +inf; the
-    average under every divisor rule; taken only where every window is whole and the rows
-    are word-aligned (even W, no ceil_mode window past an odd edge, a 4-byte aligned
-    start), the elementwise loop elsewhere, with equal results."""
+    """Stride-2 windows of 2 or 3 rows and columns over 16-bit inputs through 32-bit words
+    (``PAIRS``): the max exact against torch, NaN in either half of a word and in any row
+    kept, -inf and +inf, ceil_mode windows past the edge clamped; the average under every
+    divisor rule. Taken only where the rows are word-aligned (even W, a 4-byte aligned
+    start), for the average only where every window is whole; the elementwise loop
+    elsewhere, with equal results."""
     taken = []
     real = PK.launch
 
@@ -82,13 +83,19 @@ def test_flat_pairs(monkeypatch, dtype):
         return real(fn, grid, *args, **kw)
 
     monkeypatch.setattr(PK, "launch", spy)
-    cases = [((2, 3, 7, 8), False, True),     # odd H: its last row outside every window
-             ((2, 2, 6, 10), True, True),     # ceil_mode with even sizes: whole windows
-             ((1, 2, 7, 8), True, False),     # ceil_mode past an odd edge: a half window
-             ((2, 2, 6, 9), False, False),    # odd W: rows not word-aligned
-             ((3, 6, 8), False, True)]        # unbatched
-    for shape, ceil, pairs in cases:
-        g = pool2d_geometry(2, 2, 0, 1, ceil)
+    # (shape, kernel, ceil_mode, pairs for the max, pairs for the average)
+    cases = [((2, 3, 7, 8), 2, False, True, True),       # odd H: its last row in no window
+             ((2, 2, 6, 10), 2, True, True, True),       # ceil_mode, even sizes: whole
+             ((1, 2, 7, 8), 2, True, True, False),       # ceil_mode past an odd edge
+             ((2, 2, 6, 9), 2, False, False, False),     # odd W: rows not word-aligned
+             ((3, 6, 8), 2, False, True, True),          # unbatched
+             ((2, 2, 13, 14), 3, True, True, False),     # GoogLeNet: ceil_mode past the edge
+             ((2, 2, 9, 10), 3, False, True, True),      # whole 3 x 3 windows
+             ((1, 3, 8, 12), (2, 3), False, True, True),
+             ((1, 3, 10, 8), (3, 2), True, True, False),
+             ((1, 2, 9, 11), 3, False, False, False)]    # odd W
+    for shape, k, ceil, pairs_max, pairs_avg in cases:
+        g = pool2d_geometry(k, 2, 0, 1, ceil)
         x = _max_input(shape, dtype)
         x[..., 2, 4], x[..., 4, 1], x[..., 3, 6] = float("nan"), float("nan"), float("nan")
         want = _want_max(x, g)
@@ -96,21 +103,21 @@ def test_flat_pairs(monkeypatch, dtype):
             taken.clear()
             got = _run(x, "max", g, plan=plan)
             torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True,
-                                       msg=f"{shape} ceil_mode={ceil}")
-            assert taken == [pairs], (shape, ceil, taken)
+                                       msg=f"{shape} k={k} ceil_mode={ceil}")
+            assert taken == [pairs_max], (shape, k, ceil, taken)
         xa = _randn(*shape, dtype=dtype, seed=5)
         for cip, div in AVG_MODES:
             taken.clear()
             got = _run(xa, "avg", g, cip, div, plan=PLANS["32/1w"])
             torch.testing.assert_close(got.float(), _want_avg(xa, g, cip, div), **TOL[dtype],
-                                       msg=f"{shape} ceil_mode={ceil} {cip} {div}")
-            assert taken == [pairs], (shape, ceil, cip, div, taken)
+                                       msg=f"{shape} k={k} ceil_mode={ceil} {cip} {div}")
+            assert taken == [pairs_avg], (shape, k, ceil, cip, div, taken)
     # a start 2 bytes past a word: the elementwise loop
     x = _max_input((2, 2, 6, 10), dtype)
     shifted = torch.empty(x.numel() + 1, dtype=dtype, device=x.device)[1:].view(x.shape)
     shifted.copy_(x)
     taken.clear()
-    g = pool2d_geometry(2)
+    g = pool2d_geometry(3, 2, 0, 1, True)
     torch.testing.assert_close(_run(shifted, "max", g, plan=PLANS["512/4w"]), _want_max(x, g),
                                rtol=0, atol=0, equal_nan=True)
     assert taken == [False]
@@ -216,6 +223,8 @@ out = {
     "vgg-bf16": build("bf16", "max", G(2), 28, 28, block, warps),
     "vgg-bf16-pairs": build("bf16", "max", G(2), 28, 28, block, warps, pairs=True),
     "avg-bf16-pairs": build("bf16", "avg", G(2), 14, 14, block, warps, pairs=True),
+    "inc3-bf16-pairs": build("bf16", "max", G(3, 2, 0, 1, True), 28, 28, block, warps,
+                             pairs=True),
 }
 json.dump(out, sys.stdout)
 """
@@ -243,3 +252,9 @@ def test_flat_kernel_builds_for_sm90():
     plain, pairs = built["avg-bf16"], built["avg-bf16-pairs"]
     assert plain["loads"] == plain["loads16"] == 4 * plain["per_thread"], plain
     assert pairs["loads"] == 2 * pairs["per_thread"] and pairs["loads16"] == 0, pairs
+    # 3 x 3: two words a window row (the second for its third column), six loads an output
+    # against nine.
+    plain, pairs = built["inc3-bf16"], built["inc3-bf16-pairs"]
+    assert plain["loads"] == plain["loads16"] == 9 * plain["per_thread"], plain
+    assert pairs["loads"] == 6 * pairs["per_thread"] and pairs["loads16"] == 0, pairs
+    assert pairs["nan_max"] > 0 and not pairs["rcp"], pairs
