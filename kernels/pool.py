@@ -40,7 +40,9 @@ by element, neighbouring outputs sharing cache lines. No lane pads a 14-wide row
 there is no per-row work to amortise: on 14 x 14 outputs it ran twice as fast as the tile
 kernel on the H200. Stride-2 windows of 2 or 3 columns over 16-bit inputs (VGG's and
 GoogLeNet's max, DenseNet's and ResNet-D's averages) read a window row as one or two 32-bit
-words (``_FLAT_PAIRS``): two loads an output instead of four, six instead of nine.
+words (``_FLAT_PAIRS``): two loads an output instead of four, six instead of nine. With
+them it also takes the 16-bit 2x2 stride-2 pools of wide rows from the band kernel
+(``_FLAT_PAIRS_WIDE``: U-Net's and DenseNet's, ResNet-D's averages).
 
 The older kernels (``pool2d_plan``; channels_last and other strided rows, global pooling,
 and any window class neither table sends elsewhere). The input is viewed as
@@ -114,6 +116,7 @@ __all__ = [
     "band_key",
     "band_launch",
     "flat_fits",
+    "pairs_fit",
     "pool2d_geometry",
     "pool2d_out_size",
     "pool2d_plan",
@@ -291,6 +294,15 @@ _FLAT_TABLE: dict[tuple, tuple[int, int]] = {
 #: 22.85 (33.38), fp16 30.62 -> 22.94, [64, 832, 14, 14] 13.74 -> 11.52; ResNet-D's 2x2
 #: average on [128, 1024, 14, 14] 20.42 -> 18.94.
 _FLAT_PAIRS = True
+#: (outputs a program, warps) of the flat kernel for 2x2 stride-2 pools of wide rows whose
+#: input ``pairs_fit``, from ``_BAND_MIN_OUTPUTS`` outputs, ahead of the band kernel; None:
+#: the band kernel. H200 (2026-12-04, us, the band kernel -> flat with word reads at 1024
+#: outputs / 8 warps (512 / 4, 1024 / 4, 2048 / 8), a copy of the same bytes): U-Net's max
+#: [16, 64, 256, 256] bf16 43.31 -> 40.22 (43.25, 41.02, 41.34; 40.29), [32, 256, 56, 56]
+#: 21.25 -> 18.05 (18.93-19.34; 17.65); DenseNet's average [32, 128, 56, 56] bf16 12.58 ->
+#: 11.23 (11.41-12.14; 10.95), fp16 12.62 -> 11.23; ResNet-D's ceil-mode average [128, 256,
+#: 56, 56] bf16 72.83 -> 69.39 (68.22-68.88; 61.30).
+_FLAT_PAIRS_WIDE: tuple[int, int] | None = (1024, 8)
 #: Output rows of at most this many columns are "narrow" in ``band_key``.
 _BAND_NARROW = 16
 #: The widest window row and the most input rows a band may read (unrolled: code size and
@@ -1330,10 +1342,7 @@ def _launch_flat(x4: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeomet
     H_out, W_out = pool2d_out_size(H, W, g)
     total = N * C * H_out * W_out
     (kh, kw), (s_h, s_w), (ph, pw), (dh, dw) = g.kernel, g.stride, g.padding, g.dilation
-    whole = 2 * (H_out - 1) + kh <= H and 2 * (W_out - 1) + kw <= W
-    pairs = (_FLAT_PAIRS and kh in (2, 3) and kw in (2, 3) and g.stride == (2, 2)
-             and g.padding == (0, 0) and g.dilation == (1, 1) and x4.element_size() == 2
-             and W % 2 == 0 and x4.data_ptr() % 4 == 0 and (mode == "max" or whole))
+    pairs = pairs_fit(x4, mode, g, H_out, W_out)
     launch(_pool2d_flat_kernel, (triton.cdiv(total, p.block_r),),
         x4.view(torch.int32) if pairs else x4, out, total, float(divisor_override) if divisor_override is not None else 1.0,
         H=H, W=W, H_out=H_out, W_out=W_out, KH=kh, KW=kw, SH=s_h, SW=s_w, PH=ph, PW=pw,
@@ -1345,6 +1354,30 @@ def _launch_flat(x4: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeomet
         **overlap_options(x4.device),
     )
     return out
+
+
+def pairs_fit(x4: torch.Tensor, mode: str, g: Pool2dGeometry, H_out: int, W_out: int) -> bool:
+    """Whether the flat kernel reads ``x4``'s window rows as 32-bit words (``PAIRS``, while
+    ``_FLAT_PAIRS``): a contiguous 16-bit input, 4-byte aligned, of even width; windows of
+    2 or 3 rows and columns, stride 2, no padding, dilation 1; for the average, every
+    window whole (the max clamps a ceil_mode window to the input)."""
+    N, C, H, W = x4.shape
+    (kh, kw) = g.kernel
+    whole = 2 * (H_out - 1) + kh <= H and 2 * (W_out - 1) + kw <= W
+    return (_FLAT_PAIRS and kh in (2, 3) and kw in (2, 3) and g.stride == (2, 2)
+            and g.padding == (0, 0) and g.dilation == (1, 1) and x4.element_size() == 2
+            and x4.is_contiguous() and W % 2 == 0 and x4.data_ptr() % 4 == 0
+            and (mode == "max" or whole))
+
+
+def _takes_wide_pairs(x4: torch.Tensor, mode: str, g: Pool2dGeometry, H_out: int,
+                      W_out: int) -> bool:
+    """Whether a 2x2 stride-2 pool of wide rows goes to the flat kernel's word reads
+    (``_FLAT_PAIRS_WIDE``) instead of the band kernel."""
+    N, C = x4.shape[:2]
+    return (_FLAT_PAIRS_WIDE is not None and g.kernel == (2, 2) and W_out > _BAND_NARROW
+            and N * C * H_out * W_out >= _BAND_MIN_OUTPUTS
+            and pairs_fit(x4, mode, g, H_out, W_out))
 
 
 def words_config_for(outputs: int) -> WordsConfig | None:
@@ -1370,9 +1403,10 @@ def pool2d_triton(x: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeomet
     the word kernel with that configuration (tests, the sweep); by default the word kernel
     (:mod:`opspec.kernels.pool_words`) serves the 16-bit 3x3 stride-2 max pools it fits
     from ``_BAND_MIN_OUTPUTS`` outputs (``words_config_for``), and from there on
-    ``band_config_for`` picks for the others (the band kernel where it names a configuration and
-    ``band_fits``), else the flat kernel where ``_FLAT_TABLE`` names the class and
-    ``flat_fits``, else the older kernels. Nothing is launched for an empty output. No
+    the flat kernel's word reads the 2x2 stride-2 pools of wide rows that ``pairs_fit``
+    (``_FLAT_PAIRS_WIDE``), and ``band_config_for`` picks for the others (the band kernel
+    where it names a configuration and ``band_fits``), else the flat kernel where
+    ``_FLAT_TABLE`` names the class and ``flat_fits``, else the older kernels. Nothing is launched for an empty output. No
     allocation, no host sync.
     """
     if mode not in ("max", "avg"):
@@ -1410,6 +1444,9 @@ def pool2d_triton(x: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeomet
         if wcfg is not None and words_fit(x4, g.kernel, g.stride, g.padding, g.dilation,
                                           H_out, W_out):
             return max_pool3x3s2_words(x4, out, g.padding, wcfg)
+        if config is None and _takes_wide_pairs(x4, mode, g, H_out, W_out):
+            plan = Pool2dPlan(_FLAT_PAIRS_WIDE[0], 0, _FLAT_PAIRS_WIDE[1], True, False, "flat")
+    if plan is None:
         cfg = config
         if cfg is None and R * W_out >= _BAND_MIN_OUTPUTS:
             cfg = band_config_for(mode, g, W_out)

@@ -129,6 +129,50 @@ def test_flat_pairs(monkeypatch, dtype):
     assert taken == [False]
 
 
+def test_flat_pairs_take_wide_2x2_rows(monkeypatch):
+    """From _BAND_MIN_OUTPUTS outputs (lowered here), the 16-bit 2x2 stride-2 pools of wide
+    rows (more than 16 outputs) whose input pairs_fit go to the flat kernel at
+    _FLAT_PAIRS_WIDE, through the ops too, exact against torch; float32, odd widths, other
+    windows, below the bound or with the entry off, they stay with the band kernel."""
+    seen = []
+    real_flat, real_band = PK._launch_flat, PK._launch_band
+
+    def flat(x4, out, mode, g, p, *a):
+        seen.append(("flat", mode, p.block_r, p.num_warps))
+        return real_flat(x4, out, mode, g, p, *a)
+
+    def band(x4, out, mode, g, *a):
+        seen.append(("band", mode))
+        return real_band(x4, out, mode, g, *a)
+
+    monkeypatch.setattr(PK, "_launch_flat", flat)
+    monkeypatch.setattr(PK, "_launch_band", band)
+    monkeypatch.setattr(PK, "_BAND_MIN_OUTPUTS", 256)
+    blk, warps = PK._FLAT_PAIRS_WIDE
+    g = pool2d_geometry(2)
+    x = _max_input((2, 3, 12, 40), torch.bfloat16)          # 20 outputs a row: wide
+    torch.testing.assert_close(_run(x, "max", g), _want_max(x, g), rtol=0, atol=0,
+                               equal_nan=True)
+    xa = _randn(2, 3, 12, 40, dtype=torch.float16, seed=6)
+    y = AvgPool2dFwdOp(kernel_size=2, stride=2)(xa)
+    torch.testing.assert_close(y.float(), F.avg_pool2d(xa.float(), 2, 2), **TOL[torch.float16])
+    assert seen == [("flat", "max", blk, warps), ("flat", "avg", blk, warps)]
+
+    def route(x, g):
+        seen.clear()
+        torch.testing.assert_close(_run(x, "max", g), _want_max(x, g), rtol=0, atol=0,
+                                   equal_nan=True)
+        return [k for k, *_ in seen]
+
+    assert route(x.float(), g) == ["band"]                               # float32
+    assert route(_randn(2, 3, 12, 42, dtype=torch.bfloat16)[..., :41].contiguous(),
+                 g) == ["band"]                                          # odd W
+    assert route(x, pool2d_geometry(2, 1)) == []            # stride 1: the older kernels
+    assert route(x[:1, :1, :8, :].contiguous(), g) == []    # below the bound: the same
+    monkeypatch.setattr(PK, "_FLAT_PAIRS_WIDE", None)
+    assert route(x, g) == ["band"]
+
+
 def test_flat_refuses_what_it_cannot_serve():
     """A non-contiguous input or a window of more than _MAX_UNROLL elements, forced onto the
     flat kernel, is an error that says why; the default path serves both elsewhere."""
