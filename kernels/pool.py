@@ -1344,7 +1344,8 @@ def _launch_flat(x4: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeomet
     (kh, kw), (s_h, s_w), (ph, pw), (dh, dw) = g.kernel, g.stride, g.padding, g.dilation
     pairs = pairs_fit(x4, mode, g, H_out, W_out)
     launch(_pool2d_flat_kernel, (triton.cdiv(total, p.block_r),),
-        x4.view(torch.int32) if pairs else x4, out, total, float(divisor_override) if divisor_override is not None else 1.0,
+        x4.view(torch.int32) if pairs else x4, out, total,
+        float(divisor_override) if divisor_override is not None else 1.0,
         H=H, W=W, H_out=H_out, W_out=W_out, KH=kh, KW=kw, SH=s_h, SW=s_w, PH=ph, PW=pw,
         DH=dh, DW=dw, IS_MAX=(mode == "max"), CLAMP=(mode == "max" and g.dilation == (1, 1)),
         NATIVE=not _INTERPRET, COUNT_INCLUDE_PAD=bool(count_include_pad),
@@ -1361,8 +1362,8 @@ def pairs_fit(x4: torch.Tensor, mode: str, g: Pool2dGeometry, H_out: int, W_out:
     ``_FLAT_PAIRS``): a contiguous 16-bit input, 4-byte aligned, of even width; windows of
     2 or 3 rows and columns, stride 2, no padding, dilation 1; for the average, every
     window whole (the max clamps a ceil_mode window to the input)."""
-    N, C, H, W = x4.shape
-    (kh, kw) = g.kernel
+    H, W = x4.shape[-2:]
+    kh, kw = g.kernel
     whole = 2 * (H_out - 1) + kh <= H and 2 * (W_out - 1) + kw <= W
     return (_FLAT_PAIRS and kh in (2, 3) and kw in (2, 3) and g.stride == (2, 2)
             and g.padding == (0, 0) and g.dilation == (1, 1) and x4.element_size() == 2
@@ -1406,8 +1407,8 @@ def pool2d_triton(x: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeomet
     the flat kernel's word reads the 2x2 stride-2 pools of wide rows that ``pairs_fit``
     (``_FLAT_PAIRS_WIDE``), and ``band_config_for`` picks for the others (the band kernel
     where it names a configuration and ``band_fits``), else the flat kernel where
-    ``_FLAT_TABLE`` names the class and ``flat_fits``, else the older kernels. Nothing is launched for an empty output. No
-    allocation, no host sync.
+    ``_FLAT_TABLE`` names the class and ``flat_fits``, else the older kernels. Nothing is
+    launched for an empty output. No allocation, no host sync.
     """
     if mode not in ("max", "avg"):
         raise ValueError(f"mode must be 'max' or 'avg', got {mode!r}")
