@@ -564,6 +564,12 @@ def _pool2d_flat_kernel(
     base = x_ptr + (t // H_out) * (H * W)
     h0 = oh * SH - PH
     w0 = ow * SW - PW
+    # The output's dtype is the input's (the PAIRS view of x_ptr is int32).
+    ET: tl.constexpr = out_ptr.dtype.element_ty
+    if IS_MAX:
+        acc = tl.full((BLOCK,), float("-inf"), ET if NATIVE else tl.float32)
+    else:
+        acc = tl.zeros((BLOCK,), tl.float32)
     if PAIRS:
         # Stride-2 windows of 2 or 3 columns over 16-bit elements, x_ptr viewing the input
         # as 32-bit words (W even): word ow of a row holds columns 2 ow and 2 ow + 1, and the
@@ -571,13 +577,8 @@ def _pool2d_flat_kernel(
         # loads where the loop below makes two or three 2-byte ones. Rows and the right word
         # are clamped to the input as CLAMP does (the max's windows past a ceil_mode edge;
         # the average takes whole windows only).
-        ET: tl.constexpr = out_ptr.dtype.element_ty
         plane = x_ptr + (t // H_out) * (H * W // 2)
         right = tl.minimum(ow + 1, W // 2 - 1)
-        if IS_MAX:
-            acc = tl.full((BLOCK,), float("-inf"), ET if NATIVE else tl.float32)
-        else:
-            acc = tl.zeros((BLOCK,), tl.float32)
         for kh in tl.static_range(KH):
             row = plane + tl.minimum(oh * 2 + kh, H - 1) * (W // 2)
             pair = tl.load(row + ow)
@@ -592,11 +593,6 @@ def _pool2d_flat_kernel(
                 else:
                     acc += third.to(tl.float32)
     else:
-        if IS_MAX:
-            acc = tl.full((BLOCK,), float("-inf"),
-                          x_ptr.dtype.element_ty if NATIVE else tl.float32)
-        else:
-            acc = tl.zeros((BLOCK,), tl.float32)
         for kh in tl.static_range(KH):
             ih = h0 + kh * DH
             for kw in tl.static_range(KW):
@@ -623,7 +619,7 @@ def _pool2d_flat_kernel(
         cnt = (_window_len(h0, KH, H, PH, COUNT_INCLUDE_PAD)
                * _window_len(w0, KW, W, PW, COUNT_INCLUDE_PAD))
         res = acc / cnt.to(tl.float32)
-    tl.store(out_ptr + o, res.to(out_ptr.dtype.element_ty), mask=o_in)
+    tl.store(out_ptr + o, res.to(ET), mask=o_in)
 
 
 @triton.jit
