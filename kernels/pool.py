@@ -301,8 +301,19 @@ _FLAT_PAIRS = True
 #: [16, 64, 256, 256] bf16 43.31 -> 40.22 (43.25, 41.02, 41.34; 40.29), [32, 256, 56, 56]
 #: 21.25 -> 18.05 (18.93-19.34; 17.65); DenseNet's average [32, 128, 56, 56] bf16 12.58 ->
 #: 11.23 (11.41-12.14; 10.95), fp16 12.62 -> 11.23; ResNet-D's ceil-mode average [128, 256,
-#: 56, 56] bf16 72.83 -> 69.39 (68.22-68.88; 61.30).
+#: 56, 56] bf16 72.83 -> 69.39 (68.22-68.88; 61.30); with ``_FLAT_WHOLE`` 60.74 against the
+#: band table's 73.17 and 61.78 at tiles of 1024 (a second probe, same day; the max on that
+#: shape 60.85 against 62.70 at best, U-Net's [32, 64, 256, 256] max 77.82 against 78.43).
 _FLAT_PAIRS_WIDE: tuple[int, int] | None = (1024, 8)
+#: The flat kernel's averages over unpadded inputs whose windows all lie inside the input
+#: divide by the window's size as a compile-time constant (``WHOLE``), not by a count
+#: worked out per output. Under count_include_pad=False that count cost ResNet-D's word
+#: reads their lead over the band kernel (H200, 2026-12-04, side by side, us, per-output
+#: count -> constant, a copy of the same bytes): [128, 256, 56, 56] bf16 ceil-mode average
+#: 68.86 -> 60.74 (60.2), batch 256 137.04 -> 118.14 (116.5); the count_include_pad=True
+#: rows within 0.3 % (the same shape 60.85 / 60.77, DenseNet's [32, 128, 56, 56] 11.42 /
+#: 11.46, U-Net's shape 40.53 / 40.42).
+_FLAT_WHOLE = True
 #: Output rows of at most this many columns are "narrow" in ``band_key``.
 _BAND_NARROW = 16
 #: The widest window row and the most input rows a band may read (unrolled: code size and
@@ -545,9 +556,12 @@ def _pool2d_flat_kernel(
     IS_MAX: tl.constexpr, CLAMP: tl.constexpr, NATIVE: tl.constexpr,
     COUNT_INCLUDE_PAD: tl.constexpr, HAS_DIVISOR: tl.constexpr,
     BLOCK: tl.constexpr, USE_INT64: tl.constexpr, PAIRS: tl.constexpr = False,
+    WHOLE: tl.constexpr = False,
     PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
     overlap_start(PDL)
+    # WHOLE (average only): no padding and every window inside the input, so every
+    # divisor is KH * KW, under either count_include_pad, and known at compile time.
     # Contiguous NCHW: BLOCK consecutive outputs of the flattened [N * C * H_out * W_out]
     # output a program, each split into (plane, oh, ow) by divisions by compile-time
     # constants (the geometry and the plane's shape are constexpr: one build per layer
@@ -615,6 +629,8 @@ def _pool2d_flat_kernel(
         res = acc
     elif HAS_DIVISOR:
         res = acc / divisor
+    elif WHOLE:
+        res = acc / (KH * KW)
     else:
         cnt = (_window_len(h0, KH, H, PH, COUNT_INCLUDE_PAD)
                * _window_len(w0, KW, W, PW, COUNT_INCLUDE_PAD))
@@ -1339,6 +1355,8 @@ def _launch_flat(x4: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeomet
     total = N * C * H_out * W_out
     (kh, kw), (s_h, s_w), (ph, pw), (dh, dw) = g.kernel, g.stride, g.padding, g.dilation
     pairs = pairs_fit(x4, mode, g, H_out, W_out)
+    whole = (_FLAT_WHOLE and mode == "avg" and g.padding == (0, 0)
+             and (H_out - 1) * s_h + (kh - 1) * dh < H and (W_out - 1) * s_w + (kw - 1) * dw < W)
     launch(_pool2d_flat_kernel, (triton.cdiv(total, p.block_r),),
         x4.view(torch.int32) if pairs else x4, out, total,
         float(divisor_override) if divisor_override is not None else 1.0,
@@ -1347,7 +1365,7 @@ def _launch_flat(x4: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeomet
         NATIVE=not _INTERPRET, COUNT_INCLUDE_PAD=bool(count_include_pad),
         HAS_DIVISOR=divisor_override is not None, BLOCK=p.block_r,
         USE_INT64=max(x4.numel(), total) + p.block_r > _INT32_LIMIT, PAIRS=pairs,
-        num_warps=p.num_warps,
+        WHOLE=whole, num_warps=p.num_warps,
         **overlap_options(x4.device),
     )
     return out

@@ -129,6 +129,46 @@ def test_flat_pairs(monkeypatch, dtype):
     assert taken == [False]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_flat_whole_windows_divide_by_a_constant(monkeypatch, dtype):
+    """An average over an unpadded input whose windows all lie inside it divides by the
+    window's size as a compile-time constant (``WHOLE``), under either count_include_pad:
+    taken exactly there (not with padding, nor with a ceil_mode window past the edge, nor
+    switched off), the result as torch's under every divisor rule."""
+    taken = []
+    real = PK.launch
+
+    def spy(fn, grid, *args, **kw):
+        if fn is PK._pool2d_flat_kernel:
+            taken.append(kw["WHOLE"])
+        return real(fn, grid, *args, **kw)
+
+    monkeypatch.setattr(PK, "launch", spy)
+    # (shape, kernel, stride, padding, ceil_mode, whole)
+    cases = [((2, 3, 8, 10), 2, 2, 0, True, True),     # ResNet-D's: ceil_mode, even sizes
+             ((2, 3, 7, 9), 2, 2, 0, False, True),     # odd sizes, the last row/column unread
+             ((2, 3, 7, 9), 2, 2, 0, True, False),     # ceil_mode past the odd edges
+             ((1, 2, 9, 9), 3, 1, 0, False, True),     # stride 1, a divisor of 9
+             ((1, 2, 9, 9), 3, 1, 1, False, False),    # padded
+             ((3, 8, 8), (2, 3), (2, 1), 0, False, True)]
+    for shape, k, s, p, ceil, whole in cases:
+        g = pool2d_geometry(k, s, p, 1, ceil)
+        x = _randn(*shape, dtype=dtype, seed=9)
+        for cip, div in AVG_MODES:
+            taken.clear()
+            got = _run(x, "avg", g, cip, div, plan=PLANS["32/1w"])
+            torch.testing.assert_close(got.float(), _want_avg(x, g, cip, div), **TOL[dtype],
+                                       msg=lambda m: f"{shape} k={k} {ceil=} {cip=} {div=}: {m}")
+            assert taken == [whole], (shape, k, s, p, ceil, cip, div, taken)
+    monkeypatch.setattr(PK, "_FLAT_WHOLE", False)
+    taken.clear()
+    g = pool2d_geometry(2, 2, 0, 1, True)
+    x = _randn(2, 3, 8, 10, dtype=dtype, seed=9)
+    torch.testing.assert_close(_run(x, "avg", g, False, None, PLANS["32/1w"]).float(),
+                               _want_avg(x, g, False, None), **TOL[dtype])
+    assert taken == [False]
+
+
 def test_flat_pairs_take_wide_2x2_rows(monkeypatch):
     """From _BAND_MIN_OUTPUTS outputs (lowered here), the 16-bit 2x2 stride-2 pools of wide
     rows (more than 16 outputs) whose input pairs_fit go to the flat kernel at
