@@ -218,6 +218,11 @@ class NormTuning(NamedTuple):
     #: The rows kernel's cache policy for the rows it loads: ``""`` (none) or
     #: ``"evict_first"``.
     row_load_policy: str = ""
+    #: The cache modifier of the rows kernel's row loads ("" or ".cg": past L1, which then
+    #: keeps more of the weight and bias the program reads after the statistics), for
+    #: rows held in registers of at least ``row_cache_min_block`` elements.
+    row_cache: str = ""
+    row_cache_min_block: int = 32768
     #: The rows kernel holds a row whose length is not a power of two as two tiles, the
     #: largest power of two below ``N`` and a power-of-two remainder (4544 = 4096 + 512,
     #: not 8192 with 3648 masked), where the two hold fewer elements than one tile of
@@ -349,11 +354,19 @@ class NormTuning(NamedTuple):
 #:   as earlier ones end, so the offsets of the first wave fade. The bench row moved 146.6
 #:   -> 144.2 us (benchmarks/row_probe.py, its rows-stagger variants). The same start on
 #:   the packed and stream kernels gained nothing (see opspec.kernels.stagger).
+#: * row_cache ".cg" from rows of 32768 (H200, side by side, 2026-12-04, us): LayerNorm of
+#:   [2048, 32768] float32 runs at a copy's rate without its weight and bias (129.2, a copy
+#:   of the bytes 126.6) and 144.4 with them: each program, one an SM, waits on 256 KiB of
+#:   weight and bias from L2 after its statistics. Row loads past L1: 144.4 -> 142.2 and
+#:   145.0 -> 141.8 (two runs); RMSNorm of the same shape 134.5 / 134.9 (its weight alone,
+#:   within noise). Not kept there: the weight and bias loaded before the statistics
+#:   (380 us: spills at 64 registers) and 16 warps a program (two an SM, 64 a thread:
+#:   150.7-154.3).
 TUNING = NormTuning(ln_stats="twopass", shift_limit=16.0, min_tile=4096, programs_per_sm=4,
                     per_thread_large=32, per_thread_mid=16, per_thread_small=8,
                     coop_min_block=0, coop_block=8192, coop_warps=8,
                     packed_min_block=32768, packed_per_thread=32, packed_programs_per_sm=2,
-                    rows_stagger_steps=4, rows_stagger=0.125)
+                    rows_stagger_steps=4, rows_stagger=0.125, row_cache=".cg")
 _STATS = {"twopass": 0, "shifted": 1, "chan": 2}
 #: Polls of a row's arrival count before a coop program reads the row itself (see the kernel).
 _COOP_SPIN = 1 << 16
@@ -504,6 +517,7 @@ def _norm_fwd_rows_kernel(
     HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, USE_INT64: tl.constexpr,
     LATE_AFFINE: tl.constexpr, STATS: tl.constexpr = 0, SHIFT_LIMIT: tl.constexpr = 16.0,
     GROUP: tl.constexpr = 8, ROW_POLICY: tl.constexpr = "", BLOCK_N2: tl.constexpr = 0,
+    ROW_CACHE: tl.constexpr = "",
     delay=0, STAGGER_STEPS: tl.constexpr = 0, first=0, ALIGN: tl.constexpr = 1,
     PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
@@ -554,10 +568,11 @@ def _norm_fwd_rows_kernel(
         if USE_INT64:
             rows = rows.to(tl.int64)
         mask = (rows < M)[:, None] & col_mask[None, :]
-        x = _row_part(x_ptr, rows, cols, stride_xm, stride_xn, mask, ROW_POLICY)
+        x = _row_part(x_ptr, rows, cols, stride_xm, stride_xn, mask, ROW_POLICY, ROW_CACHE)
         if BLOCK_N2 > 0:
             mask2 = (rows < M)[:, None] & col_mask2[None, :]
-            x2 = _row_part(x_ptr, rows, cols2, stride_xm, stride_xn, mask2, ROW_POLICY)
+            x2 = _row_part(x_ptr, rows, cols2, stride_xm, stride_xn, mask2, ROW_POLICY,
+                           ROW_CACHE)
         if HAS_RESIDUAL:
             # residual += input, rounded to the stored dtype; the norm is of the stored value.
             x = _add_residual(x, r_ptr, rows, cols, stride_rm, stride_rn, mask, ROW_POLICY)
@@ -624,10 +639,11 @@ def _vector_part(ptr, cols, stride, mask):
 
 
 @triton.jit
-def _row_part(ptr, rows, cols, stride_m, stride_n, mask, policy: tl.constexpr):
+def _row_part(ptr, rows, cols, stride_m, stride_n, mask, policy: tl.constexpr,
+              cache: tl.constexpr = ""):
     """The ``[rows, cols]`` tile of a row-major view, in float32, 0 where masked."""
     x = tl.load(ptr + rows[:, None] * stride_m + cols[None, :] * stride_n, mask=mask,
-                other=0.0, eviction_policy=policy)
+                other=0.0, eviction_policy=policy, cache_modifier=cache)
     return x.to(tl.float32)
 
 
@@ -1467,7 +1483,10 @@ def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
             delay = stagger_cycles(2 * N * x.element_size(), tun.rows_stagger)
         launch(_norm_fwd_rows_kernel, grid, *args, R, N, float(eps), *strides, ROWS=rows,
                TILES=tiles, BLOCK_N=block, BLOCK_N2=block2, LATE_AFFINE=late,
-               ROW_POLICY=tun.row_load_policy, delay=delay, STAGGER_STEPS=steps, first=_SMS,
+               ROW_POLICY=tun.row_load_policy,
+               ROW_CACHE=tun.row_cache if block + block2 >= tun.row_cache_min_block else "",
+               delay=delay,
+               STAGGER_STEPS=steps, first=_SMS,
                ALIGN=align, **extra, **flags)
     # A written tensor that could not be viewed as rows was computed in a copy.
     if res_copied:

@@ -389,3 +389,54 @@ def test_rows_kernel_row_load_policy_reaches_the_loads():
     assert ["L1::evict_last"] in none and ["L1::evict_last"] in first, built
     assert none.count([]) == first.count(["L1::evict_first"]) >= 2, built
     assert ["L1::evict_first"] not in none, built
+
+
+_ROW_CACHE_SCRIPT = r"""
+import json, sys
+from sm90_build import build
+import opspec.kernels.norm as K
+
+out = {}
+for cache in ("", ".cg"):
+    args = dict(x_ptr="*fp32", r_ptr="*fp32", w_ptr="*fp32", b_ptr="*fp32", y_ptr="*fp32",
+                M=2048, N=32768, eps=1e-5, stride_xm=32768, stride_xn=1, stride_rm=32768,
+                stride_rn=1, stride_ym=32768, stride_yn=1, stride_w=1, stride_b=1)
+    c = dict(ROWS=1, TILES=1, BLOCK_N=32768, IS_RMS=False, HAS_RESIDUAL=False,
+             HAS_WEIGHT=True, HAS_BIAS=True, USE_INT64=False, LATE_AFFINE=True,
+             ROW_CACHE=cache)
+    out[cache or "none"] = build(K._norm_fwd_rows_kernel, args, c, 32).loads
+json.dump(out, sys.stdout)
+"""
+
+
+def test_rows_kernel_row_cache_reaches_the_row_loads():
+    """``NormTuning.row_cache`` is the cache modifier of the rows kernel's row loads and
+    nothing else's: with ".cg" the input's loads go past L1 and the weight's and bias's
+    (evict_last) still go through it (sm_90 builds in a fresh process)."""
+    from sm90_build import run_script
+
+    built = run_script(_ROW_CACHE_SCRIPT)
+    none, cg = built["none"], built[".cg"]
+    assert len(none) == len(cg) >= 3, built
+    assert not any(".cg" in op for op in none), built
+    row = [op for op in cg if ".cg" in op]
+    affine = [op for op in cg if "L1::evict_last" in op]
+    assert row and affine and not any(".cg" in op for op in affine), built
+    assert len(row) + len(affine) == len(cg), built
+
+
+@pytest.mark.parametrize("n, cache", [(32768, ".cg"), (16384, "")])
+def test_rows_launch_takes_row_cache_on_the_longest_rows(monkeypatch, n, cache):
+    """The launch passes ``row_cache`` to the rows kernel for rows of at least
+    ``row_cache_min_block`` elements (one program an SM), and no modifier below."""
+    seen = {}
+
+    def capture(kernel, grid, *args, **kw):
+        seen.update(kernel=kernel, **kw)
+
+    monkeypatch.setattr(K, "launch", capture)
+    assert K.TUNING.row_cache == ".cg" and K.TUNING.row_cache_min_block == 32768
+    x = torch.empty(264, n, dtype=torch.float32)
+    w = torch.empty(n, dtype=torch.float32)
+    K.norm_fwd_triton(x, torch.empty_like(x), n, 1e-5, rms=False, weight=w, bias=w)
+    assert seen["kernel"] is K._norm_fwd_rows_kernel and seen["ROW_CACHE"] == cache
