@@ -361,7 +361,8 @@ class NormTuning(NamedTuple):
 #:   145.0 -> 141.8 (two runs); RMSNorm of the same shape 134.5 / 134.9 (its weight alone,
 #:   within noise). Not kept there: the weight and bias loaded before the statistics
 #:   (380 us: spills at 64 registers) and 16 warps a program (two an SM, 64 a thread:
-#:   150.7-154.3).
+#:   150.7-154.3). The packed kernel's row loads past L1 (bf16 [2048, 32768], same day)
+#:   lost: LayerNorm 72.18 / 71.79 -> 73.42 / 73.30, RMSNorm 67.14 / 67.15.
 TUNING = NormTuning(ln_stats="twopass", shift_limit=16.0, min_tile=4096, programs_per_sm=4,
                     per_thread_large=32, per_thread_mid=16, per_thread_small=8,
                     coop_min_block=0, coop_block=8192, coop_warps=8,
