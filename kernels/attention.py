@@ -675,6 +675,10 @@ DECODE_MAX_Q = 16
 #: two; at least 16, the MMA's M).
 DECODE_MAX_ROWS = 64
 #: Programs an SM the chunking aims at, and the fewest key blocks a chunk.
+#: More programs an SM (finer chunks, more of them to combine) lost on every decode row
+#: (H200, 2026-12-04, side by side, us, bf16, 2 / 3 / 4 / 6 an SM): the bench's varlen
+#: decode of 16 mixed sequences 58.6 / 60.2 / 63.0 / 62.0 (8: 64.6, 12: 69.9), 32 x 4096
+#: keys 126.9 / 143.8 / 143.4 / 131.3, 8 x 8192 69.9 / 72.8 / 81.1 / 79.7.
 DECODE_PROGRAMS_PER_SM = 2
 DECODE_MIN_BLOCKS = 1
 #: Under Triton's interpreter: blocks of 16 keys, so that small tests cross blocks and chunks.
