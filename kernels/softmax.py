@@ -400,6 +400,10 @@ class StridedTuning(NamedTuple):
 #: values a register, widened at each use and their exponentials computed twice: 192
 #: registers a one-warp program against 228 (10 programs an SM against 8), softmax 44.85
 #: against the table's 44.26, log-softmax 43.57 / 43.95 (a copy of the bytes 38.5).
+#: Nor cache hints on the tile kernel (same day, us, ADE20K bf16 softmax / log-softmax,
+#: none 44.29-44.53 / 43.98-44.21): loads evict_first 48.35 / 48.40, loads .cg 44.22 /
+#: 44.06, stores evict_first 45.14 / 45.14, stores .cs 45.41 / 45.22; float32 within 1 %
+#: (.cg) or 1-5 % slower.
 STRIDED = StridedTuning(col_bytes=128, min_programs_per_sm=4, tile_elems=8192,
                         elems_per_thread=128, split_remainder=True, split_long=True,
                         long_coop=True, coop_max_chunks=64, coop_elems_per_thread=128)
