@@ -356,16 +356,23 @@ def test_variants_build_for_sm90_within_64_registers():
         assert "ld.global.v4.b32" in {strip_hints(op) for op in k["ld"]}, (name, k)
 
 
+# The rows kernel's arguments for an [M, N] contiguous launch of dtype dt (sm_90 scripts).
+_ROWS_ARGS = r"""
+def rows_args(dt, M, N):
+    p = "*" + dt
+    return dict(x_ptr=p, r_ptr=p, w_ptr=p, b_ptr=p, y_ptr=p, M=M, N=N, eps=1e-5,
+                stride_xm=N, stride_xn=1, stride_rm=N, stride_rn=1, stride_ym=N,
+                stride_yn=1, stride_w=1, stride_b=1)
+"""
+
 _POLICY_SCRIPT = r"""
 import json, sys
 from sm90_build import build, evict_hints
 import opspec.kernels.norm as K
-
+""" + _ROWS_ARGS + r"""
 out = {}
 for policy in ("", "evict_first"):
-    args = dict(x_ptr="*bf16", r_ptr="*bf16", w_ptr="*bf16", b_ptr="*bf16", y_ptr="*bf16",
-                M=16384, N=8192, eps=1e-5, stride_xm=8192, stride_xn=1, stride_rm=8192,
-                stride_rn=1, stride_ym=8192, stride_yn=1, stride_w=1, stride_b=1)
+    args = rows_args("bf16", 16384, 8192)
     c = dict(ROWS=1, TILES=1, BLOCK_N=8192, IS_RMS=True, HAS_RESIDUAL=True, HAS_WEIGHT=True,
              HAS_BIAS=False, USE_INT64=False, LATE_AFFINE=False, ROW_POLICY=policy)
     b = build(K._norm_fwd_rows_kernel, args, c, 16)
@@ -395,12 +402,10 @@ _ROW_CACHE_SCRIPT = r"""
 import json, sys
 from sm90_build import build
 import opspec.kernels.norm as K
-
+""" + _ROWS_ARGS + r"""
 out = {}
 for cache in ("", ".cg"):
-    args = dict(x_ptr="*fp32", r_ptr="*fp32", w_ptr="*fp32", b_ptr="*fp32", y_ptr="*fp32",
-                M=2048, N=32768, eps=1e-5, stride_xm=32768, stride_xn=1, stride_rm=32768,
-                stride_rn=1, stride_ym=32768, stride_yn=1, stride_w=1, stride_b=1)
+    args = rows_args("fp32", 2048, 32768)
     c = dict(ROWS=1, TILES=1, BLOCK_N=32768, IS_RMS=False, HAS_RESIDUAL=False,
              HAS_WEIGHT=True, HAS_BIAS=True, USE_INT64=False, LATE_AFFINE=True,
              ROW_CACHE=cache)

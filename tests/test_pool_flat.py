@@ -36,6 +36,21 @@ def _run(x, mode, g, cip=True, div=None, plan=None):
     return out
 
 
+def _spy_flat(monkeypatch, key: str) -> list:
+    """The list that each flat-kernel launch, from now on, appends its ``key`` argument
+    to (the launch still runs)."""
+    taken = []
+    real = PK.launch
+
+    def spy(fn, grid, *args, **kw):
+        if fn is PK._pool2d_flat_kernel:
+            taken.append(kw[key])
+        return real(fn, grid, *args, **kw)
+
+    monkeypatch.setattr(PK, "launch", spy)
+    return taken
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("window", WINDOWS, ids=_wid)
 def test_flat_max(window, dtype):
@@ -74,15 +89,7 @@ def test_flat_pairs(monkeypatch, dtype):
     divisor rule. Taken only where the rows are word-aligned (even W, a 4-byte aligned
     start), for the average only where every window is whole; the elementwise loop
     elsewhere, with equal results."""
-    taken = []
-    real = PK.launch
-
-    def spy(fn, grid, *args, **kw):
-        if fn is PK._pool2d_flat_kernel:
-            taken.append(kw["PAIRS"])
-        return real(fn, grid, *args, **kw)
-
-    monkeypatch.setattr(PK, "launch", spy)
+    taken = _spy_flat(monkeypatch, "PAIRS")
     # (shape, kernel, ceil_mode, pairs for the max, pairs for the average)
     cases = [((2, 3, 7, 8), 2, False, True, True),       # odd H: its last row in no window
              ((2, 2, 6, 10), 2, True, True, True),       # ceil_mode, even sizes: whole
@@ -135,15 +142,7 @@ def test_flat_whole_windows_divide_by_a_constant(monkeypatch, dtype):
     window's size as a compile-time constant (``WHOLE``), under either count_include_pad:
     taken exactly there (not with padding, nor with a ceil_mode window past the edge, nor
     switched off), the result as torch's under every divisor rule."""
-    taken = []
-    real = PK.launch
-
-    def spy(fn, grid, *args, **kw):
-        if fn is PK._pool2d_flat_kernel:
-            taken.append(kw["WHOLE"])
-        return real(fn, grid, *args, **kw)
-
-    monkeypatch.setattr(PK, "launch", spy)
+    taken = _spy_flat(monkeypatch, "WHOLE")
     # (shape, kernel, stride, padding, ceil_mode, whole)
     cases = [((2, 3, 8, 10), 2, 2, 0, True, True),     # ResNet-D's: ceil_mode, even sizes
              ((2, 3, 7, 9), 2, 2, 0, False, True),     # odd sizes, the last row/column unread
