@@ -42,7 +42,9 @@ kernel on the H200. Stride-2 windows of 2 or 3 columns over 16-bit inputs (VGG's
 GoogLeNet's max, DenseNet's and ResNet-D's averages) read a window row as one or two 32-bit
 words (``_FLAT_PAIRS``): two loads an output instead of four, six instead of nine. With
 them it also takes the 16-bit 2x2 stride-2 pools of wide rows from the band kernel
-(``_FLAT_PAIRS_WIDE``: U-Net's and DenseNet's, ResNet-D's averages).
+(``_FLAT_PAIRS_WIDE``: U-Net's and DenseNet's, ResNet-D's averages). Averages over an
+unpadded input whose windows all lie inside it divide by the window's size, a compile-time
+constant, rather than by a count worked out per output (``_FLAT_WHOLE``).
 
 The older kernels (``pool2d_plan``; channels_last and other strided rows, global pooling,
 and any window class neither table sends elsewhere). The input is viewed as
