@@ -1486,9 +1486,7 @@ def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
                TILES=tiles, BLOCK_N=block, BLOCK_N2=block2, LATE_AFFINE=late,
                ROW_POLICY=tun.row_load_policy,
                ROW_CACHE=tun.row_cache if block + block2 >= tun.row_cache_min_block else "",
-               delay=delay,
-               STAGGER_STEPS=steps, first=_SMS,
-               ALIGN=align, **extra, **flags)
+               delay=delay, STAGGER_STEPS=steps, first=_SMS, ALIGN=align, **extra, **flags)
     # A written tensor that could not be viewed as rows was computed in a copy.
     if res_copied:
         residual.copy_(rv.view(residual.shape))
