@@ -1357,8 +1357,7 @@ def _launch_flat(x4: torch.Tensor, out: torch.Tensor, mode: str, g: Pool2dGeomet
     total = N * C * H_out * W_out
     (kh, kw), (s_h, s_w), (ph, pw), (dh, dw) = g.kernel, g.stride, g.padding, g.dilation
     pairs = pairs_fit(x4, mode, g, H_out, W_out)
-    whole = (_FLAT_WHOLE and mode == "avg" and g.padding == (0, 0)
-             and (H_out - 1) * s_h + (kh - 1) * dh < H and (W_out - 1) * s_w + (kw - 1) * dw < W)
+    whole = _FLAT_WHOLE and mode == "avg" and windows_inside(g, H, W, H_out, W_out)
     launch(_pool2d_flat_kernel, (triton.cdiv(total, p.block_r),),
         x4.view(torch.int32) if pairs else x4, out, total,
         float(divisor_override) if divisor_override is not None else 1.0,
@@ -1380,11 +1379,19 @@ def pairs_fit(x4: torch.Tensor, mode: str, g: Pool2dGeometry, H_out: int, W_out:
     window whole (the max clamps a ceil_mode window to the input)."""
     H, W = x4.shape[-2:]
     kh, kw = g.kernel
-    whole = 2 * (H_out - 1) + kh <= H and 2 * (W_out - 1) + kw <= W
     return (_FLAT_PAIRS and kh in (2, 3) and kw in (2, 3) and g.stride == (2, 2)
             and g.padding == (0, 0) and g.dilation == (1, 1) and x4.element_size() == 2
             and x4.is_contiguous() and W % 2 == 0 and x4.data_ptr() % 4 == 0
-            and (mode == "max" or whole))
+            and (mode == "max" or windows_inside(g, H, W, H_out, W_out)))
+
+
+def windows_inside(g: Pool2dGeometry, H: int, W: int, H_out: int, W_out: int) -> bool:
+    """Whether no padding is asked for and every window of the ``H_out x W_out`` output
+    lies inside the ``H x W`` input (so an average's divisor is the window's size under
+    either count_include_pad)."""
+    (kh, kw), (sh, sw), (dh, dw) = g.kernel, g.stride, g.dilation
+    return (g.padding == (0, 0) and (H_out - 1) * sh + (kh - 1) * dh < H
+            and (W_out - 1) * sw + (kw - 1) * dw < W)
 
 
 def _takes_wide_pairs(x4: torch.Tensor, mode: str, g: Pool2dGeometry, H_out: int,
