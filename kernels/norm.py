@@ -223,6 +223,12 @@ class NormTuning(NamedTuple):
     #: rows held in registers of at least ``row_cache_min_block`` elements.
     row_cache: str = ""
     row_cache_min_block: int = 32768
+    #: Where the rows kernel takes ``row_cache`` and loads the weight and bias late: the
+    #: L1 bytes their leading columns may keep (0: no bound). The largest power of two of
+    #: columns whose weight and bias fit is read through L1, the rest past it (``.cg``), so
+    #: that L1 keeps the same leading part for every program of the SM instead of cycling
+    #: through more than it holds. Rows whose parameters fit take all through L1.
+    affine_l1_bytes: int = 0
     #: The rows kernel holds a row whose length is not a power of two as two tiles, the
     #: largest power of two below ``N`` and a power-of-two remainder (4544 = 4096 + 512,
     #: not 8192 with 3648 masked), where the two hold fewer elements than one tile of
@@ -363,11 +369,25 @@ class NormTuning(NamedTuple):
 #:   (380 us: spills at 64 registers) and 16 warps a program (two an SM, 64 a thread:
 #:   150.7-154.3). The packed kernel's row loads past L1 (bf16 [2048, 32768], same day)
 #:   lost: LayerNorm 72.18 / 71.79 -> 73.42 / 73.30, RMSNorm 67.14 / 67.15.
+#: * affine_l1_bytes 128 KiB (H200, side by side, 2026-12-04, us, three runs). With the row
+#:   loads past L1, the weight and bias (256 KiB of float32 at 32768 columns) still cycle
+#:   through an L1 that holds less, so each program finds none of them there. Reading the
+#:   first 16384 columns of both through L1 and the rest past it: LayerNorm [2048, 32768]
+#:   float32 142.0 -> 137.2, 141.7 -> 137.7, 142.5 -> 138.5 (a copy of the bytes 126-127).
+#:   Other splits: 8192 146.0, 12288 141.6, 20480 139.5, 24576 140.4, 28672 142.8; 14336
+#:   and 18432 (not whole 4096-column layout repetitions) 151-152. RMSNorm's 128 KiB
+#:   weight: 16384 or 24576 through L1 within 0.3 % of all of it (136.4-136.8). The
+#:   driver's default already gives this kernel L1's largest share: a carveout preference
+#:   of 0 % shared memory timed the same, 25 % 181.7. Not kept either: the packed kernel's
+#:   weight and bias of its first 2 or 3 parts (of 4) through L1, the rest past it, with
+#:   the row loads through L1 or past it (bf16 [2048, 32768], three runs: 72.2-72.6 all
+#:   through L1, 72.3-73.0 three parts, 74.8-74.9 two).
 TUNING = NormTuning(ln_stats="twopass", shift_limit=16.0, min_tile=4096, programs_per_sm=4,
                     per_thread_large=32, per_thread_mid=16, per_thread_small=8,
                     coop_min_block=0, coop_block=8192, coop_warps=8,
                     packed_min_block=32768, packed_per_thread=32, packed_programs_per_sm=2,
-                    rows_stagger_steps=4, rows_stagger=0.125, row_cache=".cg")
+                    rows_stagger_steps=4, rows_stagger=0.125, row_cache=".cg",
+                    affine_l1_bytes=128 * 1024)
 _STATS = {"twopass": 0, "shifted": 1, "chan": 2}
 #: Polls of a row's arrival count before a coop program reads the row itself (see the kernel).
 _COOP_SPIN = 1 << 16
@@ -518,7 +538,7 @@ def _norm_fwd_rows_kernel(
     HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, USE_INT64: tl.constexpr,
     LATE_AFFINE: tl.constexpr, STATS: tl.constexpr = 0, SHIFT_LIMIT: tl.constexpr = 16.0,
     GROUP: tl.constexpr = 8, ROW_POLICY: tl.constexpr = "", BLOCK_N2: tl.constexpr = 0,
-    ROW_CACHE: tl.constexpr = "",
+    ROW_CACHE: tl.constexpr = "", AFFINE_L1: tl.constexpr = 0,
     delay=0, STAGGER_STEPS: tl.constexpr = 0, first=0, ALIGN: tl.constexpr = 1,
     PDL: tl.constexpr = False,   # launched dependent (opspec.kernels.pdl)
 ):
@@ -610,7 +630,7 @@ def _norm_fwd_rows_kernel(
             y = xc * rstd[:, None]
         if HAS_WEIGHT:
             if LATE_AFFINE:
-                w = _vector_part(w_ptr, cols, stride_w, col_mask)
+                w = _vector_part(w_ptr, cols, stride_w, col_mask, AFFINE_L1)
             y = y * w[None, :]
             if BLOCK_N2 > 0:
                 if LATE_AFFINE:
@@ -618,7 +638,7 @@ def _norm_fwd_rows_kernel(
                 y2 = y2 * w2[None, :]
         if HAS_BIAS:
             if LATE_AFFINE:
-                b = _vector_part(b_ptr, cols, stride_b, col_mask)
+                b = _vector_part(b_ptr, cols, stride_b, col_mask, AFFINE_L1)
             y = y + b[None, :]
             if BLOCK_N2 > 0:
                 if LATE_AFFINE:
@@ -632,9 +652,17 @@ def _norm_fwd_rows_kernel(
 
 
 @triton.jit
-def _vector_part(ptr, cols, stride, mask):
+def _vector_part(ptr, cols, stride, mask, L1_ELEMS: tl.constexpr = 0):
     """The weight's or bias's elements at ``cols``, in float32 (kept in L2: every program
-    reads them)."""
+    reads them). With ``L1_ELEMS > 0`` only the columns below it are read through L1, the
+    rest past it (``.cg``), so that the part L1 can hold stays there for the next program
+    on the SM."""
+    if L1_ELEMS > 0:
+        lo = tl.load(ptr + cols * stride, mask=mask & (cols < L1_ELEMS), other=0.0,
+                     eviction_policy="evict_last")
+        hi = tl.load(ptr + cols * stride, mask=mask & (cols >= L1_ELEMS), other=0.0,
+                     cache_modifier=".cg")
+        return tl.where(cols < L1_ELEMS, lo, hi).to(tl.float32)
     return tl.load(ptr + cols * stride, mask=mask, other=0.0,
                    eviction_policy="evict_last").to(tl.float32)
 
@@ -1176,6 +1204,21 @@ class NormConfig(tuple):
     block2 = property(lambda self: self[8])
 
 
+def _affine_l1(tun: NormTuning, block: int, w: torch.Tensor | None,
+               b: torch.Tensor | None) -> int:
+    """The rows kernel's ``AFFINE_L1``: the leading columns of the weight and bias read
+    through L1 (:attr:`NormTuning.affine_l1_bytes`), or 0 (all of them) where the parameters
+    of the whole block fit or there is no bound."""
+    elem_bytes = sum(v.element_size() for v in (w, b) if v is not None)
+    if not tun.affine_l1_bytes or not elem_bytes:
+        return 0
+    cols = tun.affine_l1_bytes // elem_bytes
+    if cols < 1:
+        return 0
+    cols = 1 << (cols.bit_length() - 1)
+    return cols if cols < block else 0
+
+
 def _next_pow2(n: int) -> int:
     return 1 << (n - 1).bit_length() if n > 1 else 1
 
@@ -1486,6 +1529,8 @@ def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
                TILES=tiles, BLOCK_N=block, BLOCK_N2=block2, LATE_AFFINE=late,
                ROW_POLICY=tun.row_load_policy,
                ROW_CACHE=tun.row_cache if block + block2 >= tun.row_cache_min_block else "",
+               AFFINE_L1=(_affine_l1(tun, block, w, b) if late and block2 == 0
+                          and block >= tun.row_cache_min_block and tun.row_cache else 0),
                delay=delay, STAGGER_STEPS=steps, first=_SMS, ALIGN=align, **extra, **flags)
     # A written tensor that could not be viewed as rows was computed in a copy.
     if res_copied:

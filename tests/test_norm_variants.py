@@ -404,12 +404,13 @@ from sm90_build import build
 import opspec.kernels.norm as K
 """ + _ROWS_ARGS + r"""
 out = {}
-for cache in ("", ".cg"):
+for name, cache, l1 in (("none", "", 0), (".cg", ".cg", 0), ("split", ".cg", 16384)):
     args = rows_args("fp32", 2048, 32768)
     c = dict(ROWS=1, TILES=1, BLOCK_N=32768, IS_RMS=False, HAS_RESIDUAL=False,
              HAS_WEIGHT=True, HAS_BIAS=True, USE_INT64=False, LATE_AFFINE=True,
-             ROW_CACHE=cache)
-    out[cache or "none"] = build(K._norm_fwd_rows_kernel, args, c, 32).loads
+             ROW_CACHE=cache, AFFINE_L1=l1)
+    b = build(K._norm_fwd_rows_kernel, args, c, 32)
+    out[name] = dict(loads=b.loads, local=b.local)
 json.dump(out, sys.stdout)
 """
 
@@ -421,13 +422,34 @@ def test_rows_kernel_row_cache_reaches_the_row_loads():
     from sm90_build import run_script
 
     built = run_script(_ROW_CACHE_SCRIPT)
-    none, cg = built["none"], built[".cg"]
+    none, cg = built["none"]["loads"], built[".cg"]["loads"]
     assert len(none) == len(cg) >= 3, built
     assert not any(".cg" in op for op in none), built
     row = [op for op in cg if ".cg" in op]
     affine = [op for op in cg if "L1::evict_last" in op]
     assert row and affine and not any(".cg" in op for op in affine), built
     assert len(row) + len(affine) == len(cg), built
+
+
+def test_rows_kernel_affine_l1_splits_the_parameter_loads():
+    """With ``AFFINE_L1`` the weight's and bias's loads split in two: the leading columns
+    through L1 (evict_last) and the rest past it (.cg), as many of each, no spill; without
+    it every parameter load goes through L1 (sm_90 builds in a fresh process). The split is
+    by predicate, not by code: both parts load every vector, each masked to its columns."""
+    from sm90_build import run_script
+
+    built = run_script(_ROW_CACHE_SCRIPT)
+    cg, split = built[".cg"], built["split"]
+    assert split["local"] == 0 == cg["local"], built
+    through_l1 = [op for op in split["loads"] if "L1::evict_last" in op]
+    past_l1 = [op for op in split["loads"] if ".cg" in op]
+    assert len(through_l1) + len(past_l1) == len(split["loads"]), built
+    # the row's loads past L1 are those of the unsplit build; the rest are the parameters'
+    rows = sum(".cg" in op for op in cg["loads"])
+    params_past = len(past_l1) - rows
+    assert params_past > 0 and params_past == len(through_l1), built
+    # each part is one predicated load of every parameter vector the unsplit build loads
+    assert len(through_l1) == sum("L1::evict_last" in op for op in cg["loads"]), built
 
 
 @pytest.mark.parametrize("n, cache", [(32768, ".cg"), (16384, "")])
@@ -445,3 +467,59 @@ def test_rows_launch_takes_row_cache_on_the_longest_rows(monkeypatch, n, cache):
     w = torch.empty(n, dtype=torch.float32)
     K.norm_fwd_triton(x, torch.empty_like(x), n, 1e-5, rms=False, weight=w, bias=w)
     assert seen["kernel"] is K._norm_fwd_rows_kernel and seen["ROW_CACHE"] == cache
+
+
+@pytest.mark.parametrize("n, dtype, bias, rms, expected", [
+    (32768, torch.float32, True, False, 16384),   # 256 KiB of weight and bias: split
+    (20000, torch.float32, True, False, 16384),   # a 32768 block, masked past N
+    (32768, torch.float32, False, False, 0),      # the weight alone fits: all through L1
+    (32768, torch.float32, False, True, 0),       # RMSNorm, likewise
+    (32768, torch.bfloat16, True, False, 0),      # 16-bit parameters fit
+    (16384, torch.float32, True, False, 0),       # below row_cache_min_block
+])
+def test_rows_launch_reads_leading_parameters_through_l1(monkeypatch, n, dtype, bias, rms,
+                                                         expected):
+    """The launch passes ``AFFINE_L1`` (the power-of-two columns whose weight and bias fit
+    ``affine_l1_bytes``) to the rows kernel where its rows load past L1 and the parameters
+    of the block do not fit; 0 otherwise."""
+    seen = {}
+
+    def capture(kernel, grid, *args, **kw):
+        seen.update(kernel=kernel, **kw)
+
+    monkeypatch.setattr(K, "launch", capture)
+    assert K.TUNING.affine_l1_bytes == 128 * 1024
+    x = torch.empty(40, n, dtype=dtype)
+    w = torch.empty(n, dtype=dtype)
+    K.norm_fwd_triton(x, torch.empty_like(x), n, 1e-5, rms=rms, weight=w,
+                      bias=w if bias else None, late_affine=True)
+    assert seen["kernel"] is K._norm_fwd_rows_kernel, seen["kernel"]
+    assert seen["AFFINE_L1"] == expected, seen
+    # no bound: every parameter through L1
+    K.norm_fwd_triton(x, torch.empty_like(x), n, 1e-5, rms=rms, weight=w,
+                      bias=w if bias else None, late_affine=True,
+                      tuning=K.TUNING._replace(affine_l1_bytes=0))
+    assert seen["AFFINE_L1"] == 0
+
+
+@pytest.mark.parametrize("n", [32768, 20001])
+def test_rows_kernel_split_parameter_loads_match_the_reference(n):
+    """LayerNorm of long float32 rows with the weight and bias read in two parts (through L1
+    and past it) equals the reference, and equals the unsplit launch bit for bit, signed
+    zeros and the masked tail included."""
+    x = _randn(3, n, seed=1)
+    w = _randn(n, seed=2)
+    b = _randn(n, seed=3)
+    # signed zeros on both sides of the split, and at the row's end
+    for i in (0, 16383, 16384, n - 1):
+        w[i] = -0.0
+        b[i] = -0.0
+    split = K.TUNING._replace(affine_l1_bytes=128 * 1024)
+    whole = K.TUNING._replace(affine_l1_bytes=0)
+    with recording() as launches:
+        got = _ln(x, n, tuning=split, weight=w, bias=b)
+    assert [kw["AFFINE_L1"] for _, _, _, kw in launches] == [16384], launches
+    ref = _ln(x, n, tuning=whole, weight=w, bias=b)
+    assert torch.equal(got, ref)
+    assert torch.equal(torch.signbit(got), torch.signbit(ref))
+    _close(got, layer_norm_reference(x, (n,), w, b, 1e-5), torch.float32)
