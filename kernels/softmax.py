@@ -298,6 +298,15 @@ class RowTuning(NamedTuple):
 #:   grid needs every SM; and coop, bound by the bytes the register file holds (64 KiB a
 #:   program, two an SM, each held from its load to its store: about 9 us a program at
 #:   3.46 TB/s), stays at about 0.82x a copy on float32 logits.
+#: * Nor coop holding part of each chunk in L1 instead of registers (H200, a probe kernel,
+#:   2026-12-04, us, float32 Qwen2.5 softmax / log-softmax, table 357.9-359.5 / 362.0-363.4):
+#:   each program loads part A of its chunk into registers and part B through L1
+#:   (evict_last), reduces both, lets B's registers go, and after the row's partials reads B
+#:   again for its output; all builds at 64 registers, no spill. A 8192 + B 8192 at 16 warps
+#:   399.8 / 387.0, A 8192 + B 16384 505-508 / 472-478 (A past L1, or B's second read
+#:   without evict_first, the same), 8 warps A 4096 + B 8192 450.0 / 444.6, A 8192 + B 8192
+#:   606.9 / 588.9, 32 warps A 16384 + B 32768 534.1 / 488.6, 16 warps A 16384 + B 16384
+#:   647.1 / 629.7. Larger chunks only lengthened each program's hold.
 #: * split for decode logits (too few rows for the grid), the table against other chunks
 #:   and coop (same probe and day, us): [32, 128256] bf16 -> fp32 softmax 13.73 against
 #:   split 4096 at 8 warps 13.04 and coop 14.14-19.07; [64, 129280] bf16 17.22 / 16.37 /
