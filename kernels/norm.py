@@ -381,7 +381,10 @@ class NormTuning(NamedTuple):
 #:   of 0 % shared memory timed the same, 25 % 181.7. Not kept either: the packed kernel's
 #:   weight and bias of its first 2 or 3 parts (of 4) through L1, the rest past it, with
 #:   the row loads through L1 or past it (bf16 [2048, 32768], three runs: 72.2-72.6 all
-#:   through L1, 72.3-73.0 three parts, 74.8-74.9 two).
+#:   through L1, 72.3-73.0 three parts, 74.8-74.9 two). Nor the packed LayerNorm's shift
+#:   (each row's first element) loaded with the next row's words and carried, where it is
+#:   loaded when the row is reduced (same day, four runs of each side by side): 71.9-72.4
+#:   against 72.6-73.2.
 TUNING = NormTuning(ln_stats="twopass", shift_limit=16.0, min_tile=4096, programs_per_sm=4,
                     per_thread_large=32, per_thread_mid=16, per_thread_small=8,
                     coop_min_block=0, coop_block=8192, coop_warps=8,
