@@ -161,18 +161,21 @@ import json, sys
 from sm90_build import build
 import opspec.kernels.norm as K
 
-def packed(N, rms, affine):
+def packed(N, rms, affine, cvt=K.TUNING.packed_cvt):
     cfg = K.norm_config(2048, N, in_bytes=2, rms=rms)
     args = dict(x_ptr="*i32", w_ptr="*i32", b_ptr="*i32", y_ptr="*i32", M=2048, NW=N // 2,
                 N=N, eps=1e-5, stride_xm=N // 2, stride_ym=N // 2)
     c = dict(PART_W=cfg.block // 8, IS_RMS=rms, HAS_WEIGHT=affine, HAS_BIAS=affine and not rms,
-             USE_INT64=False, SHIFT_LIMIT=K.TUNING.shift_limit, FB=1024)
+             USE_INT64=False, SHIFT_LIMIT=K.TUNING.shift_limit, FB=1024, CVT=cvt)
     b = build(K._norm_fwd_packed_kernel, args, c, cfg.num_warps)
     spills = sum(1 for line in b.sass.splitlines() if "STL" in line or "LDL" in line)
-    return dict(cfg=list(cfg), reg=b.registers, spills=spills, ld=b.loads, st=b.stores)
+    loop = b.loop_lines()
+    return dict(cfg=list(cfg), reg=b.registers, spills=spills, ld=b.loads, st=b.stores,
+                loop=len(loop), f2fp=sum("F2FP" in line for line in loop))
 
 json.dump({"layer-affine": packed(32768, False, True), "layer": packed(32768, False, False),
-           "rms-weight": packed(32768, True, True), "rms": packed(20000, True, False)},
+           "rms-weight": packed(32768, True, True), "rms": packed(20000, True, False),
+           "layer-affine-two-cvt": packed(32768, False, True, cvt=False)},
           sys.stdout)
 """
 
@@ -181,11 +184,85 @@ def test_packed_kernel_builds_for_sm90_without_spills():
     """The packed kernel as the table launches it (32 warps, two programs an SM: at most 64
     registers a thread) compiles for sm_90 without a spill, its rows in 16-byte loads and
     stores."""
-    from sm90_build import run_script, strip_hints
+    from sm90_build import strip_hints
 
-    built = run_script(_PACKED_BUILD)
+    built = _packed_builds()
     for name, k in built.items():
         assert k["cfg"][4] == 32 and k["cfg"][7] == 264, (name, k["cfg"])
         assert k["reg"] is not None and k["reg"] <= 64 and k["spills"] == 0, (name, k)
         assert "ld.global.v4.b32" in {strip_hints(op) for op in k["ld"]}, (name, k)
         assert {strip_hints(op) for op in k["st"]} == {"st.global.v4.b32"}, (name, k)
+
+
+_BUILT: dict = {}
+
+
+def _packed_builds() -> dict:
+    """The sm_90 builds of _PACKED_BUILD (compiled once for the tests that read them)."""
+    from sm90_build import run_script
+
+    if not _BUILT:
+        _BUILT.update(run_script(_PACKED_BUILD))
+    return _BUILT
+
+
+def test_packed_kernel_packs_each_output_word_with_one_conversion():
+    """With ``CVT`` (the table's ``packed_cvt``) the loop packs each output word with one
+    F2FP (``cvt.rn.bf16x2.f32``) and issues fewer instructions than with two conversions,
+    masks and shifts a word; without it no F2FP."""
+    built = _packed_builds()
+    assert TUNING.packed_cvt
+    one, two = built["layer-affine"], built["layer-affine-two-cvt"]
+    # 32 warps hold 16 words a thread of the row: 16 output words, one F2FP each
+    assert one["f2fp"] == 16 and two["f2fp"] == 0, (one, two)
+    assert one["loop"] < two["loop"], (one["loop"], two["loop"])
+    assert built["rms-weight"]["f2fp"] == 16, built["rms-weight"]
+
+
+def test_packed_launch_takes_cvt_where_the_device_has_it(monkeypatch):
+    """The launch passes ``CVT`` where the table asks for it and the device packs bf16x2
+    (``_packs_bf16x2``: never under the interpreter), else not."""
+    seen = []
+    monkeypatch.setattr(norm_mod, "launch", lambda kernel, grid, *a, **kw: seen.append(kw))
+    x = torch.empty(264, 32768, dtype=BF16)
+    w = torch.empty(32768, dtype=BF16)
+
+    def cvt(tuning=None):
+        seen.clear()
+        norm_fwd_triton(x, torch.empty_like(x), 32768, 1e-5, rms=False, weight=w, bias=w,
+                        tuning=tuning)
+        return seen[0]["CVT"]
+
+    assert cvt() is norm_mod._packs_bf16x2(x.device)
+    monkeypatch.setattr(norm_mod, "_packs_bf16x2", lambda device: True)
+    assert cvt() is True
+    assert cvt(TUNING._replace(packed_cvt=False)) is False
+    monkeypatch.setattr(norm_mod, "_packs_bf16x2", lambda device: False)
+    assert cvt() is False
+
+
+def test_no_bf16x2_packing_off_cuda_or_under_the_interpreter():
+    assert not norm_mod._packs_bf16x2(torch.device("cpu"))
+    if norm_mod.TRITON_INTERPRETED:
+        assert not norm_mod._packs_bf16x2(torch.device("cuda", 0))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or norm_mod.TRITON_INTERPRETED,
+                    reason="cvt.rn.bf16x2.f32 runs on a CUDA device")
+@pytest.mark.parametrize("rms", [True, False], ids=["rms", "layer"])
+def test_packed_cvt_writes_the_same_bits(rms, launches):
+    """On the GPU, the one-conversion pack writes the outputs of the two-conversion one bit
+    for bit (both round to nearest even), rows of a partial last word-part included."""
+    assert norm_mod._packs_bf16x2(DEV)
+    for n in (32768, 20002):
+        x = _randn(300, n, seed=1, scale=3.0)
+        w, b = _randn(n, seed=2), _randn(n, seed=3)
+        bias = None if rms else b
+        launches.clear()
+        one = norm_fwd_triton(x, torch.empty_like(x), n, 1e-5, rms=rms, weight=w, bias=bias,
+                              tuning=TUNING._replace(packed_cvt=True))
+        two = norm_fwd_triton(x, torch.empty_like(x), n, 1e-5, rms=rms, weight=w, bias=bias,
+                              tuning=TUNING._replace(packed_cvt=False))
+        assert [k for k, _ in launches] == ["_norm_fwd_packed_kernel"] * 2, launches
+        assert torch.equal(one.view(torch.int16), two.view(torch.int16)), n
+        torch.testing.assert_close(one.float(), _ref(rms, x, n, w, bias).float(), **TOL)
