@@ -1080,6 +1080,7 @@ def _packed_write(words, cols, NW, w_ptr, b_ptr, y_row, mean, rstd,
     lo, hi = _halves(words, True)
     y_lo = (lo - mean) * rstd
     y_hi = (hi - mean) * rstd
+    # With CVT the weight and bias take the shift-and-mask spelling too (timed together).
     if HAS_WEIGHT:
         w_lo, w_hi = _halves(tl.load(w_ptr + cols, mask=mask, other=0,
                                      eviction_policy="evict_last"), not CVT)
@@ -1129,8 +1130,8 @@ def _norm_fwd_packed_kernel(
     the centred sum of squares is taken again from a re-read of the row in ``FB``-word
     chunks, as the stream kernel does. The parts are written one after the other, each
     with its own weight and bias; with ``CVT`` each output word is packed by one
-    ``cvt.rn.bf16x2.f32`` (see :attr:`NormTuning.packed_cvt`). ``ALIGN`` divides ``NW`` and the row strides, in words
-    (see the rows kernel)."""
+    ``cvt.rn.bf16x2.f32`` (see :attr:`NormTuning.packed_cvt`). ``ALIGN`` divides ``NW``
+    and the row strides, in words (see the rows kernel)."""
     overlap_start(PDL)
     if ALIGN > 1:
         NW = as_multiple(NW, ALIGN)
