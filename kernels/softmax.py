@@ -409,6 +409,12 @@ class StridedTuning(NamedTuple):
 #: values a register, widened at each use and their exponentials computed twice: 192
 #: registers a one-warp program against 228 (10 programs an SM against 8), softmax 44.85
 #: against the table's 44.26, log-softmax 43.57 / 43.95 (a copy of the bytes 38.5).
+#: Where the ADE20K bf16 tile kernel stops (ncu, H200, Triton 3.6, 2026-12-04, the table's
+#: launch: 8192 one-warp programs of 32-column strips): 192 registers a thread, so 8
+#: programs (warps) an SM, 12.5 % theoretical occupancy (11.5 % achieved); each scheduler
+#: issues every 2.8 cycles with 0.41 of its 1.87 warps eligible, and 42 % of a warp's
+#: stalls wait on its L1TEX loads: too few warps to hide each strip's load-then-reduce
+#: chain, not traffic or issue.
 #: Nor cache hints on the tile kernel (same day, us, ADE20K bf16 softmax / log-softmax,
 #: none 44.29-44.53 / 43.98-44.21): loads evict_first 48.35 / 48.40, loads .cg 44.22 /
 #: 44.06, stores evict_first 45.14 / 45.14, stores .cs 45.41 / 45.22; float32 within 1 %
