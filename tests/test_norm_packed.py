@@ -6,7 +6,9 @@ RMSNorm against the float32 references with and without the affine parameters, r
 word counts and rows past the grid, an output over the input, the exact pass LayerNorm takes
 where its shifted sums would lose precision, the table's choice, the layouts it refuses
 (a forced launch raises, the table falls back); and the sm_90 build the table launches
-(registers, no spill, 16-byte accesses), compiled in a fresh process.
+(registers, no spill, 16-byte accesses, one ``cvt.rn.bf16x2.f32`` an output word),
+compiled in a fresh process, with the launch's choice of that pack and, on a GPU, its
+outputs bit for bit those of the two-conversion pack.
 """
 
 from __future__ import annotations
@@ -242,6 +244,7 @@ def test_packed_launch_takes_cvt_where_the_device_has_it(monkeypatch):
 
 
 def test_no_bf16x2_packing_off_cuda_or_under_the_interpreter():
+    """No ``cvt.rn.bf16x2.f32`` pack on the CPU, nor on CUDA under Triton's interpreter."""
     assert not norm_mod._packs_bf16x2(torch.device("cpu"))
     if norm_mod.TRITON_INTERPRETED:
         assert not norm_mod._packs_bf16x2(torch.device("cuda", 0))
