@@ -1555,6 +1555,7 @@ def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
                                     GROUP=group)
         if not rms and late and tun.ln_maxnreg and grid[0] >= _TARGET_PROGRAMS:
             extra["maxnreg"] = tun.ln_maxnreg
+        row_cache = tun.row_cache if block + block2 >= tun.row_cache_min_block else ""
         steps, delay = 0, 0
         if (tun.rows_stagger_steps > 1 and block + block2 >= tun.rows_stagger_min_block
                 and grid[0] >= tun.rows_stagger_min_waves * _SMS and stagger_supported(device)):
@@ -1563,9 +1564,8 @@ def norm_fwd_triton(x: torch.Tensor, out: torch.Tensor, N: int, eps: float, *,
         launch(_norm_fwd_rows_kernel, grid, *args, R, N, float(eps), *strides, ROWS=rows,
                TILES=tiles, BLOCK_N=block, BLOCK_N2=block2, LATE_AFFINE=late,
                ROW_POLICY=tun.row_load_policy,
-               ROW_CACHE=tun.row_cache if block + block2 >= tun.row_cache_min_block else "",
-               AFFINE_L1=(_affine_l1(tun, block, w, b) if late and block2 == 0
-                          and block >= tun.row_cache_min_block and tun.row_cache else 0),
+               ROW_CACHE=row_cache,
+               AFFINE_L1=_affine_l1(tun, block, w, b) if late and row_cache and not block2 else 0,
                delay=delay, STAGGER_STEPS=steps, first=_SMS, ALIGN=align, **extra, **flags)
     # A written tensor that could not be viewed as rows was computed in a copy.
     if res_copied:
