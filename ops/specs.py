@@ -59,7 +59,9 @@ def find_spec(cls: type) -> SpecEntry | None:
     """The spec named like the class, elaborated; None if the manifest has no such entry."""
     m = manifest_at(resolve_manifest_path(cls))
     loaded = m.specs.get(cls.__name__)
-    if loaded is None or loaded.spec is None:
+    if loaded is None or loaded.spec is None or loaded.broken:
+        # A declaration that failed to load (a workload row, the roofline, an input) is
+        # missing from `loaded.spec`: the class imports; construction reports the errors.
         return None
     adts, _ = elaborate_adts(m.adts)
     spec, diags = elaborate(loaded, adts)

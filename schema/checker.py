@@ -313,7 +313,10 @@ class KindChecker:
         if isinstance(bk, K.ValueK):
             return bk
         if not isinstance(bk, K.ADTK):
-            raise _err(f"attribute {_p(e)} is not a declared field ({_p(e.value)} has kind {bk})", e)
+            hint = ("a dtype has no fields; the bytes of a tensor `x` are `bytes(x)` (in a "
+                    "roofline)") if isinstance(bk, K.DTypeK) else None
+            raise _err(f"attribute {_p(e)} is not a declared field ({_p(e.value)} has kind {bk})",
+                       e, hint=hint)
         adt = scope.adts.get(bk.name)
         if adt is None:
             raise _err(f"unknown ADT {bk.name}", e, check="name")

@@ -149,6 +149,14 @@ class ElaboratedSpec:
     broken: frozenset[str] = frozenset()
 
     @property
+    def signature_broken(self) -> bool:
+        """Whether a declaration the signature's checks read failed: anything broken but a
+        workload row or the roofline. Those two are read only by the whole-spec passes (and
+        the roofline by the search for unknowns, which reads what elaborated), so a typo in
+        one row no longer hides the signature's gaps, overlaps and unsolvable indices."""
+        return any(not _outside_signature(b) for b in self.broken)
+
+    @property
     def tensors(self) -> dict[str, TensorDecl]:
         return {**self.ctensors, **self.inputs, **self.outputs}
 
@@ -872,6 +880,11 @@ class _Elaborator:
                 e = None
             parts[f] = e
         return RooflineDecl(flops=parts["flops"], bytes=parts["bytes"])
+
+
+def _outside_signature(path: str) -> bool:
+    head = path.split(".", 1)[0]
+    return head in ("workloads", "roofline")
 
 
 def _is_new(name: str, symbols: Mapping[str, Symbol]) -> bool:

@@ -7,8 +7,10 @@ every node and the diagnostics found while loading.
 Each spec is validated one sub-mapping at a time (each tensor, parameter, type family,
 let, refinement, dtype combo, workload row, the roofline, each composition stage), so a
 malformed entry costs only itself: it is dropped, named in `LoadedSpec.broken` and
-reported once per bad field, and the rest of the spec still loads. An unknown key is
-reported with the closest known key.
+reported once per bad field, and the rest of the spec still loads (a roofline or every
+workload row that failed included: the op then loads without them, so its signature is
+still proven). An unknown key is reported with the closest known key; a missing required
+field with a key of the same mapping that looks like it.
 
 Strict mode (the prover) treats an unknown key as an error that drops its entry. Lenient
 mode (import time) warns about it, ignores the key and keeps the entry; it never raises,
@@ -83,6 +85,13 @@ class LoadedSpec:
                 part = int(part)
             out.append(part)
         return self.path_prefix + tuple(out)
+
+    def file_decl(self, path: str) -> str:
+        """`path` with its list indices as in the file: `workloads.1` for the second row
+        kept when the first failed to load (the prover's passes see only the rows kept)."""
+        if not self.index_map or not path:
+            return path
+        return _dotted(self.source_path(path)[len(self.path_prefix):])
 
     def pos(self, path: str | Sequence[Any] = ()) -> Pos | None:
         """Where a declaration is written: the key of a mapping or list entry, the first
@@ -212,6 +221,25 @@ def _closest(name: Any, known: Iterable[str]) -> str:
     return f"; did you mean `{close[0]}`?" if close else ""
 
 
+def _misspelt(out: tuple, data: Any) -> str:
+    """`; is `labl` a misspelling of it?` when the mapping missing field `out[-1]` has a
+    key close to it: in a workload row any other key reads as an index value, so a
+    misspelt `label` is not an unknown field there, only a missing one."""
+    cur = data
+    for part in out[:-1]:
+        if isinstance(cur, dict) and part in cur:
+            cur = cur[part]
+        elif isinstance(cur, list) and isinstance(part, int) and 0 <= part < len(cur):
+            cur = cur[part]
+        else:
+            return ""
+    if not isinstance(cur, dict) or not out:
+        return ""
+    keys = [str(k) for k in cur if k != out[-1]]
+    close = difflib.get_close_matches(str(out[-1]), keys, n=1, cutoff=0.6)
+    return f"; is `{close[0]}` a misspelling of it?" if close else ""
+
+
 @dataclass
 class _Problem:
     loc: tuple          # data path inside the validated entry
@@ -257,7 +285,7 @@ def _problems(model: Any, data: Any, errors: list[dict], place: tuple) -> list[_
         if tags and not is_key and err["type"] not in ("missing", "extra_forbidden"):
             grouped.setdefault(out, []).append((tags, err))
             continue
-        problems.append(_problem(model, out, err, is_key, place))
+        problems.append(_problem(model, out, err, is_key, place, data))
     for out, members in grouped.items():
         kinds = []
         for tags, err in members:
@@ -272,7 +300,8 @@ def _problems(model: Any, data: Any, errors: list[dict], place: tuple) -> list[_
     return problems
 
 
-def _problem(model: Any, out: tuple, err: dict, is_key: bool, place: tuple) -> _Problem:
+def _problem(model: Any, out: tuple, err: dict, is_key: bool, place: tuple,
+             data: Any = None) -> _Problem:
     kind = err["type"]
     where = _dotted(place + out) or "the value"
     parent = _dotted(place + out[:-1]) or "the spec"
@@ -284,7 +313,8 @@ def _problem(model: Any, out: tuple, err: dict, is_key: bool, place: tuple) -> _
         return _Problem(out, f"unknown field `{out[-1]}` in {parent}{_closest(out[-1], known)}",
                         key=True, extra=True)
     if kind == "missing":
-        return _Problem(out, f"missing required field `{out[-1]}` in {parent}", parent=True)
+        return _Problem(out, f"missing required field `{out[-1]}` in {parent}"
+                             f"{_misspelt(out, data)}", parent=True)
     if kind in ("value_error", "assertion_error"):
         text = str(err.get("ctx", {}).get("error", err["msg"]))
         return _Problem(out, f"{where}: {text}" if out else text)
@@ -421,7 +451,30 @@ class _Builder:
                 fields[key] = self.composition(value)
             else:
                 fields[key] = value
-        return self.assemble(OpSpec, fields, ())
+        spec = self.assemble(OpSpec, fields, ())
+        return spec if spec is not None else self.without_broken_parts(fields)
+
+    def without_broken_parts(self, fields: dict) -> OpSpec | None:
+        """The op without its roofline or its workload rows, when those failed to load and
+        everything else is valid: the signature is still there to prove, and the prover
+        reports its problems in the same run instead of hiding them behind the parse error.
+        The parts stay broken (`LoadedSpec.ok` is False; the runtime refuses the spec)."""
+        gone = {}
+        if fields.get("roofline") is None and "roofline" in self.broken:
+            gone["roofline"] = None
+        if not fields.get("workloads") and any(
+                b == "workloads" or b.startswith("workloads.") for b in self.broken):
+            gone["workloads"] = []
+        if not gone:
+            return None
+        # Valid stand-ins check the rest; the broken parts are then left out unvalidated.
+        stand_ins = {"roofline": Roofline(flops="0"), "workloads": [WorkloadRow(label="_")]}
+        try:
+            spec = OpSpec.model_validate({**fields, **{k: stand_ins[k] for k in gone}},
+                                         strict=True)
+        except ValidationError:
+            return None
+        return spec.model_copy(update=gone)
 
     def signature(self, raw: Any) -> Signature | None:
         decl = ("signature",)

@@ -190,6 +190,17 @@ _TYPE_HINTS = {
     "Tuple": "tuple[X, ...]",
 }
 _SEQ_ELEMS = (INT, MaybeK(INT))
+_LITERALS = ("Literal", "typing.Literal")
+
+
+def _literal_hint(text: str) -> str | None:
+    """`'row' | 'col'` for `Literal['row', 'col']`: an enum is its quoted members joined by
+    `|`. None where the members are not all quoted strings."""
+    inner = text[text.find("[") + 1:text.rfind("]")]
+    members = [m.strip() for m in inner.split(",") if m.strip()]
+    if not members or not all(len(m) >= 2 and m[0] == m[-1] and m[0] in "'\"" for m in members):
+        return None
+    return " | ".join("'" + m[1:-1] + "'" for m in members) + " (an enum)"
 
 
 def parse_type(text: str, adts: Collection[str] = ()) -> Kind:
@@ -205,7 +216,7 @@ def parse_type(text: str, adts: Collection[str] = ()) -> Kind:
         if name in ("list", "tuple"):
             return _py_seq(p, tok)
         if p.has_args():
-            hint = _TYPE_HINTS.get(name)
+            hint = _literal_hint(p.text) if name in _LITERALS else _TYPE_HINTS.get(name)
             raise p.error(f"{name}[...] takes no arguments; only list[...] and tuple[...] do",
                           tok.col, hint=f"write {hint}" if hint else None)
         if name in _PY_TYPES:
@@ -300,7 +311,9 @@ def parse_kind(text: str, adts: Collection[str] = ()) -> Kind:
         if name == "DType" and p.has_args():
             return _dtype_set(p)
         if p.has_args():
-            raise p.error(f"{name}[...] takes no arguments", tok.col)
+            hint = _literal_hint(p.text) if name in _LITERALS else None
+            raise p.error(f"{name}[...] takes no arguments", tok.col,
+                          hint=f"write {hint}" if hint else None)
         if name in _KINDS:
             return _KINDS[name]
         if name in adt_names:

@@ -130,7 +130,8 @@ class _Prover:
         if key in self._seen:
             return
         self._seen.add(key)
-        self.diags.append(Diagnostic(check, message, op=self.spec.name, path=path,
+        self.diags.append(Diagnostic(check, message, op=self.spec.name,
+                                     path=self.loaded.file_decl(path) if path else path,
                                      pos=self.loaded.pos(path), severity=severity,
                                      counterexample=counterexample, hint=hint))
 
@@ -173,8 +174,9 @@ class _Prover:
                         hint="look for nonlinear refinements or axes (a product of two "
                              "unknowns), and for combinations that each ask new questions")
         plan = P.Plan(spec.name, spec.file, "", tuple(d.key for d in ds), tuple(branches), spec)
-        if not spec.broken:
-            # Whole-spec passes over the proven plan (workloads, effects, SymInt safety).
+        if not spec.signature_broken:
+            # Whole-spec passes over the proven plan (workloads, effects, SymInt safety),
+            # over the rows that loaded and the roofline parts that elaborated.
             # The element budget bounds what workload rows generate in all (each generator
             # call has its own limit, but rows are unbounded in number).
             with element_budget(WORKLOAD_ELEMENTS):
@@ -258,7 +260,7 @@ class _Prover:
                              "expression")
             return P.Branch(tuple(sorted(combo.items())), excluded_by="(shape too large)")
         except Exception:  # a fold of an ill-kinded declaration; elaboration reported it
-            if spec.broken:
+            if spec.signature_broken:
                 return P.Branch(tuple(sorted(combo.items())), excluded_by="(broken declarations)")
             raise
         for path, miss in res.family_misses:
@@ -282,9 +284,10 @@ class _Prover:
                         counterexample=shown or None)
         if res.family_misses or res.not_discriminant:
             return res.branch
-        if spec.broken:
+        if spec.signature_broken:
             # Declarations that failed to load or elaborate are left out; solving and Z3
-            # questions over what remains would only echo those errors.
+            # questions over what remains would only echo those errors. (A broken workload
+            # row or roofline is not read here: the signature is still proven.)
             return res.branch
         if self.budget.spent_out:
             self.unasked += 1

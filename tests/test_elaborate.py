@@ -494,6 +494,8 @@ def test_bad_index_kind_is_reported_once(tmp_path):
     ("layout.kind == 'other'", "kind", ("`layout.kind` compares with 'other'",
                                         "['contiguous', 'masked']")),
     ("M.size > 0", "kind", ("attribute `M.size` is not a declared field", "kind Dim")),
+    ("T.bytes > 0", "kind", ("attribute `T.bytes` is not a declared field",
+                             "kind DType[bfloat16 | float16]")),
     ("S[flag] > 0", "kind", ("`flag` has kind Bool, expected Int",)),
     ("M[0] > 0", "kind", ("`M` has kind Dim, expected a sequence to subscript",)),
     ("padding == 'full'", "kind", ("`padding` compares with 'full'", "['same', 'valid']")),
@@ -506,6 +508,13 @@ def test_kind_errors_in_refinements(tmp_path, rule, check, fragments):
     e, diags = load_one(tmp_path, text, types=TYPES)
     only(diags, check, "signature.shape_rules.0", line_of(text, f'"{rule}"'), f"`{rule}`", *fragments)
     assert e.rules == () and "signature.shape_rules.0" in e.broken
+
+
+def test_a_dtype_attribute_names_bytes_of_a_tensor(tmp_path):
+    text = rules_spec("T.bytes > 0")
+    _, diags = load_one(tmp_path, text, types=TYPES)
+    only(diags, "kind", "signature.shape_rules.0", line_of(text, '"T.bytes > 0"'),
+         hint="a dtype has no fields; the bytes of a tensor `x` are `bytes(x)` (in a roofline)")
 
 
 @pytest.mark.parametrize("rule, hint", [

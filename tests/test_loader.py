@@ -169,17 +169,52 @@ def test_non_string_refinement_and_index_map(tmp_path):
 def test_bad_workload_row_is_dropped(tmp_path):
     m = load_one(tmp_path, SPEC.replace("label: small}", "labl: small}"))
     (d,) = [d for d in m.diagnostics]
-    # `labl` is taken for an index name; what is missing is the label.
-    assert d.path == "workloads.0.label" and "missing required field `label`" in d.message
+    # `labl` is taken for an index name; what is missing is the label, and the key that
+    # looks like it is named.
+    assert d.path == "workloads.0.label"
+    assert d.message == ("missing required field `label` in workloads.0; is `labl` a "
+                         "misspelling of it?")
     s = m.specs["ToyFwdOp"]
     assert [r.label for r in s.spec.workloads] == ["big"] and s.broken == {"workloads.0"}
+    # Index 0 of the rows kept is row 1 of the file.
+    assert s.file_decl("workloads.0") == "workloads.1" and s.file_decl("roofline") == "roofline"
+    assert not s.ok
 
 
-def test_all_rows_broken_leaves_no_spec_and_no_echo(tmp_path):
+def test_missing_field_names_no_misspelling_without_a_close_key(tmp_path):
+    m = load_one(tmp_path, SPEC.replace("label: small}", "tag: small}"))
+    (d,) = m.diagnostics
+    assert d.message == "missing required field `label` in workloads.0"
+
+
+def test_all_rows_broken_keep_the_signature_and_no_echo(tmp_path):
     text = SPEC.replace("label: small}", "label: 1}").replace("label: big}", "label: 2}")
     s = load_one(tmp_path, text).specs["ToyFwdOp"]
-    assert s.spec is None
+    # The signature is still there to prove; the rows are left out, broken, and the empty
+    # list is not reported again (no "must not be empty").
+    assert s.spec is not None and s.spec.workloads == [] and not s.ok
+    assert s.spec.signature.inputs.keys() == {"x", "y"}
+    assert s.broken == {"workloads.0", "workloads.1"}
     assert [d.path for d in s.diagnostics] == ["workloads.0.label", "workloads.1.label"]
+
+
+def test_broken_roofline_keeps_the_signature(tmp_path):
+    text = SPEC.replace('roofline: {flops: M, bytes: "3 * M * 2"}', 'roofline: {bytes: "3 * M"}')
+    s = load_one(tmp_path, text).specs["ToyFwdOp"]
+    (d,) = s.diagnostics
+    assert (d.check, d.path) == ("parse", "roofline")
+    assert d.message == "roofline needs `flops` (and optionally `bytes`) or `func`"
+    assert s.spec is not None and s.spec.roofline is None and s.broken == {"roofline"}
+    assert [r.label for r in s.spec.workloads] == ["small", "big"]
+
+
+def test_broken_roofline_and_another_bad_field_leave_no_spec(tmp_path):
+    # Only a roofline or rows that failed are left out; any other bad field of the op
+    # still drops it (there is no valid op without it).
+    text = SPEC.replace('roofline: {flops: M, bytes: "3 * M * 2"}', 'roofline: {bytes: "3 * M"}')
+    s = load_one(tmp_path, text.replace("status: spec-only", "status: done")).specs["ToyFwdOp"]
+    assert s.spec is None
+    assert [d.path for d in s.diagnostics] == ["roofline", "status"]
 
 
 def test_missing_top_level_field(tmp_path):

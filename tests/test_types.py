@@ -156,6 +156,26 @@ def test_type_error_hints() -> None:
     assert info.value.hint == "write int"
 
 
+@pytest.mark.parametrize("text,hint", [
+    ("Literal['row', 'col']", "write 'row' | 'col' (an enum)"),
+    ('typing.Literal["a"]', "write 'a' (an enum)"),
+    ("Literal[1, 2]", None),  # no enum of ints: no rewrite to offer
+])
+def test_literal_names_the_enum_spelling(text: str, hint: str | None) -> None:
+    with pytest.raises(ExpressionError) as info:
+        parse_type(text)
+    assert info.value.check == "kind" and "takes no arguments" in info.value.message
+    assert info.value.hint == hint
+    kind_text = text.replace("typing.", "")
+    with pytest.raises(ExpressionError) as info:
+        parse_kind(kind_text, ADTS)
+    assert info.value.check == "kind" and "takes no arguments" in info.value.message
+    assert info.value.hint == hint
+    if hint is not None:  # and the rewrite it offers is a spelling that parses
+        rewrite = hint.removeprefix("write ").removesuffix(" (an enum)")
+        assert parse_kind(rewrite) == parse_type(rewrite)
+
+
 def test_error_column() -> None:
     with pytest.raises(ExpressionError) as info:
         parse_type("int | list[float]")
