@@ -27,6 +27,7 @@ from opspec.schema.loader import LoadedSpec
 from opspec.schema.models import ADTDef, ADTField, OpSpec, TensorSpec, WorkloadRow
 from opspec.schema.parse import defining_equality, parse_expr, parse_shape
 from opspec.schema.types import parse_kind, parse_type
+from opspec.schema.value_check import value_error
 
 RESERVED = frozenset({"out"})
 
@@ -354,6 +355,8 @@ class _Elaborator:
             if declare(name, PARAM, kind, path):
                 params[name] = ParamDecl(name, kind, p.type, p.has_default, p.default,
                                          p.kw_only, path)
+                if p.has_default:
+                    self.check_default(params[name])
 
         declared_tensors: dict[str, set[str]] = {"input": set(), "output": set()}
         for role, table in (("input", sig.inputs), ("output", sig.outputs)):
@@ -473,6 +476,16 @@ class _Elaborator:
             symbols=dict(symbols), broken=frozenset(self.broken))
 
     # pieces
+    def check_default(self, p: ParamDecl) -> None:
+        """A parameter's default is a value of its type: `eps: {type: float, default: x}`
+        used to load, and a call that omitted `eps` ran with the string."""
+        err = value_error(p.default, p.kind, self.adts)
+        if err is not None:
+            self.report("kind", f"{p.path}.default", f"the default of `{p.name}` is not a "
+                        f"value of its type `{p.type_text}`: {err}",
+                        hint="write a value of the type, or `null` with `| None` in the type"
+                        if p.default is None else None)
+
     def reads_broken(self, node: Expr | ShapeTerm, path: str) -> bool:
         """Whether `node` reads a let that failed; `path` is then broken too (the let's own
         diagnostic already says why)."""

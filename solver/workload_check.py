@@ -74,8 +74,8 @@ from opspec.schema.expr import Call, Const, Expr, Name, ShapeList, Splat, free_n
 from opspec.schema.parse import parse_expr
 from opspec.schema.primitives import PRIMITIVES, WORKLOAD_SEED
 from opspec.schema.printer import print_expr
+from opspec.schema.value_check import show_value, value_error, yaml_data
 from opspec.schema.values import ADTValue, is_int, to_tuple
-from opspec.schema.yaml_source import resolve_plain
 from opspec.solver import plan as P
 from opspec.solver.fold import Folder
 from opspec.solver.generators import (GeneratedAxisError, GeneratorError, branch_program,
@@ -124,106 +124,6 @@ def case_id(spec: ElaboratedSpec, label: str, values: Mapping[str, Any],
 
 
 # ----------------------------------------------------------------------------- values
-
-
-def _show(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if v is None:
-        return "null"
-    if isinstance(v, (list, tuple)):
-        if len(v) > 8:
-            return "[" + ", ".join(_show(x) for x in v[:8]) + f", ... ({len(v)} items)]"
-        return "[" + ", ".join(_show(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{k}: {_show(x)}" for k, x in v.items()) + "}"
-    if isinstance(v, str) and not isinstance(resolve_plain(v), str):
-        return repr(v)  # a quoted '4' in the row: shown quoted, not as the number
-    return str(v)
-
-
-def _plain(v: Any) -> Any:
-    """A row value as plain data for a counterexample."""
-    if isinstance(v, ADTValue):
-        return {v.ctor: {k: _plain(x) for k, x in v.fields}}
-    if isinstance(v, dict):
-        return {str(k): _plain(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    return v
-
-
-def _kind_error(v: Any, kind: K.Kind, adts: Mapping[str, Any]) -> str | None:
-    """Why the YAML value `v` is not a value of `kind`, or None when it is."""
-    if isinstance(kind, K.ValueK):
-        return None
-    if isinstance(kind, K.MaybeK):
-        return None if v is None else _kind_error(v, kind.inner, adts)
-    if isinstance(kind, K.NoneK):
-        return None if v is None else f"{_show(v)} is not None"
-    if v is None:
-        return f"null is not a value of {kind}"
-    if isinstance(kind, K.UnionK):
-        errors = [_kind_error(v, m, adts) for m in kind.members]
-        return None if any(e is None for e in errors) else f"{_show(v)} is not a value of {kind}"
-    if isinstance(kind, K.BoolK):
-        return None if isinstance(v, bool) else f"{_show(v)} is not a bool"
-    if isinstance(kind, K.IntK):
-        if not is_int(v):
-            return f"{_show(v)} is not an int"
-        if kind.nonneg and v < 0:
-            return f"{v} is negative, but a Dim is >= 0"
-        return None
-    if isinstance(kind, K.StrK):
-        if not isinstance(v, str):
-            return f"{_show(v)} is not a string"
-        if kind.literals is not None and v not in kind.literals:
-            return f"{v} is not one of {', '.join(sorted(kind.literals))}"
-        return None
-    if isinstance(kind, K.DTypeK):
-        allowed = kind.members if kind.members is not None else frozenset(K.DTYPES)
-        if not isinstance(v, str) or v not in allowed:
-            return f"{_show(v)} is not one of the dtypes {', '.join(sorted(allowed))}"
-        return None
-    if isinstance(kind, K.SeqK):
-        if not isinstance(v, (list, tuple)):
-            return f"{_show(v)} is not a list"
-        if kind.length is not None and len(v) != kind.length:
-            return f"{_show(v)} has {len(v)} items, expected {kind.length}"
-        for x in v:
-            e = _kind_error(x, kind.elem, adts)
-            if e is not None:
-                return f"item {e}"
-        return None
-    if isinstance(kind, K.ADTK):
-        adt = adts.get(kind.name)
-        if adt is None:
-            return None
-        if isinstance(v, ADTValue):
-            v = _plain(v)
-        if not isinstance(v, dict) or len(v) != 1:
-            return (f"{_show(v)} is not a value of {kind.name}; write "
-                    "`{constructor: {field: value, ...}}`")
-        (ctor, fields), = v.items()
-        if ctor not in adt.ctors:
-            return f"{kind.name} has no constructor `{ctor}`; it has {', '.join(sorted(adt.ctors))}"
-        fields = {} if fields in (None, "_") else fields
-        if not isinstance(fields, dict):
-            return f"the fields of `{ctor}` are not a mapping: {_show(fields)}"
-        want = adt.ctors[ctor].fields
-        missing = [f for f in want if f not in fields]
-        extra = [f for f in fields if f not in want]
-        if missing or extra:
-            return (f"{kind.name}.{ctor} has the fields {', '.join(want) or 'none'}; "
-                    + (f"missing {', '.join(missing)}" if missing else "")
-                    + ("; " if missing and extra else "")
-                    + (f"unknown {', '.join(map(str, extra))}" if extra else ""))
-        for f, fk in want.items():
-            e = _kind_error(fields[f], fk, adts)
-            if e is not None:
-                return f"field `{f}` of {kind.name}.{ctor}: {e}"
-        return None
-    return None
 
 
 def _to_value(v: Any, kind: K.Kind) -> Any:
@@ -291,7 +191,7 @@ class _Checker:
                                      counterexample=dict(cex) if cex else None, hint=hint))
 
     def row_cex(self, row, dtype_case: Mapping[str, str] | None = None) -> dict[str, Any]:
-        cex = {k: _plain(v) for k, v in row.values.items()}
+        cex = {k: yaml_data(v) for k, v in row.values.items()}
         if row.some:
             cex["some"] = list(row.some)
         if dtype_case:
@@ -353,9 +253,9 @@ class _Checker:
             if key in spec.forall:
                 if isinstance(spec.forall[key], K.DTypeK):
                     self.report(f"{path}.{key}", f"row `{label}` gives the DType index `{key}` "
-                                f"as a key ({_show(row.values[key])}); DType indices are given "
+                                f"as a key ({show_value(row.values[key])}); DType indices are given "
                                 "in `dtype_cases`", cex=cex,
-                                hint=f"dtype_cases: [{{{key}: {_show(row.values[key])}}}]")
+                                hint=f"dtype_cases: [{{{key}: {show_value(row.values[key])}}}]")
                 continue
             if key in spec.lets:
                 why = (f"`{key}` is a let, computed from `{spec.lets[key].text}`; a row never "
@@ -366,7 +266,7 @@ class _Checker:
             else:
                 why = f"`{key}` is no parameter or index of {spec.name}"
             self.report(f"{path}.{key}", f"row `{label}` has the key `{key}` "
-                        f"({_show(row.values[key])}), but {why}; a row has no other key", cex=cex)
+                        f"({show_value(row.values[key])}), but {why}; a row has no other key", cex=cex)
 
         # parameters
         env: dict[str, Any] = {}
@@ -377,14 +277,14 @@ class _Checker:
                     try:
                         v = _seq_text(v, {})
                     except Exception as exc:
-                        self.report(f"{path}.{n}", f"row `{label}`: parameter `{n}` = {_show(v)} "
+                        self.report(f"{path}.{n}", f"row `{label}`: parameter `{n}` = {show_value(v)} "
                                     f"does not evaluate: {exc}", cex=cex)
                         ok = False
                         continue
-                err = _kind_error(v, p.kind, spec.adts)
+                err = value_error(v, p.kind, spec.adts)
                 if err is not None:
                     self.report(f"{path}.{n}", f"row `{label}`: parameter `{n}` ({p.type_text}) "
-                                f"= {_show(v)}: {err}", cex=cex)
+                                f"= {show_value(v)}: {err}", cex=cex)
                     ok = False
                     continue
                 env[n] = _to_value(v, p.kind)
@@ -468,7 +368,7 @@ class _Checker:
                 why = ("it is not used on this row's branch"
                        + (f" ({branch.describe_combo()})" if branch.combo else ""))
             self.report(f"{path}.{n}", f"row `{label}` gives the index `{n}` = "
-                        f"{_show(row.values[n])}, but {why}; a row gives exactly the used "
+                        f"{show_value(row.values[n])}, but {why}; a row gives exactly the used "
                         "indices and no other key", cex=cex)
         for n in required:
             if n not in row.values:
@@ -479,13 +379,13 @@ class _Checker:
                 try:
                     v = _seq_text(v, env)
                 except Exception as exc:
-                    self.report(f"{path}.{n}", f"row `{label}`: index `{n}` = {_show(v)} does "
+                    self.report(f"{path}.{n}", f"row `{label}`: index `{n}` = {show_value(v)} does "
                                 f"not evaluate: {exc}", cex=cex)
                     ok = False
                     continue
-            err = _kind_error(v, kind, spec.adts)
+            err = value_error(v, kind, spec.adts)
             if err is not None:
-                self.report(f"{path}.{n}", f"row `{label}`: index `{n}` ({kind}) = {_show(v)}: "
+                self.report(f"{path}.{n}", f"row `{label}`: index `{n}` ({kind}) = {show_value(v)}: "
                             f"{err}", cex=cex)
                 ok = False
                 continue
@@ -691,17 +591,17 @@ class _Checker:
                     parts.append(f"has {', '.join(extra)}, which "
                                  + ("is" if len(extra) == 1 else "are")
                                  + " no DType index used on its branch")
-                self.report(dpath, f"row `{label}`: dtype case {_show(dc)} {' and '.join(parts)}; "
+                self.report(dpath, f"row `{label}`: dtype case {show_value(dc)} {' and '.join(parts)}; "
                             f"each item assigns exactly {', '.join(dtype_used)}",
                             cex={**cex, **{k: v for k, v in dc.items() if isinstance(k, str)}})
                 ok = False
                 continue
             bad = False
             for n in dtype_used:
-                err = _kind_error(dc[n], spec.forall[n], spec.adts)
+                err = value_error(dc[n], spec.forall[n], spec.adts)
                 if err is not None:
-                    self.report(dpath, f"row `{label}`: dtype case {_show(dc)}: {n} = "
-                                f"{_show(dc[n])}: {err}", cex={**cex, **dc})
+                    self.report(dpath, f"row `{label}`: dtype case {show_value(dc)}: {n} = "
+                                f"{show_value(dc[n])}: {err}", cex={**cex, **dc})
                     bad = True
             if bad:
                 ok = False
@@ -784,7 +684,7 @@ class _Checker:
             text = self.values_text(spec.tensors[err.name])
             if err.reason == "unify":
                 fail(f"the generator of `{err.name}`, `{text}`, gives shape "
-                     f"{_show(err.actual)}, which does not unify with its declared shape: "
+                     f"{show_value(err.actual)}, which does not unify with its declared shape: "
                      f"{err.detail}")
             else:
                 msg = str(err.detail)
@@ -832,14 +732,14 @@ class _Checker:
                     break
                 if isinstance(ax, Splat):
                     if not isinstance(v, (tuple, list)) or not all(is_int(x) for x in v):
-                        fail(f"`*{print_expr(e)}` in the shape of `{t}` is {_show(v)}, not a "
+                        fail(f"`*{print_expr(e)}` in the shape of `{t}` is {show_value(v)}, not a "
                              "sequence of ints")
                         broken = True
                         break
                     vals = list(v)
                 else:
                     if not is_int(v):
-                        fail(f"axis {k} of `{t}`, `{print_expr(e)}`, is {_show(v)}, not an int")
+                        fail(f"axis {k} of `{t}`, `{print_expr(e)}`, is {show_value(v)}, not an int")
                         broken = True
                         break
                     vals = [v]
@@ -852,15 +752,15 @@ class _Checker:
             if not broken and t in generated:
                 got = nested_shape(generated[t], len(axes))
                 if got != tuple(axes)[:len(got)]:
-                    fail(f"the generated `{t}` has shape {_show(got)}, but its declared shape "
-                         f"evaluates to {_show(axes)}")
+                    fail(f"the generated `{t}` has shape {show_value(got)}, but its declared shape "
+                         f"evaluates to {show_value(axes)}")
             try:
                 dt = evaluate(dtypes[t], env)
             except Exception as exc:
                 fail(f"the dtype of `{t}`, `{print_expr(dtypes[t])}`, does not evaluate: {exc}")
                 continue
             if not isinstance(dt, str) or dt not in K.DTYPES:
-                fail(f"the dtype of `{t}`, `{print_expr(dtypes[t])}`, is {_show(dt)}, not a "
+                fail(f"the dtype of `{t}`, `{print_expr(dtypes[t])}`, is {show_value(dt)}, not a "
                      "dtype")
 
         # refinements
@@ -876,7 +776,7 @@ class _Checker:
             if holds is not True:
                 names = sorted(n for n in free_names(r.expr) if n in env
                                and spec.kind_of(n) is not None and spec.tensors.get(n) is None)
-                values = ", ".join(f"{n}={_show(_plain(env[n]))}" for n in names)
+                values = ", ".join(f"{n}={show_value(yaml_data(env[n]))}" for n in names)
                 fail(f"breaks the refinement `{r.text}` ({r.path})"
                      + (f" with {values}" if values else ""))
 
@@ -894,9 +794,9 @@ class _Checker:
                          f"contents: {exc}")
                     continue
                 if holds is not True:
-                    args = ", ".join(f"{print_expr(a)}={_show(_plain(evaluate(a, env)))}"
+                    args = ", ".join(f"{print_expr(a)}={show_value(yaml_data(evaluate(a, env)))}"
                                      for a in e.args if _evaluable(a, env))
-                    fail(f"the generated `{t.name}` = {_show(_plain(generated[t.name]))} "
+                    fail(f"the generated `{t.name}` = {show_value(yaml_data(generated[t.name]))} "
                          f"(from `{self.values_text(t)}`) breaks its `requires` `{text}`"
                          + (f" with {args}" if args else ""))
 
@@ -909,7 +809,7 @@ class _Checker:
                  f"evaluate: {err.detail}")
         elif err.reason == "mismatch":
             fail(f"the generated `{t}` has length {n} at axis {k}, but its declared "
-                 f"shape needs `{print_expr(ax)}` = {_show(err.detail)} there")
+                 f"shape needs `{print_expr(ax)}` = {show_value(err.detail)} there")
         else:
             fail(f"the generated `{t}` has length {n} at axis {k}, which "
                  f"`{print_expr(ax)}` cannot equal for a non-negative integer "
@@ -1033,7 +933,7 @@ class _Checker:
                     differs = True
                     self.report(f"workloads.{i}", f"rows {j} and {i} share the label `{label}` "
                                 f"but differ in {', '.join(diff)} ("
-                                + "; ".join(f"{k}: {_show(_val(other, k))} vs {_show(_val(row, k))}"
+                                + "; ".join(f"{k}: {show_value(_val(other, k))} vs {show_value(_val(row, k))}"
                                             for k in diff)
                                 + "); rows sharing a label differ only in dtypes", cex=cex)
             by_label[label].append(i)

@@ -140,7 +140,7 @@ params:
   layout: {{type: Layout}}
   rounding: {{type: "'trunc' | 'floor' | None", default: null}}
   padding: {{type: "int | tuple[int, int] | 'valid' | 'same'", default: 0}}
-{textwrap.dedent(params).strip()}
+{textwrap.indent(textwrap.dedent(params).strip(), "  ")}
 inputs:
   x: {{dtype: T, shape: "[M, N]"}}
   b: {{dtype: T, shape: "[N]", optional: true}}
@@ -508,6 +508,51 @@ def test_kind_errors_in_refinements(tmp_path, rule, check, fragments):
     e, diags = load_one(tmp_path, text, types=TYPES)
     only(diags, check, "signature.shape_rules.0", line_of(text, f'"{rule}"'), f"`{rule}`", *fragments)
     assert e.rules == () and "signature.shape_rules.0" in e.broken
+
+
+@pytest.mark.parametrize("param, message, hint", [
+    ('tol: {type: float, default: "x"}', "the default of `tol` is not a value of its type "
+     "`float`: x is not a number", None),
+    ("tol: {type: float, default: true}", "the default of `tol` is not a value of its type "
+     "`float`: true is not a number", None),
+    ("k: {type: int, default: 1.5}", "the default of `k` is not a value of its type `int`: "
+     "1.5 is not an int", None),
+    ("k: {type: int, default: null}", "the default of `k` is not a value of its type `int`: "
+     "null is not a value of Int", "write a value of the type, or `null` with `| None` in "
+     "the type"),
+    ("on: {type: bool, default: 1}", "the default of `on` is not a value of its type `bool`: "
+     "1 is not a bool", None),
+    ("how: {type: \"'x' | 'y'\", default: z}", "the default of `how` is not a value of its "
+     "type `'x' | 'y'`: z is not one of x, y", None),
+    ("dims: {type: \"tuple[int, int]\", default: [1]}", "the default of `dims` is not a "
+     "value of its type `tuple[int, int]`: [1] has 1 items, expected 2", None),
+    ("odt: {type: \"float16 | float32 | None\", default: int8}", "the default of `odt` is not "
+     "a value of its type `float16 | float32 | None`: int8 is not one of the dtypes float16, "
+     "float32", None),
+    ("lay: {type: Layout, default: {masked: {}}}", "the default of `lay` is not a value of "
+     "its type `Layout`: Layout.masked has the fields max_m; missing max_m", None),
+    ("opts: {type: dict, default: 3}", "the default of `opts` is not a value of its type "
+     "`dict`: 3 is not a mapping", None),
+])
+def test_a_default_must_be_a_value_of_its_type(tmp_path, param, message, hint):
+    text = rules_spec("M > 0", params=param)
+    name = param.split(":")[0]
+    _, diags = load_one(tmp_path, text, types=TYPES)
+    d = only(diags, "kind", f"signature.params.{name}.default",
+             line_of(text, param.split(",")[0]), message, hint=hint)
+    assert d.message == message
+
+
+@pytest.mark.parametrize("param", [
+    "tol: {type: float, default: 1e-6}", "tol: {type: float, default: 2}",
+    "k: {type: \"int | None\", default: null}", "on: {type: bool, default: false}",
+    "how: {type: \"'x' | 'y'\", default: y}", "dims: {type: \"list[int]\", default: []}",
+    "lay: {type: Layout, default: {masked: {max_m: 4}}}",
+    "odt: {type: \"float16 | float32 | None\", default: float32}",
+])
+def test_defaults_of_their_types_pass(tmp_path, param):
+    _, diags = load_one(tmp_path, rules_spec("M > 0", params=param), types=TYPES)
+    no_errors(diags)
 
 
 def test_a_dtype_attribute_names_bytes_of_a_tensor(tmp_path):
@@ -1025,7 +1070,7 @@ params:
   flag: {{type: bool}}
   mode: {{type: "'a' | 'b'"}}
   layout: {{type: Layout}}
-{textwrap.dedent(params).strip()}
+{textwrap.indent(textwrap.dedent(params).strip(), "  ")}
 inputs:
   x: {{dtype: float32, shape: "{shape}"}}
 """)

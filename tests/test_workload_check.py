@@ -273,6 +273,7 @@ def test_parameter_values_of_the_wrong_kind(tmp_path):
           mode: {type: "'sum' | 'mean'", default: sum}
           flag: {type: bool, default: false}
           k: {type: int, default: 1}
+          eps: {type: float, default: 1.0e-6}
         inputs:
           x: {dtype: float32, shape: "[M]"}
         outputs:
@@ -282,6 +283,8 @@ def test_parameter_values_of_the_wrong_kind(tmp_path):
         - {M: 16, flag: 1, label: b}
         - {M: 16, k: two, label: c}
         - {M: -3, label: d}
+        - {M: 16, eps: small, label: e}
+        - {M: 16, eps: 3, label: f}
         """))
     d = expect(p, "workloads.0.mode", contains=("`mode`", "max is not one of mean, sum"),
                alone=False)
@@ -289,7 +292,10 @@ def test_parameter_values_of_the_wrong_kind(tmp_path):
     expect(p, "workloads.1.flag", contains=("`flag`", "1 is not a bool"), alone=False)
     expect(p, "workloads.2.k", contains=("`k`", "two is not an int"), alone=False)
     expect(p, "workloads.3.M", contains=("index `M` (Dim) = -3", "negative"), alone=False)
-    assert len(p.diags()) == 4
+    # A float is opaque to the prover, but a row's value of it is still a number (an int
+    # is one, as in Python).
+    expect(p, "workloads.4.eps", contains=("`eps`", "small is not a number"), alone=False)
+    assert len(p.diags()) == 5
 
 
 def test_a_quoted_number_is_shown_quoted(tmp_path):
