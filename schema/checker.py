@@ -9,6 +9,8 @@ constructor. Narrowing flows through `not`, `and`, `or` and conditional expressi
 
 from __future__ import annotations
 
+import difflib
+
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
@@ -90,6 +92,20 @@ class Facts:
 NO_FACTS = Facts()
 
 
+#: YAML 1.1 spellings of booleans, which YAML 1.2 (and so a spec) reads as strings.
+_YAML11_BOOLS = {"yes": "true", "no": "false", "on": "true", "off": "false", "y": "true",
+                 "n": "false"}
+
+
+def _name_hint(name: str, scope) -> str | None:
+    """A rewrite for an unknown name: a boolean spelt as in YAML 1.1, or a declared name
+    that looks like it."""
+    if name.lower() in _YAML11_BOOLS and name not in scope.symbols:
+        return f"write {_YAML11_BOOLS[name.lower()]} (a boolean)"
+    close = difflib.get_close_matches(name, sorted(scope.symbols), n=1, cutoff=0.6)
+    return f"did you mean `{close[0]}`?" if close else None
+
+
 def _err(msg: str, node, check: str = "kind", hint: str | None = None) -> ExpressionError:
     return ExpressionError(msg, check=check, hint=hint, col=getattr(node, "col", None))
 
@@ -144,7 +160,7 @@ class KindChecker:
             if e.id == "out":
                 raise _err("`out` names the output buffer; only present(out) reads it", e,
                            check="name")
-            raise _err(f"unknown name `{e.id}`", e, check="name")
+            raise _err(f"unknown name `{e.id}`", e, check="name", hint=_name_hint(e.id, scope))
         if sym.role == FAMILY:
             raise _err(f"type family {e.id} is not a value", e, check="kind")
         return sym.kind

@@ -147,6 +147,11 @@ def _bracket_depth(text: str) -> int:
     return deepest
 
 
+#: `=` that is not part of `==`, `<=`, `>=` or `!=` (nor a keyword argument's, which
+#: parses): the usual slip in a refinement, `N = 2 * G`.
+_LONE_EQUALS = re.compile(r"(?<![<>=!])=(?!=)")
+
+
 def _python_ast(text: str) -> tuple[ast.expr, "_Converter"]:
     # Python refuses leading indentation in eval mode; strip it and shift columns back.
     stripped = text.lstrip(" \t\f\r\n")
@@ -158,7 +163,10 @@ def _python_ast(text: str) -> tuple[ast.expr, "_Converter"]:
     except SyntaxError as e:
         col = conv.offset(e.lineno or 1, (e.offset or 1) - 1, chars=True)
         shown = f" {text!r}" if len(text) <= 80 else ""
-        raise ExpressionError(f"cannot parse{shown}: {e.msg}", check="parse", col=col) from None
+        hint = ("compare with `==`; a single `=` assigns, which an expression cannot"
+                if _LONE_EQUALS.search(stripped) else None)
+        raise ExpressionError(f"cannot parse{shown}: {e.msg}", check="parse", col=col,
+                              hint=hint) from None
     except (RecursionError, MemoryError, ValueError, OverflowError) as e:
         raise ExpressionError(f"cannot parse the expression: {e}", check="parse") from None
     return tree.body, conv

@@ -555,6 +555,27 @@ def test_defaults_of_their_types_pass(tmp_path, param):
     no_errors(diags)
 
 
+@pytest.mark.parametrize("rule, check, message, hint", [
+    ("M = 2 * N", "parse", "cannot parse 'M = 2 * N': invalid syntax",
+     "compare with `==`; a single `=` assigns, which an expression cannot"),
+    ("M <= N", None, None, None),  # `<=` is no lone `=`
+    ("flag or yes", "name", "unknown name `yes`", "write true (a boolean)"),
+    ("not Off", "name", "unknown name `Off`", "write false (a boolean)"),
+    ("Mm > 0", "name", "unknown name `Mm`", "did you mean `M`?"),
+    ("pading != 'same'", "name", "unknown name `pading`", "did you mean `padding`?"),
+    ("zzz > 0", "name", "unknown name `zzz`", None),
+])
+def test_slips_in_an_expression_get_a_rewrite(tmp_path, rule, check, message, hint):
+    text = rules_spec(rule)
+    _, diags = load_one(tmp_path, text, types=TYPES)
+    if check is None:
+        no_errors(diags)
+        return
+    d = only(diags, check, "signature.shape_rules.0", line_of(text, f'"{rule}"'), message,
+             hint=hint)
+    assert d.message.endswith(message) and d.hint == hint
+
+
 def test_a_dtype_attribute_names_bytes_of_a_tensor(tmp_path):
     text = rules_spec("T.bytes > 0")
     _, diags = load_one(tmp_path, text, types=TYPES)
