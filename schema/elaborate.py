@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import graphlib
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from opspec.schema import kinds as K
 from opspec.schema.checker import (
@@ -172,8 +172,17 @@ class ElaboratedSpec:
 
 # -- ADTs -----------------------------------------------------------------------------------
 
-def elaborate_adts(defs: Mapping[str, ADTDef]) -> tuple[dict[str, ADTInfo], list[Diagnostic]]:
+def elaborate_adts(defs: Mapping[str, ADTDef], where: Callable[[str, str], Any] | None = None
+                   ) -> tuple[dict[str, ADTInfo], list[Diagnostic]]:
+    """The ADTs' constructors with their fields' kinds and invariants, and the problems
+    found. `where(name, path)` (`Manifest.adt_pos`) places a problem in its types file."""
     diags: list[Diagnostic] = []
+
+    def report(check: str, message: str, path: str, hint: str | None = None) -> None:
+        name, _, inner = path.removeprefix("adts.").partition(".")
+        diags.append(Diagnostic(check, message, path=path, hint=hint,
+                                pos=where(name, inner) if where is not None else None))
+
     names = set(defs)
     out: dict[str, ADTInfo] = {}
     for name, d in defs.items():
@@ -185,8 +194,8 @@ def elaborate_adts(defs: Mapping[str, ADTDef]) -> tuple[dict[str, ADTInfo], list
                     fields[fname] = (parse_type(f.type, names) if isinstance(f, ADTField)
                                      else parse_kind(f, names))
                 except ExpressionError as exc:
-                    diags.append(Diagnostic("kind", f"ADT {name}.{cname}.{fname}: {exc.message}",
-                                            path=f"adts.{name}.sum.{cname}.fields.{fname}"))
+                    report("kind", f"ADT {name}.{cname}.{fname}: {exc.message}",
+                           f"adts.{name}.sum.{cname}.fields.{fname}", exc.hint)
                     fields[fname] = K.VALUE
             inv = None
             if c.invariant is not None:
@@ -199,9 +208,8 @@ def elaborate_adts(defs: Mapping[str, ADTDef]) -> tuple[dict[str, ADTInfo], list
                         raise ExpressionError("it has an opaque kind, expected Bool",
                                               check="kind")
                 except ExpressionError as exc:
-                    diags.append(Diagnostic(exc.check, f"ADT {name}.{cname} invariant "
-                                            f"`{c.invariant}`: {exc.message}", path=ipath,
-                                            hint=exc.hint))
+                    report(exc.check, f"ADT {name}.{cname} invariant `{c.invariant}`: "
+                           f"{exc.message}", ipath, exc.hint)
                     inv = None
             n = 1
             for k in fields.values():
@@ -210,11 +218,10 @@ def elaborate_adts(defs: Mapping[str, ADTDef]) -> tuple[dict[str, ADTInfo], list
                 # Every combination of finite fields is a discriminant value, built eagerly:
                 # 26 Bool fields were 67M values (minutes and gigabytes before any check).
                 # The fields stay, as opaque values the prover does not enumerate.
-                diags.append(Diagnostic("kind", f"ADT {name}.{cname}: its finitely-valued "
-                                        f"fields have {n} combinations, more than "
-                                        f"{MAX_ADT_VALUES}; they are treated as opaque values",
-                                        path=f"adts.{name}.sum.{cname}.fields",
-                                        hint="split the constructor, or make some fields Int"))
+                report("kind", f"ADT {name}.{cname}: its finitely-valued fields have {n} "
+                       f"combinations, more than {MAX_ADT_VALUES}; they are treated as opaque "
+                       "values", f"adts.{name}.sum.{cname}.fields",
+                       "split the constructor, or make some fields Int")
                 fields = {f: (K.VALUE if K.is_finite(k) else k) for f, k in fields.items()}
             ctors[cname] = CtorInfo(cname, fields, c.python, inv, c.invariant)
         out[name] = ADTInfo(name, ctors)
@@ -601,8 +608,11 @@ class _Elaborator:
         if isinstance(k, K.ADTK):
             adt = self.adts.get(k.name)
             if adt is None or not isinstance(w, dict) or len(w) != 1:
+                # `when: packed` names a constructor: the rewrite is its pattern.
+                named = w if isinstance(w, str) and adt is not None and w in adt.ctors else None
                 self.report("kind", path, f"`when: {w!r}` is not a pattern of {k.name}; write "
-                            "`{constructor: _}` or `{constructor: {field: value}}`")
+                            "`{constructor: _}` or `{constructor: {field: value}}`",
+                            hint=f"when: {{{named}: _}}" if named else None)
                 return None
             (ctor, body), = w.items()
             if ctor not in adt.ctors:

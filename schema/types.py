@@ -15,6 +15,8 @@ evaluated: the text is tokenized and parsed by recursive descent. Every error is
 
 from __future__ import annotations
 
+import difflib
+
 import re
 from dataclasses import dataclass
 from typing import Callable, Collection
@@ -321,6 +323,10 @@ def parse_kind(text: str, adts: Collection[str] = ()) -> Kind:
         hint = _KIND_HINTS.get(name)
         if hint is None and name in DTYPES:
             hint = f"DType[{name}]"
+        if hint is None:  # a misspelt kind or ADT name: `Dimm`
+            close = difflib.get_close_matches(name, [*_KINDS, "Maybe", *sorted(adt_names)],
+                                              n=1, cutoff=0.6)
+            hint = close[0] if close else None
         raise p.error(f"{name} is not a kind", tok.col, hint=f"write {hint}" if hint else None)
 
     return _Parser(text, atom, "kind").parse()

@@ -169,8 +169,8 @@ def diff_manifests(old: Manifest, new: Manifest, *, ops: Iterable[str] | None = 
         for d in m.diagnostics:
             if d.op is None and d.is_error:
                 report.diagnostics.append(d)
-    adts_old, adiags_old = elaborate_adts(old.adts)
-    adts_new, adiags_new = elaborate_adts(new.adts)
+    adts_old, adiags_old = elaborate_adts(old.adts, old.adt_pos)
+    adts_new, adiags_new = elaborate_adts(new.adts, new.adt_pos)
     report.diagnostics.extend(d for d in adiags_old + adiags_new if d.is_error)
     for name in names:
         lo, ln = old.specs.get(name), new.specs.get(name)

@@ -268,6 +268,8 @@ class _Prover:
             cex = {**shown, **{f"{miss.family.name}.{m}": plain_value(v)
                                for m, v in zip(miss.family.match, miss.values)}}
             if not miss.matching:
+                if self.cases_broken(miss.family.path):
+                    continue  # a case that failed to elaborate is missing: an echo, not a gap
                 self.report("family-gap", miss.family.path,
                             f"no case of type family {miss.family.name} covers {values} "
                             f"(applied in {path})", counterexample=cex,
@@ -306,6 +308,11 @@ class _Prover:
             self.dead_branch(queries, shown, combo)
             self.signs(queries, res, shown)
         return res.branch
+
+    def cases_broken(self, family_path: str) -> bool:
+        """Whether a case of the family at `family_path` failed to load or elaborate."""
+        head = family_path + ".cases"
+        return any(b == head or b.startswith(head + ".") for b in self.spec.broken)
 
     def invariants(self, combo: dict[str, Any], folder: Folder) -> list[tuple[str, Expr]]:
         return adt_invariants(self.spec, combo, folder)

@@ -208,7 +208,7 @@ def prove_manifest(manifest: Manifest, *, ops: Iterable[str] | None = None, jobs
     start = time.perf_counter()
     report = ProofReport()
     report.diagnostics.extend(manifest.diagnostics)
-    adts, adt_diags = elaborate_adts(manifest.adts)
+    adts, adt_diags = elaborate_adts(manifest.adts, manifest.adt_pos)
     report.diagnostics.extend(adt_diags)
     wanted = set(ops) if ops else None
     specs = [s for s in manifest.specs.values() if wanted is None or s.name in wanted]

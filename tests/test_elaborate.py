@@ -693,14 +693,30 @@ def test_adt_invariant_is_kind_checked(tmp_path):
     types = TYPES.replace("alignment >= 1", "alignment >= 1 and max_m > 0")
     (tmp_path / "types.yaml").write_text(types)
     manifest = load_paths([tmp_path / "types.yaml"], strict=True)
-    adts, diags = elaborate_adts(manifest.adts)
+    adts, diags = elaborate_adts(manifest.adts, manifest.adt_pos)
     (d,) = diags
     assert d.check == "name" and d.path == "adts.Layout.sum.contiguous.invariant"
     assert "unknown name `max_m`" in d.message and "Layout.contiguous" in d.message
+    # Placed in the types file, at the invariant.
+    assert d.pos.file == str(tmp_path / "types.yaml")
+    assert d.pos.line == line_of(types, "invariant:")
     assert adts["Layout"].ctors["contiguous"].invariant is None
     assert adts["Layout"].ctors["masked"].fields == {"max_m": K.DIM}
     assert adts["Layout"].finite_fields("contiguous") == {
         "packing": K.StrK(frozenset({"tight", "aligned"}))}
+
+
+def test_a_misspelt_field_kind_is_placed_and_named(tmp_path):
+    types = TYPES.replace("fields: {max_m: Dim}", "fields: {max_m: Dimm}")
+    assert types != TYPES
+    (tmp_path / "types.yaml").write_text(types)
+    manifest = load_paths([tmp_path / "types.yaml"], strict=True)
+    _, diags = elaborate_adts(manifest.adts, manifest.adt_pos)
+    (d,) = diags
+    assert (d.check, d.path) == ("kind", "adts.Layout.sum.masked.fields.max_m")
+    assert d.message == "ADT Layout.masked.max_m: kind 'Dimm': Dimm is not a kind"
+    assert d.hint == "write Dim"
+    assert d.pos.line == line_of(types, "max_m: Dimm")
 
 
 # ----------------------------------------------------------------------------- shapes and dtypes
@@ -1195,6 +1211,22 @@ def test_adt_patterns_rejected(tmp_path, when, fragments):
     _, diags = load_one(tmp_path, text, types=TYPES)
     only(diags, "kind", "signature.types.F.cases.1.when", line_of(text, f"when: {when},"),
          *fragments)
+
+
+@pytest.mark.parametrize("when, hint", [("masked", "when: {masked: _}"), ("strided", None)])
+def test_a_bare_constructor_name_gets_its_pattern(tmp_path, when, hint):
+    text = family_spec(f"""
+        F:
+          params: {{l: Layout, R: Dim}}
+          match: l
+          cases:
+          - {{when: {{contiguous: _}}, is: "[R]"}}
+          - {{when: {when}, is: "[R]"}}
+        """, "F[layout, M]")
+    _, diags = load_one(tmp_path, text, types=TYPES)
+    d = only(diags, "kind", "signature.types.F.cases.1.when", line_of(text, f"when: {when},"),
+             f"`when: '{when}'` is not a pattern of Layout")
+    assert d.hint == hint
 
 
 def test_adt_patterns_accepted(tmp_path):

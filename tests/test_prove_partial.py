@@ -172,3 +172,20 @@ def test_the_runtime_refuses_a_spec_with_a_broken_row(tmp_path):
     with pytest.raises(SpecError) as ei:
         mod.PartRooflineFwdOp()
     assert "roofline needs `flops`" in str(ei.value)
+
+
+def test_a_case_that_failed_is_no_gap_of_its_family(tmp_path):
+    # The second case's `when` is no Bool: it is reported once, and the combination it
+    # would have covered is not reported again as a gap.
+    text = GAP.replace("- {when: row, is: \"[R]\"}",
+                       "- {when: row, is: \"[R]\"}\n        - {when: column, is: \"[R]\"}")
+    text = text.replace('roofline: {bytes: "2 * M * N"}', 'roofline: {flops: "M"}')
+    result, found, lines = _prove(tmp_path, text)
+    assert result.verdict == REFUTED
+    assert set(found) == {("kind", "signature.types.V.cases.1.when")}, sorted(found)
+    d = found["kind", "signature.types.V.cases.1.when"]
+    assert d.message == "`when: 'column'` is not one of ['col', 'row']"
+    assert d.pos.line == _line(lines, "when: column")
+    # Mended, the same family is proven: the check that stayed silent still runs.
+    result, found, _ = _prove(tmp_path, text.replace("when: column", "when: col"))
+    assert result.verdict != REFUTED and not [k for k in found if k[0] == "family-gap"]
