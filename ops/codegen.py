@@ -68,6 +68,8 @@ class Decl:
     what: str          # a human description: "input b, axis 1 of Mat[trans_b, K, N] = [N, K]"
     expected: str = "" # the declared expression, printed
     solved_from: tuple[tuple[str, str], ...] = ()  # index -> "input a"
+    #: a refinement's names and the locals holding them: its failure shows their values
+    reads: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -120,8 +122,9 @@ class BranchGenerator:
     def py(self, e: Expr) -> str:
         return Lowering(self.name_of).py(e)
 
-    def decl(self, path: str, what: str, expected: str = "") -> int:
-        self.decls.append(Decl(path, what, expected, tuple(self.solved_from.items())))
+    def decl(self, path: str, what: str, expected: str = "",
+             reads: tuple[tuple[str, str], ...] = ()) -> int:
+        self.decls.append(Decl(path, what, expected, tuple(self.solved_from.items()), reads))
         return len(self.decls) - 1
 
     # -- positions of declared axes in the actual shape ------------------------------------
@@ -555,7 +558,10 @@ class BranchGenerator:
             self.bound.add(s.target)
             return
         if s.kind in (P.RULE, P.DOMAIN):
-            d = self.decl(s.decl, f"refinement `{print_expr(s.expr)}`", print_expr(s.expr))
+            reads = tuple((n, self.name_of(n)) for n in sorted(free_names(s.expr))
+                          if n in spec.params or n in spec.forall or n in spec.lets)
+            d = self.decl(s.decl, f"refinement `{print_expr(s.expr)}`", print_expr(s.expr),
+                          reads=reads)
             w(f"_d = {d}")
             w(f"if not ({self.py(s.expr)}):")
             with w.indent():

@@ -80,6 +80,12 @@ def _where(op: "Op", path: str) -> str:
 def _check_failed(op: "Op", decls, d: int, expected: Any, got: Any, loc) -> OpspecError:
     decl = decls[d]
     name = type(op).__name__
+    if decl.reads and expected is True:
+        # A refinement: what it read says why it is false (`groups >= 1` with groups=0).
+        values = ", ".join(f"{n}={_show(loc[v])}" for n, v in decl.reads if v in loc)
+        return SignatureError(f"{name}: {decl.what} does not hold"
+                              + (f" with {values}" if values else "")
+                              + f"{_bound(loc)}{_where(op, decl.path)}")
     exp = _show(expected)
     if decl.expected and decl.expected != exp:
         src = dict(decl.solved_from).get(decl.expected)

@@ -647,7 +647,7 @@ def test_construction_errors():
     with pytest.raises(SignatureError) as ei:
         RMSNormFwdOp([])
     expect_error(ei, SignatureError, "RMSNormFwdOp", "signature.shape_rules.0",
-                 "refinement `len(normalized_shape) >= 1`", "got False")
+                 "refinement `len(normalized_shape) >= 1` does not hold with normalized_shape=[]")
     with pytest.raises(SignatureError) as ei:
         LayerNormFwdOp([4, -1])
     expect_error(ei, SignatureError, "LayerNormFwdOp", "signature.shape_rules.1",

@@ -445,7 +445,7 @@ def test_construction_errors():
     for cls, kw, path, fragment in bad:
         with pytest.raises(SignatureError) as ei:
             cls(**kw)
-        expect_error(ei, SignatureError, cls.__name__, path, fragment, "got False")
+        expect_error(ei, SignatureError, cls.__name__, path, f"{fragment} does not hold with ")
     with pytest.raises(SignatureTypeError) as ei:
         MaxPool2dFwdOp((3, 3, 3))
     expect_error(ei, SignatureTypeError, "MaxPool2dFwdOp", "signature.params.kernel_size",

@@ -545,7 +545,7 @@ def test_op_refuses_a_repeated_axis():
     with pytest.raises(SignatureError) as ei:
         SumFwdOp(dim=(0, -3))(_x(2, 3, 4))
     expect_error(ei, SignatureError, "SumFwdOp", "signature.shape_rules.1",
-                 "refinement `unique_axes(dim, len(S))`", "got False")
+                 "refinement `unique_axes(dim, len(S))` does not hold with S=(2, 3, 4), dim=(0, -3)")
     with pytest.raises(SignatureError) as ei:
         AmaxFwdOp(dim=[1, 1])(_x(2, 3))
     expect_error(ei, SignatureError, "AmaxFwdOp", "signature.shape_rules.1")
