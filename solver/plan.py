@@ -49,17 +49,24 @@ class Step:
     splats: tuple[Expr, ...] = ()   # RANK: splat expressions whose lengths add to it
     pos: Pos | None = None
 
-    def describe(self) -> str:
+    def describe(self, shape: ShapeList | None = None) -> str:
+        """The step as one line. `shape`, the target's declared shape on the branch, places
+        the axes that follow a splat (`input.shape[len(B):]`); without it an axis is its
+        position among the declared terms."""
         e = print_expr(self.expr) if self.expr is not None else ""
         where = ""
         if self.axis is not None:
             where = f" axis {'-' if self.from_end else ''}{self.axis + (1 if self.from_end else 0)}"
+        if shape is not None and self.axis is not None and self.axis >= 0 and \
+                self.kind in (SOLVE_AXIS, SOLVE_SPLAT, CHECK_AXIS) and \
+                self.axis < len(shape.axes) and (
+                    isinstance(shape.axes[self.axis], Splat) or
+                    any(isinstance(a, Splat) for a in shape.axes[:self.axis])):
+            return self._describe_placed(e, shape)
         if self.kind == SOLVE_AXIS:
             if self.coeff is None and self.offset is None:
                 return f"{e} := {self.target}{where}"
-            c = print_expr(self.coeff) if self.coeff is not None else "1"
-            o = print_expr(self.offset) if self.offset is not None else "0"
-            return f"{e} := ({self.target}{where} - {o}) / {c}   [exact, >= 0]"
+            return f"{e} := {self._solved(f'{self.target}{where}')}"
         if self.kind == SOLVE_SPLAT:
             return f"{e} := {self.target}.shape[{self.axis}:{'' if not self.stop else -self.stop}]"
         if self.kind == SOLVE_DTYPE:
@@ -69,9 +76,10 @@ class Step:
         if self.kind == CHECK_DTYPE:
             return f"{self.target}.dtype == {e}"
         if self.kind == RANK:
-            extra = "".join(f" + len({print_expr(s)})" for s in self.splats)
+            total = _length([str(self.rank)] if self.rank or not self.splats else [],
+                            self.splats)
             # axis == -1 marks a minimum: an unknown splat takes the remaining axes
-            return f"{self.target}.dim() {'>=' if self.axis == -1 else '=='} {self.rank}{extra}"
+            return f"{self.target}.dim() {'>=' if self.axis == -1 else '=='} {total}"
         if self.kind == LET:
             return f"{self.target} = {e}"
         if self.kind in (RULE, DOMAIN, NONNEG):
@@ -79,6 +87,52 @@ class Step:
         if self.kind == PRESENCE:
             return f"{self.target} {'passed' if self.expr is None else print_expr(self.expr)}"
         return f"{self.kind} {self.target} {e}".strip()
+
+
+    def _describe_placed(self, e: str, shape: ShapeList) -> str:
+        """An axis or a splat of `shape` at its place in the actual shape: after a splat
+        the place is a length (`input.shape[len(B)]`)."""
+        axes, i, t = shape.axes, self.axis, self.target
+        term = axes[i]
+        before, after = axes[:i], axes[i + 1:]
+        start = _length([str(sum(not isinstance(a, Splat) for a in before))],
+                        [a.value for a in before if isinstance(a, Splat)])
+        if isinstance(term, Splat):
+            if self.kind == SOLVE_SPLAT:  # all the axes the others leave
+                rest = _length([str(sum(not isinstance(a, Splat) for a in after))],
+                               [a.value for a in after if isinstance(a, Splat)])
+                stop = "" if rest == "0" else f"{t}.dim() - {_paren(rest)}"
+            else:
+                stop = f"{start} + len({print_expr(term.value)})" if start != "0" else \
+                    f"len({print_expr(term.value)})"
+            part = f"{t}.shape[{'' if start == '0' else start}:{stop}]"
+            part = f"{t}.shape" if part.endswith("[:]") else part
+            return f"{e} := {part}" if self.kind == SOLVE_SPLAT else f"{part} == {e}"
+        part = f"{t}.shape[{start}]"
+        if self.kind == SOLVE_AXIS:
+            if self.coeff is None and self.offset is None:
+                return f"{e} := {part}"
+            return f"{e} := {self._solved(part)}"
+        return f"{part} == {e}"
+
+    def _solved(self, length: str) -> str:
+        """`(length - offset) / coeff`, exact: an index solved from `a * M + e`."""
+        o = print_expr(self.offset) if self.offset is not None else "0"
+        c = print_expr(self.coeff) if self.coeff is not None else "1"
+        num = length if o == "0" else f"({length} - {o})"
+        return (num if c == "1" else f"{num} / {c}") + "   [exact, >= 0]"
+
+
+def _length(fixed: list[str], splats) -> str:
+    """`2 + len(B) + len(S)`: a count of fixed axes plus the lengths of splats (a zero count
+    left out when a splat follows)."""
+    parts = [f for f in fixed if not (f == "0" and splats)]
+    parts += [f"len({print_expr(s)})" for s in splats]
+    return " + ".join(parts) if parts else "0"
+
+
+def _paren(text: str) -> str:
+    return f"({text})" if " " in text else text
 
 
 @dataclass(frozen=True)
@@ -155,8 +209,10 @@ def format_plan(plan: Plan) -> str:
         for phase, steps in ((CONSTRUCTION, b.construction), (CALL, b.call)):
             if steps:
                 lines.append(f"    {phase}:")
+                shapes = {n: shape for n, shape, _ in b.tensors}
                 for i, s in enumerate(steps, 1):
-                    lines.append(f"      {i:2d}. [{s.kind}] {s.describe()}    ({s.decl})")
+                    lines.append(f"      {i:2d}. [{s.kind}] {s.describe(shapes.get(s.target))}"
+                                 f"    ({s.decl})")
         for o in b.outputs:
             lines.append(f"    output {o.describe()}")
     return "\n".join(lines)

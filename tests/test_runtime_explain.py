@@ -29,5 +29,27 @@ def test_explain_silu_and_mul(capsys):
     rc = main(["explain", "SiluAndMulFwdOp"])
     out = capsys.readouterr().out
     assert rc in (0, None)
-    assert "N := (x axis 1 - 0) / 2   [exact, >= 0]" in out
+    assert "N := x axis 1 / 2   [exact, >= 0]" in out
     assert "def call_SiluAndMulFwdOp" in out
+
+
+def test_explain_places_the_axes_after_a_splat(capsys):
+    # `[*B, *normalized_shape]`: B is every axis the normalized shape leaves, and the
+    # normalized shape is checked where it is, not at "axis 1".
+    assert main(["explain", "RMSNormFwdOp"]) in (0, None)
+    out = capsys.readouterr().out
+    assert "[rank] input.dim() >= len(normalized_shape)" in out
+    assert "[solve-splat] B := input.shape[:input.dim() - len(normalized_shape)]" in out
+    assert ("[check-axis] input.shape[len(B):len(B) + len(normalized_shape)] == "
+            "normalized_shape") in out
+    assert "[rank] weight.dim() == len(normalized_shape)" in out
+    assert "[check-axis] weight.shape[:len(normalized_shape)] == normalized_shape" in out
+    # `[*B, D]`: D is the axis after B; `[*S]`: S is the whole shape.
+    assert main(["explain", "FusedAddRMSNormFwdOp"]) in (0, None)
+    out = capsys.readouterr().out
+    assert "[solve-splat] B := input.shape[:input.dim() - 1]" in out
+    assert "[solve-axis] D := input.shape[len(B)]" in out
+    assert "[check-axis] residual.shape[:len(B)] == B" in out
+    assert main(["explain", "SoftmaxFwdOp"]) in (0, None)
+    out = capsys.readouterr().out
+    assert "[solve-splat] S := input.shape    " in out and "dim() >= 0 +" not in out
