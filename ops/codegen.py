@@ -86,6 +86,12 @@ class BranchCode:
     fast: Callable | None = None
 
 
+def _sum(fixed: int, lens: list[str]) -> str:
+    """`fixed + len(a) + ...` as source, without a `0 +` in front of the lengths."""
+    parts = ([str(fixed)] if fixed or not lens else []) + lens
+    return " + ".join(parts)
+
+
 def _lv(name: str) -> str:
     return "i_" + name
 
@@ -136,11 +142,12 @@ class BranchGenerator:
         if all(not isinstance(a, Splat) or self.known_splat(a) for a in before):
             fixed = sum(1 for a in before if not isinstance(a, Splat))
             lens = [f"len({self.py(a.value)})" for a in before if isinstance(a, Splat)]
-            return " + ".join([str(fixed)] + lens) if lens else str(fixed)
+            return _sum(fixed, lens)
         after = axes[i:]
         fixed = sum(1 for a in after if not isinstance(a, Splat))
         lens = [f"len({self.py(a.value)})" for a in after if isinstance(a, Splat)]
-        return f"len({sname}) - " + ("(" + " + ".join([str(fixed)] + lens) + ")" if lens else str(fixed))
+        total = _sum(fixed, lens)
+        return f"len({sname}) - " + (f"({total})" if " " in total else total)
 
     def known_splat(self, a: Splat) -> bool:
         return all(n in self.bound or self.spec.kind_of(n) is None for n in free_names(a.value))
@@ -512,14 +519,15 @@ class BranchGenerator:
             return
         if s.kind == P.RANK:
             declared = print_shape(spec.tensors[s.target].shape)
-            extra = "".join(f" + len({self.py(x)})" for x in s.splats)
+            exp = _sum(s.rank, [f"len({self.py(x)})" for x in s.splats])
+            if s.axis == -1 and exp == "0":
+                return  # at least 0 axes: every tensor has them
             d = self.decl(s.decl, f"{role} {s.target}, the rank of {declared}"
                           + (f" = {print_shape(shape)}" if print_shape(shape) != declared else ""))
             w(f"_d = {d}")
             op_ = "<" if s.axis == -1 else "!="
-            w(f"if len({sv}) {op_} {s.rank}{extra}:")
+            w(f"if len({sv}) {op_} {exp}:")
             with w.indent():
-                exp = f"{s.rank}{extra}"
                 self.fail(d, (f"'at least ' + str({exp})" if s.axis == -1 else exp), f"len({sv})")
             return
         if s.kind == P.SOLVE_DTYPE:
@@ -597,10 +605,12 @@ class BranchGenerator:
             after = shape.axes[s.axis + 1:]
             fixed = sum(1 for a in after if not isinstance(a, Splat))
             lens = [f"len({self.py(a.value)})" for a in after if isinstance(a, Splat)]
-            stop = " + ".join([str(fixed)] + lens)
+            stop = _sum(fixed, lens)
             d = self.decl(s.decl, f"{role} {s.target}, *{n} of {term}")
             w(f"_d = {d}")
-            w(f"{_lv(n)} = tuple({sv}[{start}:len({sv}) - ({stop})])")
+            lo = "" if start == "0" else start
+            hi = "" if stop == "0" else f"len({sv}) - " + (f"({stop})" if " " in stop else stop)
+            w(f"{_lv(n)} = tuple({sv}[{lo}:{hi}])")
             self.bound.add(n)
             self.solved_from[n] = f"{role} {s.target}"
             return
