@@ -120,7 +120,7 @@ def _prove_plan(entry: SpecEntry, key: tuple[str, str]) -> Plan:
 
     report = prove_manifest(_single(entry.manifest, entry.loaded),
                             cache=ProofCache(default_cache_dir()) if caching_enabled() else None,
-                            plans=True)
+                            plans=True, across_specs=False)
     result = report.specs[0]
     errors = [d.render() for d in result.diagnostics if d.is_error and d.check in _UNSOUND]
     if errors:

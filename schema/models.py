@@ -165,6 +165,17 @@ class Composition(Model):
     kind: Literal["composite"]
     stages: list[Stage] = Field(min_length=1)
 
+    @model_validator(mode="after")
+    def _distinct_names(self) -> "Composition":
+        # A stage name keys the sub-op a composite holds and its call in the record.
+        seen: dict[str, int] = {}
+        for i, st in enumerate(self.stages):
+            if st.name in seen:
+                raise ValueError(f"stages {seen[st.name]} and {i} are both named "
+                                 f"`{st.name}`; each stage has its own name")
+            seen[st.name] = i
+        return self
+
 
 class OpSpec(Model):
     """One op's spec: the value of a top-level key of a family file."""

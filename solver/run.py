@@ -28,6 +28,7 @@ from opspec.schema.diagnostics import Diagnostic, Severity
 from opspec.schema.elaborate import elaborate, elaborate_adts
 from opspec.schema.loader import LoadedSpec, Manifest
 from opspec.schema.settings import cache_root
+from opspec.solver.manifest_checks import stage_op_diagnostics
 from opspec.solver.prove import (PROVEN, REFUTED, UNKNOWN, SpecResult, json_keys, prove_spec,
                                  verdict_of)
 from opspec.solver.z3env import DEFAULT_RLIMIT, fresh_context
@@ -202,9 +203,11 @@ def _prove_in_context(loaded: LoadedSpec, adt_defs: Any, rlimit: int) -> SpecRes
 def prove_manifest(manifest: Manifest, *, ops: Iterable[str] | None = None, jobs: int = 1,
                    cache: ProofCache | None = None, rlimit: int = DEFAULT_RLIMIT,
                    progress: Callable[[int, int, SpecResult], None] | None = None,
-                   plans: bool = False) -> ProofReport:
+                   plans: bool = False, across_specs: bool = True) -> ProofReport:
     """Prove the specs of a manifest; `plans=True` when the caller reads each result's
-    Plan (a cached result without its plan is then proven again)."""
+    Plan (a cached result without its plan is then proven again). `across_specs=False`
+    leaves out the checks across specs (`manifest_checks`): the runtime proves one spec
+    of a manifest at a time, for its plan."""
     start = time.perf_counter()
     report = ProofReport()
     report.diagnostics.extend(manifest.diagnostics)
@@ -218,9 +221,12 @@ def prove_manifest(manifest: Manifest, *, ops: Iterable[str] | None = None, jobs
             report.diagnostics.append(Diagnostic("name", f"no spec named {m} in the manifest",
                                                  op=m))
     types_raw = _types_raw(manifest)
-    # Diagnostics the loader attached to a spec travel with that spec's result.
+    # Diagnostics the loader attached to a spec travel with that spec's result, and so do
+    # those of the checks across specs (not cached: they read the other specs).
     by_op: dict[str, list[Diagnostic]] = {}
     chosen = {s.name for s in specs}
+    if across_specs:
+        report.diagnostics.extend(stage_op_diagnostics(manifest, specs))
     for d in list(report.diagnostics):
         if d.op in chosen:
             by_op.setdefault(d.op, []).append(d)

@@ -264,6 +264,17 @@ def test_bad_composition_stage(tmp_path):
     assert len(m.specs["ToyFwdOp"].spec.composition.stages) == 1
 
 
+def test_composition_stage_names_are_distinct(tmp_path):
+    text = SPEC + "  composition:\n    kind: composite\n    stages:\n" \
+                  "    - {name: a, op: ToyFwdOp}\n    - {name: b, op: ToyFwdOp}\n" \
+                  "    - {name: a, kernel: k}\n"
+    m = load_one(tmp_path, text)
+    (d,) = m.diagnostics
+    assert (d.check, d.path) == ("parse", "composition")
+    assert d.message == "stages 0 and 2 are both named `a`; each stage has its own name"
+    assert d.pos.line == text.splitlines().index("  composition:") + 1
+
+
 # --- files, names and families ------------------------------------------------------------
 
 def test_duplicate_op_names_across_files(tmp_path):

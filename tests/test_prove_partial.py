@@ -189,3 +189,41 @@ def test_a_case_that_failed_is_no_gap_of_its_family(tmp_path):
     # Mended, the same family is proven: the check that stayed silent still runs.
     result, found, _ = _prove(tmp_path, text.replace("when: column", "when: col"))
     assert result.verdict != REFUTED and not [k for k in found if k[0] == "family-gap"]
+
+
+def test_an_op_stage_names_a_spec_of_the_manifest(tmp_path):
+    # Checked across specs, after the proofs and outside the proof cache: the second run
+    # (cached) still reports it, and the mended stage proves.
+    from opspec.solver.run import ProofCache
+
+    text = GAP.replace("- {when: row, is: \"[R]\"}",
+                       "- {when: row, is: \"[R]\"}\n        - {when: col, is: \"[R]\"}")
+    text = text.replace('roofline: {bytes: "2 * M * N"}', 'roofline: {flops: "M"}')
+    text += ("  composition:\n    kind: composite\n    stages:\n"
+             "    - {name: first, op: PartFwdOp}\n    - {name: second, op: PartFwOp}\n"
+             "    - {name: third, kernel: tail}\n")
+    (tmp_path / "part.yaml").write_text(text)
+    lines = text.splitlines()
+    cache = ProofCache(tmp_path / "cache")
+    for _ in range(2):
+        report = prove_manifest(load_paths([tmp_path / "part.yaml"], strict=True), cache=cache)
+        (result,) = report.specs
+        assert result.verdict == REFUTED
+        (d,) = result.diagnostics
+        assert (d.check, d.path) == ("name", "composition.stages.1.op")
+        assert d.message == "stage `second` runs `PartFwOp`, which no spec of the manifest defines"
+        assert d.hint == "did you mean `PartFwdOp`?"
+        assert d.pos.line == _line(lines, "op: PartFwOp")
+    assert report.specs[0].cached
+    (tmp_path / "part.yaml").write_text(text.replace("PartFwOp", "PartFwdOp"))
+    report = prove_manifest(load_paths([tmp_path / "part.yaml"], strict=True), cache=cache)
+    assert report.specs[0].verdict != REFUTED and not report.specs[0].diagnostics
+    # A user's composite may run a bundled op.
+    (tmp_path / "part.yaml").write_text(text.replace("PartFwOp", "SiluAndMulFwdOp"))
+    report = prove_manifest(load_paths([tmp_path / "part.yaml"], strict=True), cache=cache)
+    assert report.specs[0].verdict != REFUTED and not report.specs[0].diagnostics
+    # The runtime proves one spec at a time, for its plan: it leaves the check out.
+    (tmp_path / "part.yaml").write_text(text)
+    report = prove_manifest(load_paths([tmp_path / "part.yaml"], strict=True),
+                            across_specs=False)
+    assert not report.specs[0].diagnostics
