@@ -373,7 +373,10 @@ class KindChecker:
 
         prim = PRIMITIVES.get(e.func)
         if prim is None:
-            raise _err(f"{e.func} is not a built-in primitive", e, check="language")
+            close = difflib.get_close_matches(e.func, sorted(PRIMITIVES), n=1, cutoff=0.7)
+            raise _err(f"{e.func} is not a built-in primitive", e, check="language",
+                       hint=f"did you mean `{close[0]}`?" if close else
+                       "the primitives are listed in docs/primitives.md")
         if prim.role not in scope.roles and prim.role != "value":
             where = {"generator": "a tensor's `values`", "requires": "a tensor's `requires`",
                      "roofline": "a roofline formula", "workload": "a workload row"}
