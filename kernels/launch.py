@@ -36,7 +36,6 @@ every pointer) and everything the launcher derives the frozen arguments from.
 from __future__ import annotations
 
 import contextlib
-import os
 from typing import Any, Iterator
 
 __all__ = ["LaunchMemo", "Prepared", "fast_launch_enabled", "launch", "prepare", "recording"]
@@ -50,9 +49,10 @@ except Exception:  # pragma: no cover - depends on the Triton build
     _knobs = None
 
 from opspec.kernels.devices import TRITON_INTERPRETED
+from opspec.schema.settings import triton_launch_prepared
 
 _ENABLED = (_JITFunction is not None and not TRITON_INTERPRETED
-            and os.environ.get("OPSPEC_TRITON_LAUNCH", "fast") != "triton")
+            and triton_launch_prepared())
 _driver: Any = None  # Triton's active driver, read once it is needed (it initializes CUDA)
 _recorded: list | None = None  # set by `recording`
 # (id(kernel), device, specialization, options) -> (kernel, its compiled kernel). Not an

@@ -30,13 +30,13 @@ capture a dependent launch as a programmatic edge, so captured kernels overlap t
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 import triton
 import triton.language as tl
 
 from opspec.kernels.devices import TRITON_INTERPRETED
+from opspec.schema.settings import pdl_enabled
 
 try:  # Triton builds without them: no overlapped launches
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
@@ -47,7 +47,7 @@ __all__ = ["ENABLED", "gdc_launch_dependents", "gdc_wait", "overlap_options", "o
            "overlap_supported"]
 
 #: ``OPSPEC_PDL=0`` in the environment turns the overlap off (plain launches everywhere).
-ENABLED = os.environ.get("OPSPEC_PDL", "1") != "0"
+ENABLED = pdl_enabled()
 
 
 @triton.jit

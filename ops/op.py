@@ -21,6 +21,7 @@ from opspec.schema import kinds as K
 from opspec.schema.errors import (
     EvaluationError, NoCallError, OpspecError, SignatureError, SignatureTypeError, SpecError,
 )
+from opspec.schema.settings import check_requires as check_requires_setting
 from opspec.schema.values import ADTValue
 from opspec.ops import codegen
 from opspec.ops.backend import (
@@ -29,6 +30,7 @@ from opspec.ops.backend import (
 )
 from opspec.ops.errors import BackendError
 from opspec.ops.records import SignatureCall, TensorRecord
+from opspec.ops.requires_check import check_requires, requires_checks
 from opspec.ops.specs import SpecEntry, find_spec, plan_for
 
 #: torch.dtype -> dtype name, and back.
@@ -141,6 +143,8 @@ class _ClassInfo:
         self.lock = threading.Lock()
         self.code: dict[tuple, codegen.BranchCode] = {}
         self.ns = _namespace()
+        #: `requires` checked on each call's contents (OPSPEC_CHECK_REQUIRES): none by default
+        self.requires = requires_checks(spec) if check_requires_setting() else ()
 
     def code_for(self, branch) -> codegen.BranchCode:
         c = self.code.get(branch.combo)
@@ -240,6 +244,7 @@ class Op:
         self._opspec_fast = (info.n_inputs if self._opspec_plain is not None
                              and self._opspec_plain.code.fast is not None and not info.optional
                              and not info.has_out and not self.delegate_types
+                             and not info.requires
                              and not any(t is not None for t in self._opspec_ctensors.values())
                              else 0)
         self._opspec_key = f"{type(self).__name__}#{next(_instance_counter)}"
@@ -430,6 +435,9 @@ class Op:
             br = self._opspec_plain or self._branch_for(inputs, out)
         code = br.code
         ind, device, empty = code.call(self, *inputs, out, br.ind)
+        if info.requires:
+            check_requires(self, info.requires, dict(zip(info.inputs, inputs)), ind,
+                           self._opspec_params, lambda path: _where(self, path))
         for n, t in (self._opspec_ctensors.items() if self._opspec_ctensors else ()):
             if t is not None and device is not None and t.device != device and \
                     info.spec.ctensors[n].device != "cpu":
