@@ -59,6 +59,8 @@ def find_spec(cls: type) -> SpecEntry | None:
     """The spec named like the class, elaborated; None if the manifest has no such entry."""
     m = manifest_at(resolve_manifest_path(cls))
     loaded = m.specs.get(cls.__name__)
+    if loaded is not None:
+        _warn_lenient(cls, loaded)
     if loaded is None or loaded.spec is None or loaded.broken:
         # A declaration that failed to load (a workload row, the roofline, an input) is
         # missing from `loaded.spec`: the class imports; construction reports the errors.
@@ -71,6 +73,20 @@ def find_spec(cls: type) -> SpecEntry | None:
         # NameError in generated code. The class imports; construction reports the errors.
         return None
     return SpecEntry(loaded, spec, m)
+
+
+def _warn_lenient(cls: type, loaded: LoadedSpec) -> None:
+    """Warn about what lenient loading ignored in the class's spec (an unknown key): a
+    misspelt `contiguos: true` would otherwise drop the check without a word. Errors are
+    not warned about: construction raises them."""
+    notes = [d.render() for d in loaded.diagnostics if not d.is_error]
+    if notes:
+        import warnings
+
+        from opspec.schema.errors import SpecWarning
+        warnings.warn(f"{cls.__name__}: its spec loaded with warnings (an unknown key is "
+                      "ignored here; `opspec prove` refuses it):\n  " + "\n  ".join(notes),
+                      SpecWarning, stacklevel=4)
 
 
 def spec_problems(cls: type) -> list[str]:

@@ -44,3 +44,8 @@ class NoCallError(OpspecError, RuntimeError):
 
 class SignatureTypeError(OpspecError, TypeError):
     """A call passes an argument of the wrong Python type (not a tensor, a wrong param type)."""
+
+
+class SpecWarning(UserWarning):
+    """A spec an op class uses loaded with problems that lenient loading let through (an
+    unknown key, which was ignored): shown once per class when the class is defined."""

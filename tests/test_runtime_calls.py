@@ -906,3 +906,42 @@ def test_last_call_before_any_call_is_an_opspec_error():
     with pytest.raises(NoCallError) as info:
         SiluAndMulFwdOp().last_call
     assert isinstance(info.value, OpspecError) and isinstance(info.value, RuntimeError)
+
+
+def test_a_key_lenient_loading_ignored_is_warned_about(tmp_path):
+    """An unknown key in a user's spec is ignored at import (lenient mode), so a misspelt
+    `contiguous` would drop its check silently: defining the class warns, naming it."""
+    from opspec.schema.errors import SpecWarning
+
+    (tmp_path / "toy.yaml").write_text(textwrap.dedent("""\
+        RtTypoFwdOp:
+          family: toy
+          status: implemented
+          signature:
+            forall: {M: Dim}
+            inputs:
+              x: {dtype: float32, shape: "[M]", contiguos: true}
+            outputs:
+              y: {dtype: float32, shape: "[M]"}
+          workloads:
+          - {M: 4, label: small}
+          roofline: {flops: "M"}
+        """))
+    with pytest.warns(SpecWarning) as rec:
+        mod = load_module(tmp_path, "rt_typo", '''
+            from opspec.ops.op import Op
+            class RtTypoFwdOp(Op):
+                manifest = "toy.yaml"
+                def forward(self, x):
+                    return x + 1
+            ''')
+    (w,) = [r for r in rec if issubclass(r.category, SpecWarning)]
+    msg = str(w.message)
+    assert msg.startswith("RtTypoFwdOp: its spec loaded with warnings (an unknown key is "
+                          "ignored here; `opspec prove` refuses it):")
+    assert ("toy.yaml:7:41: RtTypoFwdOp signature.inputs.x.contiguos: warning[parse]: "
+            "unknown field `contiguos` in signature.inputs.x; did you mean `contiguous`?") in msg
+    # Pointed at the class statement of the user's module.
+    assert w.filename.endswith("rt_typo.py") and w.lineno == 3
+    # The op still works, without the check the typo dropped.
+    assert mod.RtTypoFwdOp()(torch.arange(4.0)).tolist() == [1.0, 2.0, 3.0, 4.0]
