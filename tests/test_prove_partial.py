@@ -8,8 +8,6 @@ A broken declaration of the signature itself still stops the questions that woul
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 
 from opspec.schema.diagnostics import Severity
@@ -124,45 +122,23 @@ def test_a_broken_signature_declaration_still_stops_the_questions_that_read_it(t
     assert ("parse", "signature.inputs.x.shap") in found
 
 
+def _identity_op(name: str, rows: str, roofline: str) -> tuple[str, str]:
+    """A one-input identity op's spec (its `workloads` rows and `roofline`) and class."""
+    spec = (f"{name}:\n  family: part\n  status: implemented\n  signature:\n"
+            "    forall: {M: Dim}\n    inputs:\n      x: {dtype: float32, shape: \"[M]\"}\n"
+            "    outputs:\n      y: {dtype: float32, shape: \"[M]\"}\n"
+            f"  workloads:\n{rows}  roofline: {roofline}\n")
+    cls = (f"class {name}(Op):\n    manifest = \"part.yaml\"\n"
+           "    def forward(self, x):\n        return x\n")
+    return spec, cls
+
+
 def test_the_runtime_refuses_a_spec_with_a_broken_row(tmp_path):
-    (tmp_path / "part.yaml").write_text(textwrap.dedent("""\
-        PartRowFwdOp:
-          family: part
-          status: implemented
-          signature:
-            forall: {M: Dim}
-            inputs:
-              x: {dtype: float32, shape: "[M]"}
-            outputs:
-              y: {dtype: float32, shape: "[M]"}
-          workloads:
-          - {M: 4, label: small}
-          - {M: 8, lable: big}
-          roofline: {flops: "M"}
-        PartRooflineFwdOp:
-          family: part
-          status: implemented
-          signature:
-            forall: {M: Dim}
-            inputs:
-              x: {dtype: float32, shape: "[M]"}
-            outputs:
-              y: {dtype: float32, shape: "[M]"}
-          workloads:
-          - {M: 4, label: small}
-          roofline: {bytes: "M"}
-        """))
-    mod = load_module(tmp_path, "part_ops", '''
-        from opspec.ops.op import Op
-        class PartRowFwdOp(Op):
-            manifest = "part.yaml"
-            def forward(self, x):
-                return x
-        class PartRooflineFwdOp(Op):
-            manifest = "part.yaml"
-            def forward(self, x):
-                return x
-        ''')
+    row = _identity_op("PartRowFwdOp", "  - {M: 4, label: small}\n  - {M: 8, lable: big}\n",
+                       '{flops: "M"}')
+    roof = _identity_op("PartRooflineFwdOp", "  - {M: 4, label: small}\n", '{bytes: "M"}')
+    (tmp_path / "part.yaml").write_text(row[0] + roof[0])
+    mod = load_module(tmp_path, "part_ops", "from opspec.ops.op import Op\n" + row[1] + roof[1])
     # Not run without the row: the spec is what the user wrote, or nothing.
     with pytest.raises(SpecError) as ei:
         mod.PartRowFwdOp()
