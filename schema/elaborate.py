@@ -152,10 +152,17 @@ class ElaboratedSpec:
     @property
     def signature_broken(self) -> bool:
         """Whether a declaration the signature's checks read failed: anything broken but a
-        workload row or the roofline. Those two are read only by the whole-spec passes (and
-        the roofline by the search for unknowns, which reads what elaborated), so a typo in
-        one row no longer hides the signature's gaps, overlaps and unsolvable indices."""
+        workload row, the roofline or the composition. Those are read only by the
+        whole-spec passes (and the roofline by the search for unknowns, which reads what
+        elaborated), so a typo in one row no longer hides the signature's gaps, overlaps
+        and unsolvable indices."""
         return any(not _outside_signature(b) for b in self.broken)
+
+    @property
+    def composition_broken(self) -> bool:
+        """Whether the composition failed to load: the whole-spec passes, which decide from
+        it whether the op gets a compile boundary, are then left out."""
+        return any(b == "composition" or b.startswith("composition.") for b in self.broken)
 
     @property
     def tensors(self) -> dict[str, TensorDecl]:
@@ -907,7 +914,7 @@ class _Elaborator:
 
 def _outside_signature(path: str) -> bool:
     head = path.split(".", 1)[0]
-    return head in ("workloads", "roofline")
+    return head in ("workloads", "roofline", "composition")
 
 
 def _is_new(name: str, symbols: Mapping[str, Symbol]) -> bool:

@@ -39,7 +39,7 @@ def stage_op_diagnostics(manifest: Manifest, specs: Iterable[LoadedSpec]) -> lis
             close = difflib.get_close_matches(st.op, known, n=1, cutoff=0.6)
             out.append(Diagnostic(
                 "name", f"stage `{st.name}` runs `{st.op}`, which no spec of the manifest "
-                        "defines", op=s.name, path=path, pos=s.pos(path),
+                        "defines", op=s.name, path=s.file_decl(path), pos=s.pos(path),
                 hint=f"did you mean `{close[0]}`?" if close else
                 "name an op of the manifest, or run a kernel of the op's own with `kernel:`"))
     return out

@@ -174,7 +174,7 @@ class _Prover:
                         hint="look for nonlinear refinements or axes (a product of two "
                              "unknowns), and for combinations that each ask new questions")
         plan = P.Plan(spec.name, spec.file, "", tuple(d.key for d in ds), tuple(branches), spec)
-        if not spec.signature_broken:
+        if not spec.signature_broken and not spec.composition_broken:
             # Whole-spec passes over the proven plan (workloads, effects, SymInt safety),
             # over the rows that loaded and the roofline parts that elaborated.
             # The element budget bounds what workload rows generate in all (each generator

@@ -203,3 +203,26 @@ def test_an_op_stage_names_a_spec_of_the_manifest(tmp_path):
     report = prove_manifest(load_paths([tmp_path / "part.yaml"], strict=True),
                             across_specs=False)
     assert not report.specs[0].diagnostics
+
+
+def test_a_broken_stage_does_not_hide_the_signature(tmp_path):
+    # Stage 1 fails to load; the family gap is still found, the other stages are still
+    # checked (stage 2 under its index in the file), and the whole-spec passes, which
+    # read the composition, are left out: the row's missing `N` is reported only once
+    # the stage is mended.
+    text = GAP.replace('roofline: {bytes: "2 * M * N"}', 'roofline: {flops: "M"}')
+    text = text.replace("- {M: 4, N: 8,", "- {M: 4,")
+    text += ("  composition:\n    kind: composite\n    stages:\n"
+             "    - {name: first, op: PartFwdOp}\n    - {name: second, opp: PartFwdOp}\n"
+             "    - {name: third, op: PartFwOp}\n")
+    result, found, lines = _prove(tmp_path, text)
+    assert result.verdict == REFUTED
+    assert set(found) == {("parse", "composition.stages.1.opp"),
+                          ("family-gap", "signature.types.V"),
+                          ("name", "composition.stages.2.op")}, sorted(found)
+    assert found["name", "composition.stages.2.op"].pos.line == _line(lines, "op: PartFwOp")
+    assert found["family-gap", "signature.types.V"].counterexample == {"mode": "col",
+                                                                       "V.m": "col"}
+    _, found, _ = _prove(tmp_path, text.replace("opp: PartFwdOp", "op: PartFwdOp"))
+    assert ("workload", "workloads.0") in found and ("parse", "composition.stages.1.opp") \
+        not in found
