@@ -62,7 +62,8 @@ ROLES = [
      "Each item of a tensor's `requires` is one call of a predicate. The tensor's contents "
      "are the implicit first argument and are not written: `requires: [\"in_range(0, V)\"]`. "
      "*rank* is the rank the contents are read at (`-`: any rank). Predicates are evaluated "
-     "only on generated contents, at instantiation; a real call never reads tensor contents."),
+     "on generated contents, at instantiation; a real call reads no tensor contents unless "
+     "`OPSPEC_CHECK_REQUIRES=1` is set (then each call checks them on its own)."),
 ]
 
 _ABBREV = re.compile(r"(e\.g|i\.e|etc)\.$")
