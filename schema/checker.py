@@ -92,17 +92,18 @@ class Facts:
 NO_FACTS = Facts()
 
 
-#: YAML 1.1 spellings of booleans, which YAML 1.2 (and so a spec) reads as strings.
-_YAML11_BOOLS = {"yes": "true", "no": "false", "on": "true", "off": "false", "y": "true",
-                 "n": "false"}
+#: YAML 1.1 spellings of booleans, which YAML 1.2 (and so a spec) reads as strings (not
+#: `y` and `n`, which are more often an undeclared index).
+_YAML11_BOOLS = {"yes": "true", "no": "false", "on": "true", "off": "false"}
 
 
 def _name_hint(name: str, scope) -> str | None:
     """A rewrite for an unknown name: a boolean spelt as in YAML 1.1, or a declared name
     that looks like it."""
-    if name.lower() in _YAML11_BOOLS and name not in scope.symbols:
+    if name.lower() in _YAML11_BOOLS:
         return f"write {_YAML11_BOOLS[name.lower()]} (a boolean)"
-    close = difflib.get_close_matches(name, sorted(scope.symbols), n=1, cutoff=0.6)
+    close = [n for n in sorted(scope.symbols) if n.lower() == name.lower()] or \
+        difflib.get_close_matches(name, sorted(scope.symbols), n=1, cutoff=0.6)
     return f"did you mean `{close[0]}`?" if close else None
 
 

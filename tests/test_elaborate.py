@@ -564,6 +564,7 @@ def test_defaults_of_their_types_pass(tmp_path, param):
     ("Mm > 0", "name", "unknown name `Mm`", "did you mean `M`?"),
     ("pading != 'same'", "name", "unknown name `pading`", "did you mean `padding`?"),
     ("zzz > 0", "name", "unknown name `zzz`", None),
+    ("n > 0", "name", "unknown name `n`", "did you mean `N`?"),  # an index, not YAML 1.1's no
     ("prodd(S) > 0", "language", "prodd is not a built-in primitive", "did you mean `prod`?"),
     ("frobnicate(M) > 0", "language", "frobnicate is not a built-in primitive",
      "the primitives are listed in docs/primitives.md"),
