@@ -58,13 +58,15 @@ def check_requires(op: Any, checks: tuple[RequiresCheck, ...], tensors: Mapping[
     def read_back(n: str) -> Any:
         if n not in contents:
             t = tensors[n]
-            contents[n] = None if t is None else t.detach().cpu().tolist()
+            contents[n] = None if t is None or t.device.type == "meta" else \
+                t.detach().cpu().tolist()
         return contents[n]
 
     name = type(op).__name__
     for c in checks:
-        if tensors.get(c.tensor) is None:
-            continue  # an omitted optional input has nothing to check
+        t = tensors.get(c.tensor)
+        if t is None or t.device.type == "meta":
+            continue  # an omitted optional input, or one without contents, has nothing to check
         # Another metadata tensor an argument names is read by its contents (None when
         # omitted, as `present()` reads it).
         for n in free_names(c.expr):

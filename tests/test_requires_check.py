@@ -117,6 +117,12 @@ def test_contents_that_keep_every_requires_run(seg):
     assert op.last_call.indices["G"] == 3
 
 
+def test_meta_tensors_have_no_contents_to_check(seg):
+    op = seg(True)(longest=4)
+    y = op(torch.empty(12, device="meta"), torch.empty(4, dtype=torch.int64, device="meta"))
+    assert y.device.type == "meta" and y.shape == (12,)
+
+
 def test_off_by_default_contents_are_not_read(seg):
     op = seg(False)(longest=4)
     x = torch.ones(12)
