@@ -5,9 +5,10 @@ harness are imported when the command runs."""
 from __future__ import annotations
 
 import argparse
-import difflib
 import sys
 from types import SimpleNamespace
+
+from opspec.schema.suggest import closest
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -68,9 +69,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     known = H.discover_ops()
     for name in args.ops:
         if name not in known:
-            close = difflib.get_close_matches(name, list(known), n=1)
+            close = closest(name, list(known))
             raise _usage(f"no bundled op named {name}"
-                         + (f"; did you mean {close[0]}?" if close else "")
+                         + (f"; did you mean {close}?" if close else "")
                          + f" (known: {', '.join(known)})")
     ops = [known[n] for n in (args.ops or known)]
 

@@ -86,11 +86,11 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if args.ops:
         unknown = [n for n in args.ops if n not in old.specs and n not in new.specs]
         if unknown:
-            import difflib
+            from opspec.schema.suggest import closest
             known = list(dict.fromkeys([*old.specs, *new.specs]))
-            close = difflib.get_close_matches(unknown[0], known, n=1)
+            close = closest(unknown[0], known)
             raise _usage(f"no op named {unknown[0]} in OLD or NEW"
-                         + (f"; did you mean {close[0]}?" if close else ""))
+                         + (f"; did you mean {close}?" if close else ""))
     from opspec.solver.diff import diff_manifests
 
     report = diff_manifests(old, new, ops=args.ops)

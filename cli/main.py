@@ -8,7 +8,6 @@ input that cannot be read. The prover is imported only by the commands that prov
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import os
 import sys
@@ -19,6 +18,7 @@ from typing import Sequence
 from opspec import __version__
 from opspec.schema.errors import SpecError
 from opspec.schema.loader import Manifest, load_paths
+from opspec.schema.suggest import closest
 from opspec.schema.settings import cache_root, caching_enabled
 
 from . import report as R
@@ -211,8 +211,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     manifest = _load(args.paths, use_cache=not args.no_cache)
     if args.op not in manifest.specs:
-        close = difflib.get_close_matches(args.op, list(manifest.specs), n=1)
-        raise UsageError(f"no spec named {args.op}" + (f"; did you mean {close[0]}?" if close else ""))
+        close = closest(args.op, list(manifest.specs))
+        raise UsageError(f"no spec named {args.op}" + (f"; did you mean {close}?" if close else ""))
     rep = _prove(manifest, [args.op], jobs=1, use_cache=not args.no_cache, plans=True)
     result = rep.specs[0] if rep.specs else None
     adts, _ = elaborate_adts(manifest.adts)

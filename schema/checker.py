@@ -9,8 +9,6 @@ constructor. Narrowing flows through `not`, `and`, `or` and conditional expressi
 
 from __future__ import annotations
 
-import difflib
-
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
@@ -21,6 +19,7 @@ from opspec.schema.expr import (
     TupleExpr, UnaryOp,
 )
 from opspec.schema.printer import print_expr
+from opspec.schema.suggest import closest
 
 #: Roles of names in a spec's scope.
 INDEX, PARAM, LET, TENSOR, FAMILY, LOOP, ADT_FIELD = (
@@ -102,9 +101,9 @@ def _name_hint(name: str, scope) -> str | None:
     that looks like it."""
     if name.lower() in _YAML11_BOOLS:
         return f"write {_YAML11_BOOLS[name.lower()]} (a boolean)"
-    close = [n for n in sorted(scope.symbols) if n.lower() == name.lower()] or \
-        difflib.get_close_matches(name, sorted(scope.symbols), n=1, cutoff=0.6)
-    return f"did you mean `{close[0]}`?" if close else None
+    close = next((n for n in sorted(scope.symbols) if n.lower() == name.lower()), None) or \
+        closest(name, sorted(scope.symbols))
+    return f"did you mean `{close}`?" if close else None
 
 
 def _err(msg: str, node, check: str = "kind", hint: str | None = None) -> ExpressionError:
@@ -374,9 +373,9 @@ class KindChecker:
 
         prim = PRIMITIVES.get(e.func)
         if prim is None:
-            close = difflib.get_close_matches(e.func, sorted(PRIMITIVES), n=1, cutoff=0.7)
+            close = closest(e.func, sorted(PRIMITIVES), cutoff=0.7)
             raise _err(f"{e.func} is not a built-in primitive", e, check="language",
-                       hint=f"did you mean `{close[0]}`?" if close else
+                       hint=f"did you mean `{close}`?" if close else
                        "the primitives are listed in docs/primitives.md")
         if prim.role not in scope.roles and prim.role != "value":
             where = {"generator": "a tensor's `values`", "requires": "a tensor's `requires`",

@@ -20,7 +20,6 @@ it does not exist. Both modes return every diagnostic.
 
 from __future__ import annotations
 
-import difflib
 import keyword
 import types as _types
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from .diagnostics import Diagnostic, Pos, Severity
 from .errors import SpecError
 from .models import (ADTDef, Composition, OpSpec, ParamSpec, Roofline, Signature, Stage,
                      TensorSpec, TypeFamily, TypesFile, WorkloadRow)
+from .suggest import closest
 from .yaml_source import MAX_FILE_BYTES, SourceMap, YamlError, load_yaml
 
 __all__ = ["LoadedSpec", "Manifest", "load_paths"]
@@ -217,27 +217,18 @@ def _field_names(model: Any, loc: tuple) -> list[str]:
 
 
 def _closest(name: Any, known: Iterable[str]) -> str:
-    close = difflib.get_close_matches(str(name), list(known), n=1, cutoff=0.6)
-    return f"; did you mean `{close[0]}`?" if close else ""
+    close = closest(name, known)
+    return f"; did you mean `{close}`?" if close else ""
 
 
-def _misspelt(out: tuple, data: Any) -> str:
-    """`; is `labl` a misspelling of it?` when the mapping missing field `out[-1]` has a
-    key close to it: in a workload row any other key reads as an index value, so a
-    misspelt `label` is not an unknown field there, only a missing one."""
-    cur = data
-    for part in out[:-1]:
-        if isinstance(cur, dict) and part in cur:
-            cur = cur[part]
-        elif isinstance(cur, list) and isinstance(part, int) and 0 <= part < len(cur):
-            cur = cur[part]
-        else:
-            return ""
-    if not isinstance(cur, dict) or not out:
+def _misspelt(field: Any, mapping: Any) -> str:
+    """`; is `labl` a misspelling of it?` when `mapping`, which misses `field`, has a key
+    close to it: in a workload row any other key reads as an index value, so a misspelt
+    `label` is not an unknown field there, only a missing one."""
+    if not isinstance(mapping, dict):
         return ""
-    keys = [str(k) for k in cur if k != out[-1]]
-    close = difflib.get_close_matches(str(out[-1]), keys, n=1, cutoff=0.6)
-    return f"; is `{close[0]}` a misspelling of it?" if close else ""
+    close = closest(field, [str(k) for k in mapping if k != field])
+    return f"; is `{close}` a misspelling of it?" if close else ""
 
 
 @dataclass
@@ -271,12 +262,13 @@ def _problems(model: Any, data: Any, errors: list[dict], place: tuple) -> list[_
                 tags.append(str(part))  # a union member's label, e.g. `bool` or `ADTField`
                 continue
             out.append(part)
-        walked.append((tuple(out), tags, err, is_key))
+        # `cur`: the node at `out`; for a missing field, the mapping that misses it
+        walked.append((tuple(out), tags, err, is_key, cur))
 
     deepest = [w[0] for w in walked]
     problems: list[_Problem] = []
     grouped: dict[tuple, list] = {}
-    for out, tags, err, is_key in walked:
+    for out, tags, err, is_key, node in walked:
         # A union member that failed on the node's type is noise when another member got
         # further into the same node: report the deeper problem only.
         if tags and err["type"].endswith("_type") and any(
@@ -285,7 +277,7 @@ def _problems(model: Any, data: Any, errors: list[dict], place: tuple) -> list[_
         if tags and not is_key and err["type"] not in ("missing", "extra_forbidden"):
             grouped.setdefault(out, []).append((tags, err))
             continue
-        problems.append(_problem(model, out, err, is_key, place, data))
+        problems.append(_problem(model, out, err, is_key, place, node))
     for out, members in grouped.items():
         kinds = []
         for tags, err in members:
@@ -301,7 +293,7 @@ def _problems(model: Any, data: Any, errors: list[dict], place: tuple) -> list[_
 
 
 def _problem(model: Any, out: tuple, err: dict, is_key: bool, place: tuple,
-             data: Any = None) -> _Problem:
+             node: Any = None) -> _Problem:
     kind = err["type"]
     where = _dotted(place + out) or "the value"
     parent = _dotted(place + out[:-1]) or "the spec"
@@ -314,7 +306,7 @@ def _problem(model: Any, out: tuple, err: dict, is_key: bool, place: tuple,
                         key=True, extra=True)
     if kind == "missing":
         return _Problem(out, f"missing required field `{out[-1]}` in {parent}"
-                             f"{_misspelt(out, data)}", parent=True)
+                             f"{_misspelt(out[-1], node) if out else ''}", parent=True)
     if kind in ("value_error", "assertion_error"):
         text = str(err.get("ctx", {}).get("error", err["msg"]))
         return _Problem(out, f"{where}: {text}" if out else text)

@@ -15,8 +15,6 @@ evaluated: the text is tokenized and parsed by recursive descent. Every error is
 
 from __future__ import annotations
 
-import difflib
-
 import re
 from dataclasses import dataclass
 from typing import Callable, Collection
@@ -24,6 +22,7 @@ from typing import Callable, Collection
 from .errors import ExpressionError
 from .kinds import (ADTK, AXES, BOOL, DIM, DTYPE, DTYPES, INT, NONE, SHAPE, STR, VALUE, DTypeK,
                     Kind, MaybeK, NoneK, SeqK, StrK, UnionK, ValueK, join)
+from .suggest import closest
 
 __all__ = ["parse_type", "parse_kind"]
 
@@ -324,9 +323,7 @@ def parse_kind(text: str, adts: Collection[str] = ()) -> Kind:
         if hint is None and name in DTYPES:
             hint = f"DType[{name}]"
         if hint is None:  # a misspelt kind or ADT name: `Dimm`
-            close = difflib.get_close_matches(name, [*_KINDS, "Maybe", *sorted(adt_names)],
-                                              n=1, cutoff=0.6)
-            hint = close[0] if close else None
+            hint = closest(name, [*_KINDS, "Maybe", *sorted(adt_names)])
         raise p.error(f"{name} is not a kind", tok.col, hint=f"write {hint}" if hint else None)
 
     return _Parser(text, atom, "kind").parse()

@@ -11,12 +11,12 @@ cached result does not know whether the specs it names still exist).
 
 from __future__ import annotations
 
-import difflib
 from typing import Iterable
 
 from opspec.schema.diagnostics import Diagnostic
 from opspec.manifest import load_bundled
 from opspec.schema.loader import LoadedSpec, Manifest
+from opspec.schema.suggest import closest
 
 
 def stage_op_diagnostics(manifest: Manifest, specs: Iterable[LoadedSpec]) -> list[Diagnostic]:
@@ -36,10 +36,10 @@ def stage_op_diagnostics(manifest: Manifest, specs: Iterable[LoadedSpec]) -> lis
             if st.op in known:
                 continue
             path = f"composition.stages.{i}.op"
-            close = difflib.get_close_matches(st.op, known, n=1, cutoff=0.6)
+            close = closest(st.op, known)
             out.append(Diagnostic(
                 "name", f"stage `{st.name}` runs `{st.op}`, which no spec of the manifest "
                         "defines", op=s.name, path=s.file_decl(path), pos=s.pos(path),
-                hint=f"did you mean `{close[0]}`?" if close else
+                hint=f"did you mean `{close}`?" if close else
                 "name an op of the manifest, or run a kernel of the op's own with `kernel:`"))
     return out
