@@ -86,12 +86,6 @@ class BranchCode:
     fast: Callable | None = None
 
 
-def _sum(fixed: int, lens: list[str]) -> str:
-    """`fixed + len(a) + ...` as source, without a `0 +` in front of the lengths."""
-    parts = ([str(fixed)] if fixed or not lens else []) + lens
-    return " + ".join(parts)
-
-
 def _lv(name: str) -> str:
     return "i_" + name
 
@@ -142,11 +136,11 @@ class BranchGenerator:
         if all(not isinstance(a, Splat) or self.known_splat(a) for a in before):
             fixed = sum(1 for a in before if not isinstance(a, Splat))
             lens = [f"len({self.py(a.value)})" for a in before if isinstance(a, Splat)]
-            return _sum(fixed, lens)
+            return P.length_text(fixed, lens)
         after = axes[i:]
         fixed = sum(1 for a in after if not isinstance(a, Splat))
         lens = [f"len({self.py(a.value)})" for a in after if isinstance(a, Splat)]
-        total = _sum(fixed, lens)
+        total = P.length_text(fixed, lens)
         return f"len({sname}) - " + (f"({total})" if " " in total else total)
 
     def known_splat(self, a: Splat) -> bool:
@@ -519,7 +513,7 @@ class BranchGenerator:
             return
         if s.kind == P.RANK:
             declared = print_shape(spec.tensors[s.target].shape)
-            exp = _sum(s.rank, [f"len({self.py(x)})" for x in s.splats])
+            exp = P.length_text(s.rank, [f"len({self.py(x)})" for x in s.splats])
             if s.axis == -1 and exp == "0":
                 return  # at least 0 axes: every tensor has them
             d = self.decl(s.decl, f"{role} {s.target}, the rank of {declared}"
@@ -605,7 +599,7 @@ class BranchGenerator:
             after = shape.axes[s.axis + 1:]
             fixed = sum(1 for a in after if not isinstance(a, Splat))
             lens = [f"len({self.py(a.value)})" for a in after if isinstance(a, Splat)]
-            stop = _sum(fixed, lens)
+            stop = P.length_text(fixed, lens)
             d = self.decl(s.decl, f"{role} {s.target}, *{n} of {term}")
             w(f"_d = {d}")
             lo = "" if start == "0" else start

@@ -76,8 +76,7 @@ class Step:
         if self.kind == CHECK_DTYPE:
             return f"{self.target}.dtype == {e}"
         if self.kind == RANK:
-            total = _length([str(self.rank)] if self.rank or not self.splats else [],
-                            self.splats)
+            total = length_text(self.rank, _lens(self.splats))
             # axis == -1 marks a minimum: an unknown splat takes the remaining axes
             return f"{self.target}.dim() {'>=' if self.axis == -1 else '=='} {total}"
         if self.kind == LET:
@@ -95,12 +94,10 @@ class Step:
         axes, i, t = shape.axes, self.axis, self.target
         term = axes[i]
         before, after = axes[:i], axes[i + 1:]
-        start = _length([str(sum(not isinstance(a, Splat) for a in before))],
-                        [a.value for a in before if isinstance(a, Splat)])
+        start = _terms_length(before)
         if isinstance(term, Splat):
             if self.kind == SOLVE_SPLAT:  # all the axes the others leave
-                rest = _length([str(sum(not isinstance(a, Splat) for a in after))],
-                               [a.value for a in after if isinstance(a, Splat)])
+                rest = _terms_length(after)
                 stop = "" if rest == "0" else f"{t}.dim() - {_paren(rest)}"
             else:
                 stop = f"{start} + len({print_expr(term.value)})" if start != "0" else \
@@ -123,12 +120,21 @@ class Step:
         return (num if c == "1" else f"{num} / {c}") + "   [exact, >= 0]"
 
 
-def _length(fixed: list[str], splats) -> str:
-    """`2 + len(B) + len(S)`: a count of fixed axes plus the lengths of splats (a zero count
-    left out when a splat follows)."""
-    parts = [f for f in fixed if not (f == "0" and splats)]
-    parts += [f"len({print_expr(s)})" for s in splats]
-    return " + ".join(parts) if parts else "0"
+def length_text(fixed: int, lens: list[str]) -> str:
+    """`2 + len(B) + len(S)`: a count of fixed axes plus the lengths of splats, as source
+    (a zero count left out when a length follows). The plan's text and the generated code
+    both write their axis positions with it."""
+    return " + ".join(([str(fixed)] if fixed or not lens else []) + lens)
+
+
+def _lens(splats) -> list[str]:
+    return [f"len({print_expr(s)})" for s in splats]
+
+
+def _terms_length(terms) -> str:
+    """How many axes the shape terms `terms` span."""
+    return length_text(sum(not isinstance(a, Splat) for a in terms),
+                       _lens(a.value for a in terms if isinstance(a, Splat)))
 
 
 def _paren(text: str) -> str:
