@@ -23,7 +23,7 @@ from opspec.schema.expr import (
     Attr, Call, Const, Expr, FamilyApp, Name, ShapeList, ShapeTerm, Splat, free_names,
     shape_exprs, walk,
 )
-from opspec.schema.loader import LoadedSpec
+from opspec.schema.loader import LoadedSpec, path_under
 from opspec.schema.models import ADTDef, ADTField, OpSpec, TensorSpec, WorkloadRow
 from opspec.schema.parse import defining_equality, parse_expr, parse_shape
 from opspec.schema.types import parse_kind, parse_type
@@ -158,11 +158,10 @@ class ElaboratedSpec:
         and unsolvable indices."""
         return any(not _outside_signature(b) for b in self.broken)
 
-    @property
-    def composition_broken(self) -> bool:
-        """Whether the composition failed to load: the whole-spec passes, which decide from
-        it whether the op gets a compile boundary, are then left out."""
-        return any(b == "composition" or b.startswith("composition.") for b in self.broken)
+    def broken_under(self, head: str) -> bool:
+        """Whether a declaration at or inside `head` (`composition`, a family's `cases`)
+        failed to load or elaborate."""
+        return any(path_under(b, head) for b in self.broken)
 
     @property
     def tensors(self) -> dict[str, TensorDecl]:

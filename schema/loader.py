@@ -152,6 +152,11 @@ def _dotted(path: Iterable[Any]) -> str:
     return ".".join(str(p) for p in path)
 
 
+def path_under(path: str, head: str) -> bool:
+    """Whether the dotted declaration path `path` is `head` or lies inside it."""
+    return path == head or path.startswith(head + ".")
+
+
 # --- turning pydantic errors into sentences -----------------------------------------------
 
 _KINDS = {
@@ -454,8 +459,7 @@ class _Builder:
         gone = {}
         if fields.get("roofline") is None and "roofline" in self.broken:
             gone["roofline"] = None
-        if not fields.get("workloads") and any(
-                b == "workloads" or b.startswith("workloads.") for b in self.broken):
+        if not fields.get("workloads") and any(path_under(b, "workloads") for b in self.broken):
             gone["workloads"] = []
         if not gone:
             return None
@@ -530,7 +534,7 @@ class _Builder:
 
     def _from_broken(self, decl: tuple, loc: tuple) -> bool:
         head = _dotted(decl + tuple(loc[:1]))
-        return any(b == head or b.startswith(head + ".") for b in self.broken)
+        return any(path_under(b, head) for b in self.broken)
 
     # the types file ---------------------------------------------------------------------
 

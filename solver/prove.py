@@ -174,9 +174,10 @@ class _Prover:
                         hint="look for nonlinear refinements or axes (a product of two "
                              "unknowns), and for combinations that each ask new questions")
         plan = P.Plan(spec.name, spec.file, "", tuple(d.key for d in ds), tuple(branches), spec)
-        if not spec.signature_broken and not spec.composition_broken:
+        if not spec.signature_broken and not spec.broken_under("composition"):
             # Whole-spec passes over the proven plan (workloads, effects, SymInt safety),
-            # over the rows that loaded and the roofline parts that elaborated.
+            # over the rows that loaded and the roofline parts that elaborated. They decide
+            # from the composition whether the op gets a compile boundary.
             # The element budget bounds what workload rows generate in all (each generator
             # call has its own limit, but rows are unbounded in number).
             with element_budget(WORKLOAD_ELEMENTS):
@@ -268,7 +269,7 @@ class _Prover:
             cex = {**shown, **{f"{miss.family.name}.{m}": plain_value(v)
                                for m, v in zip(miss.family.match, miss.values)}}
             if not miss.matching:
-                if self.cases_broken(miss.family.path):
+                if spec.broken_under(f"{miss.family.path}.cases"):
                     continue  # a case that failed to elaborate is missing: an echo, not a gap
                 self.report("family-gap", miss.family.path,
                             f"no case of type family {miss.family.name} covers {values} "
@@ -308,11 +309,6 @@ class _Prover:
             self.dead_branch(queries, shown, combo)
             self.signs(queries, res, shown)
         return res.branch
-
-    def cases_broken(self, family_path: str) -> bool:
-        """Whether a case of the family at `family_path` failed to load or elaborate."""
-        head = family_path + ".cases"
-        return any(b == head or b.startswith(head + ".") for b in self.spec.broken)
 
     def invariants(self, combo: dict[str, Any], folder: Folder) -> list[tuple[str, Expr]]:
         return adt_invariants(self.spec, combo, folder)
