@@ -34,6 +34,7 @@ class RequiresCheck:
     tensor: str
     expr: Expr
     path: str           # `signature.inputs.<tensor>.requires.<j>`
+    names: tuple[str, ...] = ()   # the names it reads, sorted
 
     @property
     def text(self) -> str:
@@ -42,7 +43,7 @@ class RequiresCheck:
 
 def requires_checks(spec: ElaboratedSpec) -> tuple[RequiresCheck, ...]:
     """Every `requires` predicate of the spec's call-time inputs, in declaration order."""
-    return tuple(RequiresCheck(n, e, f"{t.path}.requires.{j}")
+    return tuple(RequiresCheck(n, e, f"{t.path}.requires.{j}", tuple(sorted(free_names(e))))
                  for n, t in spec.inputs.items() for j, e in enumerate(t.requires))
 
 
@@ -69,18 +70,18 @@ def check_requires(op: Any, checks: tuple[RequiresCheck, ...], tensors: Mapping[
             continue  # an omitted optional input, or one without contents, has nothing to check
         # Another metadata tensor an argument names is read by its contents (None when
         # omitted, as `present()` reads it).
-        for n in free_names(c.expr):
+        for n in c.names:
             if n in tensors:
                 env[n] = read_back(n)
         read_back(c.tensor)
-        read = {n: env[n] for n in sorted(free_names(c.expr)) if n in env and n not in tensors}
-        shown = ", ".join(f"{n}={show_value(v)}" for n, v in read.items())
         try:
             holds = evaluate_requires(c.expr, contents[c.tensor], env)
         except EvaluationError as exc:
             raise SignatureError(f"{name}: input {c.tensor}: `requires` `{c.text}` cannot be "
                                  f"evaluated on its contents: {exc}{where(c.path)}") from None
         if not holds:
+            shown = ", ".join(f"{n}={show_value(env[n])}" for n in c.names
+                              if n in env and n not in tensors)
             raise SignatureError(
                 f"{name}: input {c.tensor}: `requires` `{c.text}` does not hold"
                 + (f" with {shown}" if shown else "")
