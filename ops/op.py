@@ -82,8 +82,9 @@ def _where(op: "Op", path: str) -> str:
 def _check_failed(op: "Op", decls, d: int, expected: Any, got: Any, loc) -> OpspecError:
     decl = decls[d]
     name = type(op).__name__
-    if decl.reads and expected is True:
-        # A refinement: what it read says why it is false (`groups >= 1` with groups=0).
+    if expected is True and got is False:
+        # A refinement (the only check generated as True against False): what it read
+        # says why it is false (`groups >= 1` with groups=0).
         values = ", ".join(f"{n}={_show(loc[v])}" for n, v in decl.reads if v in loc)
         return SignatureError(f"{name}: {decl.what} does not hold"
                               + (f" with {values}" if values else "")
